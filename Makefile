@@ -1,0 +1,45 @@
+# switchcraft — the pipeline, one target a stage.
+#   make reproduce   install into .venv/ and run the main job end to end
+#   make test        install into .venv/ and run every test that can run on a 2-core CPU
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+RUN ?= runs/default
+STAMP := $(VENV)/.installed
+
+.PHONY: install reproduce data outputs test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first, pinned: a plain `torch` requirement pulls a multi-GB CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	# bfcl-eval ships the BFCL v3/v4 questions; its own pins clash with ours, and we only read its data files.
+	$(BIN)/pip install --quiet --no-deps bfcl-eval
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+reproduce: $(STAMP)
+	$(BIN)/switchcraft ingest --all --out $(RUN)/examples.parquet
+	$(BIN)/switchcraft import-outputs --out $(RUN)/outputs.parquet
+
+data: $(STAMP)
+	$(BIN)/switchcraft ingest --all --out $(RUN)/examples.parquet
+
+outputs: $(STAMP)
+	$(BIN)/switchcraft import-outputs --out $(RUN)/outputs.parquet
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not integration"
+
+lint: $(STAMP)
+	$(BIN)/python -m ruff check . || echo "ruff not installed: pip install ruff"
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

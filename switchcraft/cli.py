@@ -1,0 +1,104 @@
+"""The `switchcraft` command: thin wrappers over the stage packages' functions."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from data.errors import DataError
+from data.registry import UnknownNameError
+
+app = typer.Typer(help="switchcraft: tool-calling router.", no_args_is_help=True, pretty_exceptions_enable=False)
+data_app = typer.Typer(help="Fetch the public data sets.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def ingest(
+    source: str = typer.Option(None, "--source", "-s", help="One source to ingest (see --list)."),
+    path: str = typer.Option(None, "--path", "-p", help="Where that source's files are (or a hub id)."),
+    all_: bool = typer.Option(False, "--all", help="Ingest every source enabled in the config."),
+    config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    data_root: str = typer.Option(None, help="Override the config's data_root ($SWITCHCRAFT_DATA_ROOT)."),
+    out: Path = typer.Option(None, help="Output parquet (default: <out_dir>/examples.parquet)."),
+    option: list[str] = typer.Option([], "--option", "-o", help="Adapter option key=value (e.g. questions=FILE)."),
+    list_: bool = typer.Option(False, "--list", help="List the known sources and exit."),
+) -> None:
+    """Read benchmark sources into one examples.parquet, with counts per source and category."""
+    from data.config import load_data_config
+    from data.ingest import ingest as run_ingest
+    from data.sources import load_adapters
+
+    if list_:
+        for name in load_adapters().names():
+            console.print(name)
+        return
+    if bool(source) == all_:
+        fail("give exactly one of --source NAME or --all")
+    if path and not source:
+        fail("--path needs --source")
+    opts = {}
+    for kv in option:
+        if "=" not in kv:
+            fail(f"--option {kv!r}: expected key=value")
+        k, v = kv.split("=", 1)
+        opts[k] = v
+    try:
+        cfg = load_data_config(config, data_root=data_root)
+        out = out or Path(cfg.out_dir) / "examples.parquet"
+        result = run_ingest(
+            cfg,
+            [source] if source else None,
+            out=out,
+            path_overrides={source: path} if source and path else None,
+            options={source: opts} if source else None,
+        )
+    except (DataError, UnknownNameError) as e:
+        fail(str(e))
+    _print_ingest(result)
+
+
+def _print_ingest(result) -> None:
+    rep = result.report
+    table = Table(title="Examples ingested")
+    table.add_column("source")
+    table.add_column("category")
+    table.add_column("examples", justify="right")
+    for (src, cat), n in sorted(rep.counts.items()):
+        table.add_row(src, cat, f"{n:,}")
+    for src in sorted({s for s, _ in rep.counts}):
+        table.add_row(f"[bold]{src}[/]", "[bold]all[/]", f"[bold]{rep.total(src):,}[/]")
+    table.add_row("[bold]total[/]", "", f"[bold]{rep.total():,}[/]")
+    console.print(table)
+    if rep.skipped:
+        skipped = Table(title="Rows skipped, by reason")
+        for col in ("source", "reason", "rows"):
+            skipped.add_column(col)
+        for (src, reason), n in sorted(rep.skipped.items()):
+            skipped.add_row(src, reason, f"{n:,}")
+        console.print(skipped)
+    for note in rep.notes:
+        console.print(f"note: {note}", highlight=False)
+    for src, why in result.unavailable.items():
+        console.print(f"[yellow]not ingested[/] {src}: {why}", highlight=False)
+    console.print(f"wrote {result.path} ({rep.total():,} examples) in {result.seconds:.1f} s", highlight=False)
+
+
+def main() -> None:  # pragma: no cover
+    app(prog_name="switchcraft")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

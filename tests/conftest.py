@@ -1,0 +1,18 @@
+"""Shared test fixtures: where the real shared data lives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"real data not found at {SHARED_DATA}; set SWITCHCRAFT_DATA_ROOT")
+    return SHARED_DATA
