@@ -96,6 +96,13 @@ def _print_ingest(result) -> None:
     console.print(f"wrote {result.path} ({rep.total():,} examples) in {result.seconds:.1f} s", highlight=False)
 
 
+# Commands of other areas live in their own modules, each with register(app).
+from switchcraft import cli_fetch, cli_outputs, cli_verify  # noqa: E402
+
+for _module in (cli_outputs, cli_verify, cli_fetch):
+    _module.register(app)
+
+
 def main() -> None:  # pragma: no cover
     app(prog_name="switchcraft")
 
