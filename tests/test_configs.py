@@ -1,0 +1,33 @@
+"""Every configs/*.yaml loads and validates with its stage's loader."""
+
+from pathlib import Path
+
+import pytest
+
+from data.config import load_data_config
+from data.pool import load_pool
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+LOADERS = {"data.yaml": load_data_config, "pool.yaml": load_pool}
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_config_loads(path):
+    assert path.name in LOADERS, f"{path.name}: add its loader to LOADERS in {__file__}"
+    assert LOADERS[path.name](path) is not None
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("#"), f"{path.name}: the first line must be a comment saying how to run it"
+
+
+def test_pool_prices_and_bad_key(tmp_path):
+    from data.errors import DataError
+    from data.schema import Usage
+
+    pool = load_pool(CONFIGS / "pool.yaml")
+    assert len(pool.models) == 8
+    assert pool.cost_usd("gpt-4-0613", Usage(input_tokens=1_000_000, output_tokens=0)) == pytest.approx(30.0)
+    assert pool.cost_usd("gpt-4-0613", Usage()) is None  # unknown usage is unknown cost, not zero
+    bad = tmp_path / "pool.yaml"
+    bad.write_text("models:\n  - name: m\n    api_key_env: sk-abc123\n    prices: {input_per_mtok: 1, output_per_mtok: 1}\n")
+    with pytest.raises(DataError, match=r"models\.0\.api_key_env"):
+        load_pool(bad)
