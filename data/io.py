@@ -94,6 +94,27 @@ def iter_rows(location: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield from iter_json_rows(loc)
 
 
+def local_dir(location: str | Path) -> Path:
+    """A local folder, or a hub dataset repository's files ("owner/name") downloaded into the
+    Hugging Face cache, for sources whose layout is a folder of files (BFCL, ConFETTI)."""
+    loc = str(location)
+    if not is_hub_id(loc):
+        return Path(loc)
+    return _hub_snapshot(loc.partition(":")[0])  # pragma: no cover - needs network
+
+
+def _hub_snapshot(repo_id: str) -> Path:  # pragma: no cover - needs network
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset"))
+    except Exception as e:
+        raise DataError(
+            f"could not download hub dataset {repo_id!r}: {e}",
+            hint="this machine may have no network; pass a local folder instead",
+        ) from None
+
+
 def parse_json_field(value: Any, *, path: str | Path, line: int, field: str) -> Any:
     """A field that holds JSON as a string (xLAM, Glaive): parse it, or say where it broke."""
     if not isinstance(value, str):

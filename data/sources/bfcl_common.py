@@ -57,7 +57,15 @@ def expected_from_ground_truth(
         m = _DEDUP_SUFFIX.match(name)
         if names and name not in names and m and m["base"] in names:
             name = m["base"]
-        args = {p: _expected_arg(f"{name}.{p}", v, path=path, line=line, field=f"{field}.{p}") for p, v in params.items()}
+        props = next((t.parameters.get("properties") or {} for t in tools or [] if t.name == name), {})
+        args = {}
+        for p, v in params.items():
+            if v == [] and (props.get(p) or {}).get("type") == "array":
+                # BFCL v4 live_simple writes `[]` (no acceptable value) where it means "the empty list".
+                v = [[]]
+                if repairs is not None:
+                    repairs.append(f"{field}.{p}: no acceptable value; read as the empty list")
+            args[p] = _expected_arg(f"{name}.{p}", v, path=path, line=line, field=f"{field}.{p}")
         calls.append(ExpectedCall(name=name, args=args))
     return Expected(alternatives=[calls])
 
@@ -65,6 +73,8 @@ def expected_from_ground_truth(
 def _expected_arg(what: str, values: Any, *, path: str | Path | None, line: int | None, field: str) -> ExpectedArg:
     if not isinstance(values, list):
         raise DataError(f"acceptable values of {what} must be a list, got {values!r}", path=path, line=line, field=field)
+    if not values:
+        raise DataError(f"no acceptable value for {what}", path=path, line=line, field=field)
     return ExpectedArg(values=[v for v in values if v != ""], optional="" in values)
 
 
