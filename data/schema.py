@@ -96,25 +96,31 @@ class ExpectedCall(BaseModel):
 class Expected(BaseModel):
     """What a correct answer looks like.
 
-    `no_call=True`: the right answer is no call at all (relevance,
-    irrelevance). Otherwise `alternatives` holds every acceptable answer; each
-    answer is a list of calls matched as a set (order-insensitive).
+    Exactly one of:
+    - `no_call=True`: the right answer is no call at all (relevance, irrelevance);
+    - `any_call=True`: the right answer is at least one call to an offered
+      tool, its arguments unchecked (BFCL v4 `live_relevance`);
+    - `alternatives`: every acceptable answer; each answer is a list of calls
+      matched as a set (order-insensitive).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     no_call: bool = False
+    any_call: bool = False
     alternatives: list[list[ExpectedCall]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> Expected:
-        if self.no_call and self.alternatives:
-            raise ValueError("expected: no_call=True cannot also list alternatives")
-        if not self.no_call and not self.alternatives:
-            raise ValueError("expected: give at least one alternative, or set no_call=True")
+        if self.no_call + self.any_call + bool(self.alternatives) != 1:
+            raise ValueError("expected: give exactly one of no_call=True, any_call=True, or alternatives")
         if any(len(alt) == 0 for alt in self.alternatives):
             raise ValueError("expected: an alternative with no calls; use no_call=True instead")
         return self
+
+    @classmethod
+    def anything(cls) -> Expected:
+        return cls(any_call=True)
 
     @classmethod
     def nothing(cls) -> Expected:

@@ -101,12 +101,18 @@ def tool_from_doc(doc: dict[str, Any]) -> Tool:
     params = fn.get("parameters")
     if params is None:
         params = {"type": "object", "properties": {}}
-    elif isinstance(params, dict) and "properties" not in params and "type" not in params:
+    elif isinstance(params, dict) and _is_param_map(params):
         params = {"type": "object", "properties": params}
     params = normalize_schema(params)
     if isinstance(params, dict) and "type" not in params:
         params["type"] = "object"
     return Tool(name=fn["name"], description=str(fn.get("description") or ""), parameters=params, original=original)
+
+
+def _is_param_map(params: dict[str, Any]) -> bool:
+    """xLAM style: `{param: {type, description}}` with no "properties". A parameter may
+    itself be named "type", so look at the values, not the keys."""
+    return "properties" not in params and bool(params) and all(isinstance(v, dict) for v in params.values())
 
 
 def tools_from_docs(docs: Any) -> list[Tool]:

@@ -11,8 +11,9 @@ function docs of multi-turn categories. Category = the file's category name.
 - single-turn categories: as BFCL v1 (`_answers` + `expected_from_ground_truth`);
   `irrelevance` and `live_irrelevance` have no answer file: the right answer is no call.
 - `multi_turn_*`: one example per user turn (`_bfcl_multi_turn`).
-- skipped, each row counted: `live_relevance` (any relevant call is right and
-  arguments are not checked, which `Expected` cannot say), `memory` and
+- `live_relevance`: any call to an offered tool is right, arguments unchecked
+  (`Expected.any_call`).
+- skipped, each row counted: `memory` and
   `web_search` (answers are free text), `format_sensitivity` (a list of
   other categories' ids to re-ask under 26 prompt formats, not questions).
 """
@@ -33,8 +34,8 @@ from data.tools import tools_from_docs
 
 QUESTION_FILE = re.compile(r"^BFCL_v[34]_(?P<category>\w+)\.json$")
 NO_CALL = {"irrelevance", "live_irrelevance"}
+ANY_CALL = {"live_relevance"}
 SKIP = {
-    "live_relevance": "any relevant call is right, arguments unchecked (not expressible as Expected)",
     "memory": "answers are free text, not calls",
     "web_search": "answers are free text, not calls",
     "format_sensitivity": "a list of other categories' ids to re-ask, not questions",
@@ -63,7 +64,7 @@ def read_bfcl(source: str, location: str, report: IngestReport, categories: list
 
 
 def _single_turn(source: str, category: str, qfile: Path, afile: Path, report: IngestReport) -> Iterator[Example]:
-    answers = {} if category in NO_CALL else {row.get("id"): (line, row) for line, row in iter_json_rows(afile)}
+    answers = {} if category in NO_CALL | ANY_CALL else {row.get("id"): (line, row) for line, row in iter_json_rows(afile)}
     for line, row in iter_json_rows(qfile):
         qid = row.get("id")
         if not isinstance(qid, str):
@@ -75,6 +76,8 @@ def _single_turn(source: str, category: str, qfile: Path, afile: Path, report: I
         repairs: list[str] = []
         if category in NO_CALL:
             expected = Expected.nothing()
+        elif category in ANY_CALL:
+            expected = Expected.anything()
         elif qid in answers:
             ans_line, ans = answers[qid]
             expected = expected_from_ground_truth(ans.get("ground_truth"), tools=tools, repairs=repairs, path=afile, line=ans_line)

@@ -64,9 +64,9 @@ def test_id_must_be_source_prefixed():
 
 
 def test_expected_rejects_contradictions():
-    with pytest.raises(ValidationError, match="no_call"):
+    with pytest.raises(ValidationError, match="exactly one"):
         Expected(no_call=True, alternatives=[[ExpectedCall(name="f")]])
-    with pytest.raises(ValidationError, match="at least one alternative"):
+    with pytest.raises(ValidationError, match="exactly one"):
         Expected()
     with pytest.raises(ValidationError, match="acceptable value"):
         ExpectedArg(values=[])
@@ -87,3 +87,9 @@ def test_tool_calls_only_on_assistant():
 def test_read_reports_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="Example"):
         read_examples(tmp_path / "nope.parquet")
+
+
+def test_any_call_is_exclusive():
+    assert Expected.anything().any_call
+    with pytest.raises(ValidationError, match="exactly one"):
+        Expected(any_call=True, no_call=True)

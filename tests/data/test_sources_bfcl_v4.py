@@ -11,12 +11,12 @@ from data.sources import IngestReport, read_source
 COUNTS = {
     "simple_python": 400, "simple_java": 100, "simple_javascript": 50, "multiple": 200, "parallel": 200,
     "parallel_multiple": 200, "irrelevance": 240, "live_simple": 258, "live_multiple": 1053,
-    "live_parallel": 16, "live_parallel_multiple": 24, "live_irrelevance": 884,
+    "live_parallel": 16, "live_parallel_multiple": 24, "live_irrelevance": 884, "live_relevance": 16,
     # one example per user turn
     "multi_turn_base": 734, "multi_turn_long_context": 734, "multi_turn_miss_func": 933, "multi_turn_miss_param": 934,
 }
 SKIPPED = {
-    "format_sensitivity": 200, "live_relevance": 16, "memory": 155, "web_search": 100,
+    "format_sensitivity": 200, "memory": 155, "web_search": 100,
     "multi_turn_miss_func": 1,  # miss_func_49 turn 1 calls `tail` before it is given back
 }
 
@@ -30,13 +30,15 @@ def v4():
 
 def test_real_counts_per_category(v4):
     by_id, report = v4
-    assert len(by_id) == sum(COUNTS.values()) == 6960
+    assert len(by_id) == sum(COUNTS.values()) == 6976
     assert {c: n for (_, c), n in report.counts.items()} == COUNTS
     assert {reason.split(":")[0]: n for (_, reason), n in report.skipped.items()} == SKIPPED
 
 
 def test_real_single_turn(v4):
     by_id, _ = v4
+    rel = by_id["bfcl_v4:live_relevance_0-0-0"].expected
+    assert rel.any_call and not rel.alternatives
     live = by_id["bfcl_v4:live_simple_0-0-0"]
     assert live.category == "live_simple" and live.question.startswith("Can you retrieve the details")
     assert live.expected.alternatives[0][0].args["user_id"].values == [7890]

@@ -26,3 +26,8 @@ def test_openai_and_xlam_docs():
     assert t.name == "f" and t.original["type"] == "function"
     x = tool_from_doc({"name": "g", "description": "d", "parameters": {"q": {"type": "str", "default": "a"}}})
     assert x.parameters == {"type": "object", "properties": {"q": {"type": "string", "x-original-type": "str", "default": "a"}}}
+
+
+def test_xlam_parameter_named_type_is_a_parameter():
+    x = tool_from_doc({"name": "g", "parameters": {"type": {"type": "str", "description": "kind"}, "q": {"type": "int"}}})
+    assert set(x.parameters["properties"]) == {"type", "q"} and x.parameters["type"] == "object"
