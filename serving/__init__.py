@@ -1,0 +1,1 @@
+"""Serving stage: tool routing (serving/tools), model selection, backends, gateway."""
