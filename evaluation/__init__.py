@@ -1,0 +1,1 @@
+"""Evaluation stage: baselines, metrics, reports, benchmarks."""
