@@ -1,0 +1,56 @@
+"""The report on a synthetic run: files written, numbers equal to ones computed here by hand."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data.schema import Example, Expected, Label, Message, Tool
+from evaluation.report import run_evaluation, write_report
+
+MODELS = ["big", "small"]
+
+
+def _run(n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    examples, labels, oof = {}, [], []
+    for i in range(n):
+        eid = f"t:{i}"
+        cat = "easy" if i % 2 else "hard"
+        examples[eid] = Example(id=eid, source="t", category=cat, messages=[Message(role="user", content=f"{cat} question {i}")],
+                                tools=[Tool(name="f")], expected=Expected.nothing())
+        big_ok = rng.random() < 0.9
+        small_ok = cat == "easy" and rng.random() < 0.8
+        labels += [Label(example_id=eid, model="big", correct=big_ok, reason="ok", cost_usd=0.01),
+                   Label(example_id=eid, model="small", correct=small_ok, reason="ok", cost_usd=0.001)]
+        fold = i % 3
+        oof += [{"example_id": eid, "fold": fold, "model": "big", "prob": 0.9},
+                {"example_id": eid, "fold": fold, "model": "small", "prob": 0.8 if cat == "easy" else 0.1}]
+    return examples, labels, pd.DataFrame(oof)
+
+
+def test_report_numbers_match_hand_computation(tmp_path):
+    examples, labels, oof = _run()
+    ev = run_evaluation(labels, examples, oof, MODELS)
+    path = write_report(ev, tmp_path)
+    assert path.exists() and (tmp_path / "cost_accuracy_tau.png").stat().st_size > 10_000
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    rows = {r["routing"]: r for r in m["headline"]}
+    by = {(lb.example_id, lb.model): lb for lb in labels}
+    ids = sorted(examples)
+    # the router at τ=0.5 sends easy to small (0.8 > 0.5, cheaper) and hard to big
+    chosen = ["small" if examples[e].category == "easy" else "big" for e in ids]
+    acc = np.mean([by[(e, c)].correct for e, c in zip(ids, chosen)])
+    cost = np.mean([by[(e, c)].cost_usd for e, c in zip(ids, chosen)])
+    r = rows["switchcraft router (τ = 0.5)"]
+    assert r["accuracy"] == pytest.approx(acc) and r["usd_per_million"] == pytest.approx(cost * 1e6)
+    oracle_acc = np.mean([by[(e, "big")].correct or by[(e, "small")].correct for e in ids])
+    assert rows["oracle"]["accuracy"] == pytest.approx(oracle_acc)
+    best_acc = np.mean([by[(e, "big")].correct for e in ids])
+    assert rows["best single model"]["accuracy"] == pytest.approx(best_acc)
+    assert r["savings_vs_best"] == pytest.approx(1 - cost / 0.01)
+    cats = {c["category"]: c for c in m["per_category"]}
+    assert cats["hard"]["n"] == 30
+    assert "TF-IDF + LR (calibrated τ)" in rows
+    assert "| oracle |" in path.read_text()
