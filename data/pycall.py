@@ -29,6 +29,9 @@ def dotted_name(node: ast.expr) -> str:
         return node.id
     if isinstance(node, ast.Attribute):
         return f"{dotted_name(node.value)}.{node.attr}"
+    # `"f"(a=1)`: some models quote the function name; the string is the name.
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip():
+        return node.value.strip()
     raise PyCallError(f"call target is not a (dotted) name: {ast.unparse(node)!r}")
 
 

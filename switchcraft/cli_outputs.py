@@ -1,9 +1,150 @@
-"""CLI commands for this area; `register(app)` adds them to the `switchcraft` command."""
+"""`switchcraft import-outputs` and `switchcraft decode-report`: recorded model outputs.
+
+    switchcraft import-outputs                      # BFCL v1 + v4 recorded outputs -> runs/default/outputs.parquet
+    switchcraft import-outputs --source bfcl_v1 --models gpt-4o-2024-05-13,claude-3-5-sonnet-20240620
+    switchcraft decode-report --out runs/default/decode_report
+"""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+SOURCES = ("bfcl_v1", "bfcl_v4")
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def import_outputs(
+    source: str = typer.Option("all", "--source", "-s", help="bfcl_v1, bfcl_v4 or all."),
+    path: str = typer.Option(None, "--path", "-p", help="Folder of result files (default: configs/data.yaml outputs:)."),
+    examples: Path = typer.Option(None, help="examples.parquet, for the tools in scope (default: <out_dir>/examples.parquet)."),
+    out: Path = typer.Option(None, help="Output parquet (default: <out_dir>/outputs.parquet)."),
+    models: str = typer.Option(None, help="Comma-separated model folder names to keep."),
+    config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    data_root: str = typer.Option(None, help="Override the config's data_root ($SWITCHCRAFT_DATA_ROOT)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Import recorded outputs, decode them, and write outputs.parquet; print counts and decode rates."""
+    from data.config import load_data_config
+    from data.errors import DataError
+    from data.recorded import ImportReport, import_recorded
+    from data.schema import read_examples, write_outputs
+
+    if source not in (*SOURCES, "all"):
+        _fail(f"--source {source!r}: choose one of {', '.join(SOURCES)}, all")
+    if path and source == "all":
+        _fail("--path needs one --source (bfcl_v1 or bfcl_v4)")
+    try:
+        cfg = load_data_config(config, data_root=data_root)
+        out = out or Path(cfg.out_dir) / "outputs.parquet"
+        examples = examples or Path(cfg.out_dir) / "examples.parquet"
+        by_id = None
+        if examples.exists():
+            by_id = {e.id: e for e in read_examples(examples)}
+        else:
+            err.print(
+                f"[yellow]note:[/] {examples} not found: decoding without the tools in scope "
+                "(rewritten names are not mapped back; run `switchcraft ingest --all` first)",
+                highlight=False,
+            )
+        wanted = [m.strip() for m in models.split(",") if m.strip()] if models else None
+        outputs, report = [], ImportReport()
+        for src in SOURCES if source == "all" else (source,):
+            where = path or cfg.output_path(src)
+            if not where or not Path(where).exists():
+                if source == "all":
+                    err.print(f"[yellow]skipped[/] {src}: no folder at {where}", highlight=False)
+                    continue
+                _fail(f"{src}: no folder of outputs at {where}")
+            keep = wanted
+            if wanted and source == "all":  # with --source all, a model may live in either source
+                from data.recorded import detect_layout, result_files
+
+                present = {m for m, _, _ in result_files(where, detect_layout(where))}
+                keep = [m for m in wanted if m in present]
+                if not keep:
+                    continue
+            src_examples = by_id
+            if by_id is not None and not any(k.startswith(src + ":") for k in by_id):
+                err.print(
+                    f"[yellow]note:[/] {examples} has no {src} examples: decoding {src} without the tools in scope "
+                    f"(run `switchcraft ingest --source {src}` to map names back)",
+                    highlight=False,
+                )
+                src_examples = None
+            outputs += import_recorded(where, layout=src, examples=src_examples, models=keep, report=report, progress=progress)
+        t = time.perf_counter()
+        write_outputs(out, outputs)
+        write_s = time.perf_counter() - t
+    except DataError as e:
+        _fail(str(e))
+    _print_import(report)
+    console.print(
+        f"wrote {out} ({report.total():,} outputs; imported in {report.seconds:.1f} s, written in {write_s:.1f} s)",
+        highlight=False,
+    )
+
+
+def _print_import(report) -> None:
+    table = Table(title="Recorded outputs imported")
+    for col, justify in (("model", "left"), ("outputs", "right"), ("decoded", "right"), ("decode rate", "right")):
+        table.add_column(col, justify=justify)
+    for model in sorted(report.outputs):
+        n, d = report.outputs[model], report.decoded[model]
+        table.add_row(model, f"{n:,}", f"{d:,}", f"{d / n:.1%}")
+    table.add_row("[bold]total[/]", f"[bold]{report.total():,}[/]", f"[bold]{sum(report.decoded.values()):,}[/]",
+                  f"[bold]{report.decode_rate():.1%}[/]")
+    console.print(table)
+    if report.skipped:
+        skipped = Table(title="Rows not imported, by reason")
+        for col in ("model", "reason", "rows"):
+            skipped.add_column(col)
+        for (model, reason), n in sorted(report.skipped.items()):
+            skipped.add_row(model, reason, f"{n:,}")
+        console.print(skipped)
+
+
+def decode_report(
+    out: Path = typer.Option(None, help="Folder for decode_report.md and the CSVs (default: <out_dir>/decode_report)."),
+    path: str = typer.Option(None, "--path", "-p", help="BFCL v1 outputs folder (default: configs/data.yaml outputs.bfcl_v1)."),
+    config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    data_root: str = typer.Option(None, help="Override the config's data_root ($SWITCHCRAFT_DATA_ROOT)."),
+) -> None:
+    """Decode all BFCL v1 recorded outputs (71 models) and report the decode rate by format and model."""
+    from data.config import load_data_config
+    from data.decoders.report import DecodeReport
+    from data.errors import DataError
+    from data.recorded import import_recorded
+    from data.sources import read_source
+
+    try:
+        cfg = load_data_config(config, data_root=data_root)
+        where = path or cfg.output_path("bfcl_v1")
+        questions = cfg.source_path("bfcl_v1")
+        # The questions give each output its tools in scope, so names map back as in the import.
+        examples = {e.id: e for e in read_source("bfcl_v1", questions)} if questions and Path(questions).exists() else None
+        t = time.perf_counter()
+        outputs = import_recorded(where, layout="bfcl_v1", examples=examples, progress=True)
+        report = DecodeReport.of(outputs, seconds=time.perf_counter() - t)
+        files = report.write(out or Path(cfg.out_dir) / "decode_report")
+    except DataError as e:
+        _fail(str(e))
+    console.print(report.to_markdown(), highlight=False, markup=False)
+    console.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app (filled in by the work on this area)."""
+    """Add this module's commands to the app."""
+    app.command("import-outputs")(import_outputs)
+    app.command("decode-report")(decode_report)
