@@ -1,9 +1,149 @@
-"""CLI commands for this area; `register(app)` adds them to the `switchcraft` command."""
+"""The verifier's commands: `verify`, `label`, `verify-agreement`, and `bench verify`.
+
+switchcraft verify CASES.jsonl [--out FILE]
+switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
+switchcraft verify-agreement [--run-dir runs/default]
+switchcraft bench verify [--repeat 3]
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import typer
+
+from data.errors import DataError
+
+
+def _fail(message: str) -> None:
+    from switchcraft.cli import fail
+
+    fail(message)
+
+
+def _data_paths(config: Path, data_root: str | None) -> DataConfig:  # noqa: F821 - imported lazily
+    from data.config import load_data_config
+
+    try:
+        return load_data_config(config, data_root=data_root)
+    except DataError as e:
+        _fail(str(e))
+
+
+def verify_command(
+    cases: Path = typer.Argument(
+        ..., help="JSON Lines: {id, tools, expected, output} per line ('-' for stdin)."
+    ),
+    out: Path = typer.Option(None, "--out", "-o", help="Write verdict lines here (default: stdout)."),
+) -> None:
+    """Verify tool-call outputs: one {id, correct, reason, detail} line per case, in order."""
+    from collections import Counter
+
+    from data.verify.cases import verify_cases
+
+    if str(cases) != "-" and not cases.exists():
+        _fail(f"{cases}: no such file")
+    src = sys.stdin if str(cases) == "-" else cases.open(encoding="utf-8")
+    sink = out.open("w", encoding="utf-8") if out else sys.stdout
+    reasons: Counter = Counter()
+    try:
+        for result in verify_cases(src):
+            reasons[result["reason"]] += 1
+            sink.write(json.dumps(result, ensure_ascii=False) + "\n")
+    finally:
+        if out:
+            sink.close()
+        if src is not sys.stdin:
+            src.close()
+    if out:
+        total = sum(reasons.values())
+        summary = ", ".join(f"{k} {n}" for k, n in reasons.most_common())
+        typer.echo(f"wrote {out}: {total} verdicts ({summary})", err=True)
+
+
+def label_command(
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="Pool config (models and prices)."),
+    outputs: str = typer.Option(
+        None, help="outputs.parquet or a folder of recordings (default: the data config's outputs.bfcl_v1)."
+    ),
+    examples: str = typer.Option(
+        None, help="examples.parquet or a BFCL v1 folder (default: the data config's sources.bfcl_v1)."
+    ),
+    run_dir: Path = typer.Option(Path("runs/default"), help="Where labels.parquet and its summary go."),
+    config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    data_root: str = typer.Option(None, help="Override the config's data_root."),
+) -> None:
+    """Verify every output of every pool model and write labels.parquet with real costs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from data.labels import run_labels
+
+    cfg = _data_paths(config, data_root)
+    outputs = outputs or cfg.output_path("bfcl_v1")
+    examples = examples or cfg.source_path("bfcl_v1")
+    if not outputs or not examples:
+        _fail(
+            "no outputs or examples given and none configured (outputs.bfcl_v1, sources.bfcl_v1 in the data config)"
+        )
+    try:
+        run = run_labels(pool, outputs, examples, run_dir)
+    except DataError as e:
+        _fail(str(e))
+    table = Table(title=f"Labels: {run.labels:,} (example x model)")
+    for col in ("model", "outputs", "accuracy", "mean cost / query (USD)", "costed"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for s in run.summary:
+        cost = f"{s.mean_cost_usd:.6f}" if s.mean_cost_usd is not None else "n/a"
+        table.add_row(s.model, f"{s.outputs:,}", f"{s.accuracy:.2%}", cost, f"{s.costed:,}")
+    Console(width=120).print(table)
+    typer.echo(f"wrote {run.labels_path}, {run.summary_path}, {run.meta_path} in {run.seconds:.1f} s")
+
+
+def agreement_command(
+    run_dir: Path = typer.Option(Path("runs/default"), help="Where agreement.md and agreement.csv go."),
+    config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    data_root: str = typer.Option(None, help="Override the config's data_root."),
+) -> None:
+    """Compare our verdicts with BFCL's checker on all 71 models x 1,630 queries."""
+    from data.agreement import run_agreement, write_agreement_report
+
+    cfg = _data_paths(config, data_root)
+    paths = (cfg.source_path("bfcl_v1"), cfg.output_path("bfcl_v1"), cfg.output_path("checker_verdicts"))
+    if not all(paths):
+        _fail("the data config needs sources.bfcl_v1, outputs.bfcl_v1 and outputs.checker_verdicts")
+    try:
+        rep = run_agreement(*paths)
+    except DataError as e:
+        _fail(str(e))
+    md, csv_path = write_agreement_report(rep, run_dir)
+    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs")
+    for cat in sorted(rep.total):
+        typer.echo(f"  {cat:40s} {rep.rate(cat):.2%}")
+    for cause, n in rep.by_cause().items():
+        typer.echo(f"{cause}: {n:,}")
+    typer.echo(f"wrote {md} and {csv_path}")
+
+
+def bench_verify_command(
+    repeat: int = typer.Option(1, help="Runs of decode+verify; the best is reported."),
+    data_root: str = typer.Option(
+        None, help="Shared data folder (default: ../shared/data or $SWITCHCRAFT_DATA_ROOT)."
+    ),
+) -> None:
+    """Time decoding + verifying all 115,730 recorded BFCL v1 outputs."""
+    from evaluation.bench_verify import main
+
+    main(["--repeat", str(repeat)] + (["--data-root", data_root] if data_root else []))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app (filled in by the work on this area)."""
+    """Add this module's commands to the app."""
+    app.command("verify")(verify_command)
+    app.command("label")(label_command)
+    app.command("verify-agreement")(agreement_command)
+    bench = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+    bench.command("verify")(bench_verify_command)
+    app.add_typer(bench, name="bench")

@@ -11,7 +11,7 @@ from data.pycall import PyCallError, parse_calls
 from data.schema import Call, Expected, ExpectedArg, ExpectedCall, Message, Tool
 
 
-_DEDUP_SUFFIX = re.compile(r"^(?P<base>.+)_\d+$")
+_DEDUP_SUFFIX = re.compile(r"^(?P<base>.+?)(?:_| )\d+$")
 
 
 def expected_from_ground_truth(
@@ -26,7 +26,7 @@ def expected_from_ground_truth(
 
     Forms: `[{fn: {param: [acceptable values]}}, ...]`, or one dict of calls
     (v1 `parallel_multiple_function`, where a function called twice is keyed
-    `fn_1`, `fn_2`: the suffix is removed when `fn` is a tool in scope and
+    `fn_1`, `fn_2` — or `fn 1`, `fn 2` in some files: the suffix is removed when `fn` is a tool in scope and
     `fn_1` is not); `""` among the values means "may be omitted"; `[]` means
     no call. With `tools`, one known flaw of the v1 data is repaired (a
     parameter of the previous call written as a call of its own); each repair

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from switchcraft.cli import app
 from tests.conftest import REPO
 
-TOTALS = {"bfcl_v1": 1630, "bfcl_v4": 6960, "xlam": 2685, "glaive": 560}
+TOTALS = {"bfcl_v1": 1630, "bfcl_v4": 6976, "xlam": 2685, "glaive": 560}
 
 
 @pytest.mark.slow
