@@ -192,6 +192,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "headline": head.to_dict(orient="records"),
         "singles": singles.to_dict(orient="records"),
         "per_category": cats.to_dict(orient="records"),
+        "imputed_costs": ev.data.imputed_costs,
         "calibrated_tau_per_fold": {n: r.taus for n, r in ev.routers.items()},
         "context": context or {},
     }
@@ -199,7 +200,9 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
     lines = [
         f"# {title}", "",
         f"{len(ev.data.example_ids):,} queries, {len(ev.data.fold_ids)} folds, pool of {len(ev.data.models)} models. "
-        "All numbers are held-out; definitions in docs/metrics.md.", "",
+        "All numbers are held-out; definitions in docs/metrics.md."
+        + (f" Calls without recorded usage, costed at their model's mean: {ev.data.imputed_costs}." if ev.data.imputed_costs else ""),
+        "",
         "## Headline", "", _md(head), "",
         "![τ sweep](cost_accuracy_tau.png)", "", "![λ sweep](cost_accuracy_lambda.png)", "",
         "## Every single model", "", _md(singles), "",

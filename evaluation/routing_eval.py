@@ -43,6 +43,7 @@ class RoutingData:
     correct: np.ndarray  # bool, n × m
     cost: np.ndarray  # USD, n × m
     folds: np.ndarray  # int, n
+    imputed_costs: dict[str, int] = field(default_factory=dict)  # model -> rows whose cost was imputed
 
     @classmethod
     def from_labels(
@@ -54,18 +55,22 @@ class RoutingData:
         missing = [(e, m) for e in ids for m in models if (e, m) not in by_key]
         if missing:
             raise ValueError(f"{len(missing)} (example, model) pairs have no label, e.g. {missing[:3]}; label the whole pool first")
-        no_cost = sorted({m for e in ids for m in models if by_key[(e, m)].cost_usd is None})
-        if no_cost:
-            raise ValueError(f"models without recorded cost (no token usage): {no_cost}; a cost-aware router needs it")
         correct = np.array([[by_key[(e, m)].correct for m in models] for e in ids], dtype=bool)
-        cost = np.array([[by_key[(e, m)].cost_usd for m in models] for e in ids], dtype=float)
+        cost = np.array([[np.nan if (c := by_key[(e, m)].cost_usd) is None else c for m in models] for e in ids], dtype=float)
+        unknown = np.isnan(cost)
+        never = [m for j, m in enumerate(models) if unknown[:, j].all()]
+        if never:
+            raise ValueError(f"models without any recorded cost (no token usage): {never}; a cost-aware router needs it")
+        # A few calls with no recorded usage (gemini-1.5-flash: 24 of 1,630) take the model's mean known cost.
+        cost = np.where(unknown, np.nanmean(cost, axis=0, keepdims=True), cost)
+        imputed = {m: int(unknown[:, j].sum()) for j, m in enumerate(models) if unknown[:, j].any()}
         cats = np.array([examples[e].category if examples and e in examples else e.split(":")[-1].rsplit("_", 1)[0] for e in ids])
-        return cls(list(ids), cats, list(models), correct, cost, np.array([folds[e] for e in ids], dtype=int))
+        return cls(list(ids), cats, list(models), correct, cost, np.array([folds[e] for e in ids], dtype=int), imputed)
 
     def subset(self, rows: np.ndarray) -> RoutingData:
         return RoutingData(
             [self.example_ids[i] for i in np.flatnonzero(rows)] if rows.dtype == bool else [self.example_ids[i] for i in rows],
-            self.categories[rows], self.models, self.correct[rows], self.cost[rows], self.folds[rows],
+            self.categories[rows], self.models, self.correct[rows], self.cost[rows], self.folds[rows], self.imputed_costs,
         )
 
     @property

@@ -96,6 +96,39 @@ def _print_ingest(result) -> None:
     console.print(f"wrote {result.path} ({rep.total():,} examples) in {result.seconds:.1f} s", highlight=False)
 
 
+@app.command()
+def reproduce(
+    run_dir: Path = typer.Option(Path("runs/default"), help="Where everything is written."),
+    train_config: Path = typer.Option(Path("configs/train.yaml"), help="Training config."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool."),
+    data_config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    max_examples: int = typer.Option(None, help="Use a slice of the queries (smoke runs)."),
+    folds: int = typer.Option(None, help="Number of folds (default: the training config's)."),
+    target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
+    budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
+    knn: bool = typer.Option(True, help="Include the kNN baseline (embeds every query once more)."),
+    override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
+) -> None:
+    """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
+    from evaluation.reproduce import ReproduceOptions
+    from evaluation.reproduce import reproduce as run_reproduce
+    from evaluation.report import _md
+
+    if target == "budget" and budget is None:
+        fail("--target budget needs --budget USD_PER_MILLION")
+    opts = ReproduceOptions(run_dir=run_dir, data_config=data_config, pool=pool, train_config=train_config,
+                            train_overrides=list(override or []), max_examples=max_examples, folds=folds,
+                            target=target, budget_per_million=budget, knn=knn)
+    try:
+        result = run_reproduce(opts, console)
+    except (DataError, UnknownNameError) as e:
+        fail(str(e))
+    console.rule("[bold]headline (held-out)")
+    console.print(_md(result.headline), highlight=False, markup=False)
+    console.print(f"report: {result.report}", highlight=False)
+    console.print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.timings.items()), highlight=False)
+
+
 # Commands of other areas live in their own modules, each with register(app).
 from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_verify  # noqa: E402
 

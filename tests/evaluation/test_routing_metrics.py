@@ -97,5 +97,9 @@ def test_from_labels_requires_cost_and_full_pool():
     with pytest.raises(ValueError, match="no label"):
         RoutingData.from_labels(labels, None, ["a", "b"], {"t:0": 0})
     labels.append(Label(example_id="t:0", model="b", correct=False, reason="x", cost_usd=None))
-    with pytest.raises(ValueError, match="without recorded cost"):
+    with pytest.raises(ValueError, match="without any recorded cost"):
         RoutingData.from_labels(labels, None, ["a", "b"], {"t:0": 0})
+    labels += [Label(example_id="t:1", model="a", correct=True, reason="ok", cost_usd=3.0),
+               Label(example_id="t:1", model="b", correct=True, reason="ok", cost_usd=2.0)]
+    d = RoutingData.from_labels(labels, None, ["a", "b"], {"t:0": 0, "t:1": 1})
+    assert d.cost[0, 1] == 2.0 and d.imputed_costs == {"b": 1}  # the model's mean known cost
