@@ -56,6 +56,15 @@ class PoolModel(BaseModel):
     concurrency: int = Field(default=4, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=60.0, gt=0)
+    # Added for the pool runner (all optional; defaults keep older pool files valid).
+    max_retries: int = Field(default=6, ge=0, description="Retries on 429/5xx/timeouts/dropped connections.")
+    temperature: float | None = Field(default=None, ge=0, description="Sent when set; else the endpoint's default.")
+    max_output_tokens: int | None = Field(
+        default=None, ge=1, description="Sent as max_tokens; makes the --max-usd bound strict."
+    )
+    send_metadata: bool = Field(
+        default=False, description="Send metadata.example_id so a (replay) server can match by id."
+    )
 
     @field_validator("api_key_env")
     @classmethod

@@ -1,0 +1,171 @@
+"""The commands end to end: `pool replay-server` as its own uvicorn process serving an
+outputs.parquet (with reasoning tokens), `pool run` against it, `pool profile` on the result.
+
+    .venv/bin/python -m pytest -q tests/integration/test_pool_cli.py
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from data.schema import Output, Usage, read_outputs, write_examples, write_outputs
+from switchcraft.cli import app
+from tests.integration.conftest import REPO
+
+pytestmark = pytest.mark.integration
+MODELS = ["gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_replay_server_process_run_and_profile(tmp_path, bfcl_examples, pool_recordings):
+    examples = bfcl_examples[::163][:10]
+    # recorded outputs as an outputs.parquet; half of them with reasoning tokens, as o1-style models report
+    recorded = []
+    for m in MODELS:
+        for i, ex in enumerate(examples):
+            rec = pool_recordings[m][ex.id]
+            usage = rec.usage
+            if i % 2 and usage.known:
+                usage = Usage(
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens + 100,
+                    reasoning_tokens=100,
+                )
+            recorded.append(
+                Output(
+                    example_id=ex.id, model=m, raw=rec.raw, decode_error="not decoded", usage=usage
+                )
+            )
+    write_outputs(tmp_path / "recorded.parquet", recorded)
+    write_examples(tmp_path / "examples.parquet", examples)
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "switchcraft.cli",
+            "pool",
+            "replay-server",
+            "--outputs",
+            str(tmp_path / "recorded.parquet"),
+            "--examples",
+            str(tmp_path / "examples.parquet"),
+            "--port",
+            str(port),
+            "--fault-500",
+            "0.3",
+            "--seed",
+            "1",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert server.poll() is None, server.stdout.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "replay server did not start"
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert sorted(d["id"] for d in models["data"]) == sorted(MODELS)
+        prices = {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+        (tmp_path / "pool.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "models": [
+                        {
+                            "name": MODELS[0],
+                            "base_url": f"http://127.0.0.1:{port}/v1",
+                            "prompt_style": "native",
+                            "prices": prices,
+                            "concurrency": 3,
+                            "send_metadata": True,
+                        },
+                        {
+                            "name": MODELS[1],
+                            "base_url": f"http://127.0.0.1:{port}/v1",
+                            "prompt_style": "prompt",
+                            "prices": prices,
+                            "concurrency": 2,
+                            "requests_per_minute": 6000,
+                        },
+                    ]
+                }
+            )
+        )
+        result = CliRunner().invoke(
+            app,
+            [
+                "pool",
+                "run",
+                "--pool",
+                str(tmp_path / "pool.yaml"),
+                "--examples",
+                str(tmp_path / "examples.parquet"),
+                "--store",
+                str(tmp_path / "calls.sqlite"),
+                "--out",
+                str(tmp_path / "out.parquet"),
+                "--no-progress",
+                "--backoff-base-s",
+                "0.01",
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        stats = httpx.get(f"http://127.0.0.1:{port}/_replay/stats", timeout=5).json()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert stats["completions"] == 20 and stats["outcomes"].get("500", 0) >= 2
+    # requests_per_minute 6000 = one request per 10 ms for that model, retries included
+    arrivals = sorted(
+        {(e["t"], e["key"], e["attempt"]) for e in stats["events"] if e["model"] == MODELS[1]}
+    )
+    # (arrival times jitter by a few ms at the server, so check the span, not each gap)
+    span = arrivals[-1][0] - arrivals[0][0]
+    assert len(arrivals) >= 10 and span >= 0.9 * 0.01 * (len(arrivals) - 1), (span, len(arrivals))
+    assert all(c == 1 for _, c in stats["per_call"].values())
+    want = {(o.model, o.example_id): o for o in recorded}
+    got = read_outputs(tmp_path / "out.parquet")
+    assert len(got) == 20
+    for o in got:
+        assert json.dumps(o.raw) == json.dumps(want[(o.model, o.example_id)].raw)
+        assert o.usage == want[(o.model, o.example_id)].usage  # reasoning tokens included
+    assert sum(1 for o in got if o.usage.reasoning_tokens == 100) == 10
+
+    (tmp_path / "prices.json").write_text(json.dumps({"models": {m: prices for m in MODELS}}))
+    prof = CliRunner().invoke(
+        app,
+        [
+            "pool",
+            "profile",
+            "--recordings",
+            str(tmp_path / "out.parquet"),
+            "--prices",
+            str(tmp_path / "prices.json"),
+            "--out-dir",
+            str(tmp_path / "prof"),
+        ],
+    )
+    assert prof.exit_code == 0, prof.output
+    table = (tmp_path / "prof" / "cost_profile.md").read_text()
+    assert MODELS[0] in table and "%" in table  # a reasoning share, now that it was recorded
+    assert (tmp_path / "prof" / "cost_profile.png").stat().st_size > 10_000
