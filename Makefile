@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN ?= runs/default
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce data outputs test test-fast lint bench clean
+.PHONY: install reproduce data outputs labels train test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,14 +23,23 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 reproduce: $(STAMP)
-	$(BIN)/switchcraft ingest --all --out $(RUN)/examples.parquet
-	$(BIN)/switchcraft import-outputs --out $(RUN)/outputs.parquet
+	$(BIN)/switchcraft reproduce --run-dir $(RUN)
 
 data: $(STAMP)
 	$(BIN)/switchcraft ingest --all --out $(RUN)/examples.parquet
 
 outputs: $(STAMP)
 	$(BIN)/switchcraft import-outputs --out $(RUN)/outputs.parquet
+
+labels: $(STAMP)
+	$(BIN)/switchcraft label --pool configs/pool.yaml --run-dir $(RUN)
+
+train: $(STAMP)
+	$(BIN)/switchcraft train --config configs/train.yaml run_dir=$(RUN)
+
+bench: $(STAMP)
+	$(BIN)/switchcraft bench verify
+	$(BIN)/python -m evaluation.bench_pool
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
