@@ -1,0 +1,153 @@
+"""The retrieval index of a catalog: BM25 (bm25s) + MiniLM embeddings, fused by reciprocal rank.
+
+Tool and group embeddings are computed once per catalog version and cached
+under `<index_dir>/<catalog version>/` (a run directory, never the package),
+so routing a request embeds only the query. BM25 is rebuilt on load: it takes
+well under a second for thousands of cards.
+
+    from serving.tools.index import ToolIndex
+    index = ToolIndex.build(catalog, "runs/tools/index")     # or ToolIndex.load(...)
+    bm25, dense = index.scores("refund the last charge")
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from serving.tools.cards import search_text, split_identifier
+from serving.tools.catalog import Catalog
+from serving.tools.encoder import ENCODER_ID, MiniLMEncoder  # noqa: F401  (the encoder interface)
+
+# Bump when search_text or the tokenisation changes: cached embeddings then no longer match.
+TEXT_RECIPE = "v1"
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an and are as at be by can could do does for from get give has have i in is it me my of on or "
+    "please show tell that the this to using was what when where which will with would you your".split()
+)
+
+
+def bm25_tokens(text: str, stem) -> list[str]:
+    words = _WORD.findall(split_identifier(text))
+    return stem.stemWords([w for w in words if w not in _STOP])
+
+
+class ToolIndex:
+    def __init__(self, catalog: Catalog, encoder: MiniLMEncoder, tool_vecs: np.ndarray, group_vecs: np.ndarray,
+                 schema_tokens: np.ndarray, index_dir: Path | None = None, build_seconds: float = 0.0,
+                 query_encoder=None):
+        import bm25s
+        import Stemmer
+
+        self.catalog, self.encoder = catalog, encoder
+        # Tools are embedded in fp32 once; queries may use a faster (int8) encoder.
+        self.query_encoder = query_encoder or encoder
+        self.tool_vecs, self.group_vecs = tool_vecs, group_vecs
+        self.group_order = catalog.group_names()
+        self.schema_tokens = schema_tokens  # per card: tokens of its OpenAI definition
+        self.index_dir, self.build_seconds = index_dir, build_seconds
+        self._stem = Stemmer.Stemmer("english")
+        self.bm25 = bm25s.BM25()
+        docs = [bm25_tokens(search_text(c), self._stem) or ["<empty>"] for c in catalog.cards]
+        self.bm25.index(docs, show_progress=False)
+        self._vocab = self.bm25.vocab_dict
+
+    # -- building and caching -------------------------------------------------
+
+    @classmethod
+    def build(cls, catalog: Catalog, index_dir: str | Path | None = None, encoder: MiniLMEncoder | None = None,
+              batch_size: int = 32, query_precision: str = "fp32") -> ToolIndex:
+        """Load the cached embeddings for this catalog version, or compute and cache them.
+
+        `query_precision="int8"` routes queries through the int8 ONNX encoder (needs index_dir).
+        """
+        query_encoder = None
+        if encoder is None:
+            from serving.tools.onnx_encoder import OnnxQueryEncoder, load_encoder
+
+            encoder = load_encoder(Path(index_dir) / "encoder" if index_dir else None)
+            if query_precision == "int8" and isinstance(encoder, OnnxQueryEncoder):
+                query_encoder = OnnxQueryEncoder.create(encoder.base, Path(index_dir) / "encoder", int8=True)
+        cached = cls._cache_dir(index_dir, catalog)
+        if cached and (cached / "meta.json").exists():
+            meta = json.loads((cached / "meta.json").read_text())
+            if meta.get("encoder") == ENCODER_ID and meta.get("recipe") == TEXT_RECIPE and meta.get("n_tools") == len(catalog):
+                return cls(catalog, encoder, np.load(cached / "tool_vecs.npy"), np.load(cached / "group_vecs.npy"),
+                           np.load(cached / "schema_tokens.npy"), cached, meta.get("build_seconds", 0.0), query_encoder)
+        t0 = time.perf_counter()
+        tool_vecs = encoder.encode([search_text(c) for c in catalog.cards], batch_size=batch_size)
+        groups = [catalog.groups[g] for g in catalog.group_names()]
+        group_vecs = encoder.encode([f"{split_identifier(g.name)}: {g.description}" for g in groups], batch_size=batch_size)
+        schema_tokens = np.array([encoder.count_tokens(json.dumps(c.to_openai())) for c in catalog.cards], dtype=np.int64)
+        seconds = time.perf_counter() - t0
+        if cached:
+            cached.mkdir(parents=True, exist_ok=True)
+            np.save(cached / "tool_vecs.npy", tool_vecs)
+            np.save(cached / "group_vecs.npy", group_vecs)
+            np.save(cached / "schema_tokens.npy", schema_tokens)
+            meta = {"catalog_version": catalog.version, "encoder": ENCODER_ID, "recipe": TEXT_RECIPE,
+                    "n_tools": len(catalog), "n_groups": len(groups), "build_seconds": round(seconds, 2),
+                    "sources": catalog.sources, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (cached / "meta.json").write_text(json.dumps(meta, indent=2))
+            (cached / "cards.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in catalog.cards))
+        return cls(catalog, encoder, tool_vecs, group_vecs, schema_tokens, cached, seconds, query_encoder)
+
+    @staticmethod
+    def _cache_dir(index_dir: str | Path | None, catalog: Catalog) -> Path | None:
+        return Path(index_dir) / catalog.version if index_dir else None
+
+    # -- scoring ----------------------------------------------------------------
+
+    def embed_query(self, query: str) -> np.ndarray:
+        return self.query_encoder.encode([query])[0]
+
+    def bm25_scores(self, query: str) -> np.ndarray:
+        toks = [t for t in bm25_tokens(query, self._stem) if t in self._vocab]
+        if not toks:
+            return np.zeros(len(self.catalog), dtype=np.float32)
+        return np.asarray(self.bm25.get_scores(toks), dtype=np.float32)
+
+    def scores(self, query: str, qvec: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(BM25 scores, cosine similarities), one per card."""
+        qvec = self.embed_query(query) if qvec is None else qvec
+        return self.bm25_scores(query), self.tool_vecs @ qvec
+
+
+def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: float = 60.0,
+             w_bm25: float = 1.0, w_dense: float = 1.0) -> np.ndarray:
+    """Reciprocal rank fusion over the candidate cards (a bool mask); -inf elsewhere.
+
+    A card BM25 does not match at all (score 0) gets no BM25 credit: its rank
+    among the zeros would be arbitrary.
+    """
+    fused = np.full(len(dense), -np.inf, dtype=np.float64)
+    idx = np.flatnonzero(candidates)
+    if idx.size == 0:
+        return fused
+    total = np.zeros(idx.size, dtype=np.float64)
+    for scores, w in ((bm25, w_bm25), (dense, w_dense)):
+        if w == 0:
+            continue
+        s = scores[idx]
+        ranks = np.empty(idx.size, dtype=np.float64)
+        ranks[np.argsort(-s, kind="stable")] = np.arange(1, idx.size + 1)
+        contrib = w / (k + ranks)
+        if scores is bm25:
+            contrib[s <= 0] = 0.0
+        total += contrib
+    fused[idx] = total
+    return fused
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest finite scores, best first."""
+    finite = np.flatnonzero(np.isfinite(scores))
+    if finite.size <= k:
+        return finite[np.argsort(-scores[finite], kind="stable")]
+    part = finite[np.argpartition(-scores[finite], k - 1)[:k]]
+    return part[np.argsort(-scores[part], kind="stable")]

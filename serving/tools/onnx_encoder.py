@@ -1,0 +1,163 @@
+"""MiniLM as an ONNX graph built directly from its weights, run by ONNX Runtime (the fast query path).
+
+Routing a request embeds one short query; the numpy forward in
+`serving.tools.encoder` spends most of its time in Python and BLAS call
+overhead. This module writes the same six BERT layers as an ONNX graph (no
+tracing: transformers 5's traced export mishandles the attention mask) into a
+cache folder under the run directory, and runs it with one ORT thread.
+`tests/serving/test_tool_encoder.py` checks it against the numpy forward.
+
+    from serving.tools.onnx_encoder import OnnxQueryEncoder
+    enc = OnnxQueryEncoder.create(numpy_encoder, "runs/tools/index/encoder")
+    vec = enc.encode(["book a flight"])[0]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from serving.tools.encoder import ENCODER_ID, MiniLMEncoder
+
+GRAPH_VERSION = "1"
+
+
+def build_graph(enc: MiniLMEncoder):
+    """An ONNX model: (input_ids [B,T] int64, positions [T] int64, mask_bias [B,1,1,T] float) → states [B,T,D]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    D, H = enc.dim, enc.n_heads
+    hd = D // H
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(op, ins, out, **attrs):
+        nodes.append(helper.make_node(op, ins, [out], **attrs))
+        return out
+
+    w = enc.w
+    x = node("Gather", [const("word_emb", w["embeddings.word_embeddings.weight"]), "input_ids"], "we")
+    x = node("Add", [x, node("Gather", [const("pos_emb", w["embeddings.position_embeddings.weight"]), "positions"], "pe")], "e1")
+    x = node("Add", [x, const("type_emb", w["embeddings.token_type_embeddings.weight"][0])], "e2")
+    x = node("LayerNormalization", [x, const("emb_ln_w", w["embeddings.LayerNorm.weight"]),
+                                    const("emb_ln_b", w["embeddings.LayerNorm.bias"])], "h0", axis=-1, epsilon=enc.eps)
+    const("shape_qkv", np.array([0, 0, 3, H, hd], dtype=np.int64))
+    const("shape_ctx", np.array([0, 0, D], dtype=np.int64))
+    const("scale", np.array(1.0 / np.sqrt(hd), dtype=np.float32))
+    const("half", np.array(0.5, dtype=np.float32))
+    const("one", np.array(1.0, dtype=np.float32))
+    const("inv_sqrt2", np.array(1.0 / np.sqrt(2.0), dtype=np.float32))
+    for i in range(enc.n_layers):
+        p, L = f"encoder.layer.{i}.", f"l{i}_"
+
+        def linear(inp, key, out):
+            wt, b = enc._lin[p + key]
+            return node("Add", [node("MatMul", [inp, const(L + key + ".w", wt)], out + "_mm"), const(L + key + ".b", b)], out)
+
+        qkv = linear(x, "qkv", L + "qkv")
+        qkv = node("Transpose", [node("Reshape", [qkv, "shape_qkv"], L + "qkv5")], L + "qkvT", perm=[2, 0, 3, 1, 4])
+        q, k, v = (node("Gather", [qkv, const(L + f"idx{j}", np.array(j, dtype=np.int64))], L + n, axis=0)
+                   for j, n in enumerate("qkv"))
+        s = node("MatMul", [q, node("Transpose", [k, ], L + "kT", perm=[0, 1, 3, 2])], L + "s")
+        s = node("Add", [node("Mul", [s, "scale"], L + "ss"), "mask_bias"], L + "sm")
+        ctx = node("MatMul", [node("Softmax", [s], L + "probs", axis=-1), v], L + "ctx")
+        ctx = node("Reshape", [node("Transpose", [ctx], L + "ctxT", perm=[0, 2, 1, 3]), "shape_ctx"], L + "ctx3")
+        a = linear(ctx, "attention.output.dense", L + "ao")
+        x = node("LayerNormalization", [node("Add", [x, a], L + "r1"), const(L + "ln1w", w[p + "attention.output.LayerNorm.weight"]),
+                                        const(L + "ln1b", w[p + "attention.output.LayerNorm.bias"])], L + "h1", axis=-1, epsilon=enc.eps)
+        f = linear(x, "intermediate.dense", L + "ff1")
+        erf = node("Erf", [node("Mul", [f, "inv_sqrt2"], L + "fs")], L + "erf")
+        g = node("Mul", [node("Mul", [f, "half"], L + "fh"), node("Add", [erf, "one"], L + "e1")], L + "gelu")
+        o = linear(g, "output.dense", L + "ff2")
+        x = node("LayerNormalization", [node("Add", [x, o], L + "r2"), const(L + "ln2w", w[p + "output.LayerNorm.weight"]),
+                                        const(L + "ln2b", w[p + "output.LayerNorm.bias"])], L + "h2", axis=-1, epsilon=enc.eps)
+    nodes.append(helper.make_node("Identity", [x], ["states"]))
+    graph = helper.make_graph(
+        nodes, "minilm",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
+         helper.make_tensor_value_info("positions", TensorProto.INT64, ["T"]),
+         helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["B", 1, 1, "T"])],
+        [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["B", "T", D])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+class OnnxQueryEncoder:
+    """Same interface as MiniLMEncoder (encode, count_tokens), backed by ONNX Runtime."""
+
+    def __init__(self, enc: MiniLMEncoder, model_path: Path, threads: int = 1):
+        import onnxruntime as ort
+
+        self.base, self.dim, self.model_path = enc, enc.dim, model_path
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+    @classmethod
+    def create(cls, enc: MiniLMEncoder, cache_dir: str | Path, threads: int = 1, int8: bool = False) -> OnnxQueryEncoder:
+        """Write the graph once into `cache_dir` (a run directory), then load it.
+
+        `int8`: weights quantised per channel (ONNX Runtime dynamic quantisation), for
+        the query side only: ~2.4× faster on a 30-token query here, cosine 0.994 on
+        average to the fp32 embedding, and the same BFCL Recall@5 on 400 queries
+        (0.709 vs 0.711) against fp32 tool embeddings.
+        """
+        import onnx
+
+        path = Path(cache_dir) / f"{ENCODER_ID}-g{GRAPH_VERSION}.onnx"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            onnx.save(build_graph(enc), str(tmp))
+            tmp.replace(path)  # atomic: a concurrent reader never sees half a file
+        if int8:
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            q = path.with_name(path.stem + "-int8.onnx")
+            if not q.exists():
+                tmp = q.with_suffix(".tmp.onnx")
+                quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+                tmp.replace(q)
+            path = q
+        return cls(enc, path, threads)
+
+    def count_tokens(self, text: str) -> int:
+        return self.base.count_tokens(text)
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """Unit-norm embeddings; texts are batched by length so that padding stays small."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        encoded = [self.base.token_ids(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            T = max(len(encoded[i]) for i in idx)
+            ids = np.zeros((len(idx), T), dtype=np.int64)
+            mask = np.zeros((len(idx), T), dtype=np.float32)
+            for r, i in enumerate(idx):
+                ids[r, : len(encoded[i])], mask[r, : len(encoded[i])] = encoded[i], 1.0
+            bias = ((1.0 - mask) * -1e9)[:, None, None, :].astype(np.float32)
+            h = self.session.run(None, {"input_ids": ids, "positions": np.arange(T, dtype=np.int64), "mask_bias": bias})[0]
+            v = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+            out[idx] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        return out
+
+def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | None = None, int8: bool = False):
+    """The fastest encoder available: ONNX Runtime (graph cached in `cache_dir`), else numpy."""
+    enc = MiniLMEncoder.load(model_dir)
+    if cache_dir is None:
+        return enc
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return enc
+    return OnnxQueryEncoder.create(enc, cache_dir, int8=int8)

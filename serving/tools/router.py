@@ -1,0 +1,236 @@
+"""The tool router: which few tools the model sees for one request.
+
+Order matters and is the security argument: (1) the permission filter decides
+what the caller may see; (2) groups are chosen among visible tools only, with a
+confidence; (3) hybrid retrieval ranks visible tools in those groups to a
+top-K; (4) low confidence or an empty result widens (more groups, larger K),
+and if confidence stays low a safe default set (read-only tools) is used;
+(5) pinned tools that are visible and the `request_group` tool are added.
+`expand` (the agent calling `request_group`) and `check_call` (a model output)
+go through the same filter; a call naming a tool that was not exposed is
+rejected, never mapped to a nearby name.
+
+    from serving.tools.router import ToolRouter
+    router = ToolRouter.from_config(load_tools_config("configs/tools.yaml"))
+    decision = router.route("refund order 42", Caller(tenant="acme", roles=["support"]))
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from serving.tools.catalog import REQUEST_GROUP, Catalog, request_group_tool
+from serving.tools.config import GroupConfig, RetrievalConfig, ToolsConfig
+from serving.tools.index import ToolIndex, rrf_fuse, top_k
+from serving.tools.policy import AccessPolicy, Caller, FilterResult
+
+
+@dataclass
+class Expansion:
+    group: str
+    accepted: bool
+    added: list[str]
+    reason: str = ""
+
+
+@dataclass
+class RoutingDecision:
+    query: str
+    tools: list[dict[str, Any]]  # OpenAI tool definitions bound to the request, request_group last
+    tool_keys: list[str]  # catalog keys of the exposed tools (request_group excluded)
+    groups: list[dict[str, Any]]  # [{name, confidence}] chosen groups
+    confidence: float
+    mode: str  # "retrieval" | "widened" | "safe_default"
+    hidden: list[dict[str, str]]  # [{tool, reason}] what the filter hid
+    catalog_version: str
+    timings_ms: dict[str, float]
+    expansions: list[Expansion] = field(default_factory=list)
+    schema_tokens: dict[str, int] = field(default_factory=dict)  # visible catalog vs exposed
+    caller: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exposed_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CallCheck:
+    """BFCL-style structured verdict on a model's tool call."""
+
+    valid: bool
+    error: str = ""
+    error_type: str = ""  # "tool_error:not_exposed"
+
+
+class ToolRouter:
+    def __init__(self, index: ToolIndex, policy: AccessPolicy | None = None, retrieval: RetrievalConfig | None = None,
+                 groups: GroupConfig | None = None, pinned: list[str] = ()):
+        self.index, self.catalog = index, index.catalog
+        self.policy = policy or AccessPolicy()
+        self.retrieval = retrieval or RetrievalConfig()
+        self.gcfg = groups or GroupConfig()
+        unknown = [p for p in pinned if p not in self.catalog.position]
+        if unknown:
+            raise ValueError(f"pinned tools not in the catalog: {unknown}")
+        self.pinned = [self.catalog.position[p] for p in pinned]
+        self.group_names = index.group_order
+        gpos = {g: i for i, g in enumerate(self.group_names)}
+        self.group_of = np.array([gpos[c.group_name] for c in self.catalog.cards], dtype=np.int64)
+        self.read_only = np.array([c.risk == "read" for c in self.catalog.cards])
+        self._filters: dict[Caller, FilterResult] = {}  # the filter is deterministic per caller
+        self._qvecs: dict[str, np.ndarray] = {}  # recent query embeddings: expand() must not re-embed
+        self._rg_cache: dict[tuple[int, ...], tuple[dict, int]] = {}  # request_group tool and its tokens
+
+    @classmethod
+    def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
+        if index is None:
+            catalog = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
+            index = ToolIndex.build(catalog, cfg.index_dir, query_precision=cfg.retrieval.query_precision)
+        return cls(index, cfg.policy, cfg.retrieval, cfg.groups, cfg.pinned)
+
+    def visible(self, caller: Caller) -> FilterResult:
+        if caller not in self._filters:
+            if len(self._filters) > 1024:
+                self._filters.clear()
+            self._filters[caller] = self.policy.filter(self.catalog.cards, caller)
+        return self._filters[caller]
+
+    def route(self, query: str, caller: Caller, top_k_override: int | None = None,
+              qvec: np.ndarray | None = None) -> RoutingDecision:
+        """Route one request. `qvec` lets a batch evaluation pass the query embedding it already has."""
+        t0 = time.perf_counter()
+        seen = self.visible(caller)
+        t1 = time.perf_counter()
+        qvec = self._embed(query) if qvec is None else qvec
+        self._remember(query, qvec)
+        t2 = time.perf_counter()
+        bm25, dense = self.index.bm25_scores(query), self.index.tool_vecs @ qvec
+        fused = rrf_fuse(bm25, dense, seen.visible, self.retrieval.rrf_k, self.retrieval.w_bm25, self.retrieval.w_dense)
+        t3 = time.perf_counter()
+        k = top_k_override or self.retrieval.top_k
+        chosen, conf, probs = self._select_groups(fused, dense, qvec, seen.visible, self.gcfg.max_groups)
+        mode = "retrieval"
+        picked = self._pick(fused, chosen, seen.visible, k)
+        if conf < self.gcfg.confidence_threshold or picked.size == 0:
+            mode = "widened"
+            k *= self.gcfg.widen_k
+            chosen, conf, probs = self._select_groups(fused, dense, qvec, seen.visible, self.gcfg.max_groups * self.gcfg.widen_groups)
+            picked = self._pick(fused, chosen, seen.visible, k)
+            if picked.size == 0:  # still nothing in the chosen groups: search everything visible
+                picked = top_k(fused, k)
+            if conf < self.gcfg.min_confidence:
+                mode = "safe_default"
+                picked = self._pick(fused, chosen, seen.visible & self.read_only, k)
+                if picked.size == 0:
+                    picked = top_k(np.where(seen.visible & self.read_only, fused, -np.inf), k)
+        t4 = time.perf_counter()
+        exposed = [i for i in self.pinned if seen.visible[i]] + [int(i) for i in picked if int(i) not in self.pinned]
+        tools = [self.catalog.cards[i].to_openai() for i in exposed]
+        rg_tool, rg_tokens = self._request_group_tool(chosen, probs, seen.visible)
+        tools.append(rg_tool)
+        vis_tokens = int(self.index.schema_tokens[seen.visible].sum())
+        after = int(self.index.schema_tokens[exposed].sum()) + rg_tokens
+        t5 = time.perf_counter()
+        ms = lambda a, b: round((b - a) * 1e3, 3)  # noqa: E731
+        return RoutingDecision(
+            query=query, tools=tools, tool_keys=[self.catalog.cards[i].key for i in exposed],
+            groups=[{"name": self.group_names[g], "confidence": round(float(probs[g]), 4)} for g in chosen],
+            confidence=round(float(conf), 4), mode=mode,
+            hidden=seen.hidden_records(), catalog_version=self.catalog.version,
+            timings_ms={"filter": ms(t0, t1), "embed": ms(t1, t2), "score": ms(t2, t3), "select": ms(t3, t4),
+                        "bind": ms(t4, t5), "total": ms(t0, t5)},
+            schema_tokens={"visible_catalog": vis_tokens, "exposed": after}, caller=caller.model_dump(),
+        )
+
+    def _embed(self, query: str) -> np.ndarray:
+        v = self._qvecs.get(query)
+        return self.index.embed_query(query) if v is None else v
+
+    def _remember(self, query: str, qvec: np.ndarray) -> None:
+        if len(self._qvecs) >= 256:
+            self._qvecs.pop(next(iter(self._qvecs)))
+        self._qvecs[query] = qvec
+
+    def _select_groups(self, fused, dense, qvec, visible, max_groups) -> tuple[list[int], float, np.ndarray]:
+        """Groups of the best fused tools (recall first), confidence = their softmax mass.
+
+        Group relevance is the best cosine of a visible tool in it or of its
+        description; the softmax over visible groups says how much of the
+        probability the chosen groups hold.
+        """
+        G = len(self.group_names)
+        rel = np.full(G, -np.inf)
+        np.maximum.at(rel, self.group_of[visible], dense[visible])
+        rel = np.where(np.isfinite(rel), np.maximum(rel, self.index.group_vecs @ qvec), -np.inf)
+        probs = np.zeros(G)
+        ok = np.isfinite(rel)
+        if not ok.any():
+            return [], 0.0, probs
+        z = (rel[ok] - rel[ok].max()) / self.gcfg.temperature
+        probs[ok] = np.exp(z) / np.exp(z).sum()
+        chosen: list[int] = []
+        for i in top_k(fused, self.gcfg.probe):
+            g = int(self.group_of[i])
+            if g not in chosen:
+                chosen.append(g)
+                if len(chosen) == max_groups:
+                    break
+        return chosen, float(probs[chosen].sum()), probs
+
+    def _pick(self, fused, chosen, allowed, k) -> np.ndarray:
+        mask = allowed & np.isin(self.group_of, chosen)
+        return top_k(np.where(mask, fused, -np.inf), k)
+
+    def _request_group_tool(self, chosen, probs, visible) -> tuple[dict, int]:
+        """request_group naming the most relevant visible groups not chosen, and its schema tokens."""
+        vis_groups = np.flatnonzero(np.bincount(self.group_of[visible], minlength=len(self.group_names)))
+        others = [int(g) for g in vis_groups[np.argsort(-probs[vis_groups], kind="stable")] if g not in chosen]
+        key = tuple(others[: self.gcfg.suggest_groups])
+        if key not in self._rg_cache:  # tokenising it costs ~1 ms; the same suggestions recur
+            if len(self._rg_cache) > 4096:
+                self._rg_cache.clear()
+            tool = request_group_tool([self.catalog.groups[self.group_names[g]] for g in key])
+            self._rg_cache[key] = (tool, self.index.encoder.count_tokens(json.dumps(tool)))
+        tool, tokens = self._rg_cache[key]
+        return copy.deepcopy(tool), tokens
+
+    # -- the way back, and the guard on model outputs ----------------------------
+
+    def expand(self, decision: RoutingDecision, group: str, caller: Caller) -> Expansion:
+        """The agent called request_group(group): add that group's best visible tools; record it."""
+        seen = self.visible(caller)
+        if group not in self.group_names:
+            exp = Expansion(group, False, [], "unknown_group")
+        else:
+            g = self.group_names.index(group)
+            mask = seen.visible & (self.group_of == g)
+            if not mask.any():  # hidden and non-existent groups answer alike: nothing leaks
+                exp = Expansion(group, False, [], "unknown_group")
+            else:
+                bm25, dense = self.index.scores(decision.query, self._embed(decision.query))
+                fused = rrf_fuse(bm25, dense, mask, self.retrieval.rrf_k, self.retrieval.w_bm25, self.retrieval.w_dense)
+                have = set(decision.tool_keys)
+                new = [int(i) for i in top_k(fused, self.gcfg.expand_k + len(have)) if self.catalog.cards[i].key not in have]
+                new = new[: self.gcfg.expand_k]
+                decision.tools[-1:-1] = [self.catalog.cards[i].to_openai() for i in new]
+                decision.tool_keys += [self.catalog.cards[i].key for i in new]
+                exp = Expansion(group, True, [self.catalog.cards[i].key for i in new])
+        decision.expansions.append(exp)
+        return exp
+
+    def check_call(self, decision: RoutingDecision, name: str) -> CallCheck:
+        """A model named `name`: valid only when it is exactly one of the exposed tools."""
+        if name in decision.exposed_names:
+            return CallCheck(True)
+        # One answer for hidden, unknown and merely not-chosen tools, so a caller
+        # cannot probe which tools exist; and no fuzzy matching to a near name.
+        return CallCheck(False, f"{name!r} was not offered for this request", "tool_error:not_exposed")
