@@ -48,7 +48,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not integration"
 
 lint: $(STAMP)
-	$(BIN)/python -m ruff check . || echo "ruff not installed: pip install ruff"
+	$(BIN)/ruff check data training serving evaluation switchcraft
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from data.errors import DataError
+from data.yaml_config import load_yaml_model
 
 DEFAULT_CONFIG = Path("configs/data.yaml")
 DATA_ROOT_ENV = "SWITCHCRAFT_DATA_ROOT"
@@ -56,26 +56,14 @@ def package_path(spec: str) -> Path:
     if found is None or not found.submodule_search_locations:
         raise DataError(
             f"Python package {pkg!r} is not installed",
-            hint=f"install it (for bfcl_eval: pip install --no-deps bfcl-eval) or point the source at a folder",
+            hint="install it (for bfcl_eval: pip install --no-deps bfcl-eval) or point the source at a folder",
         )
     return Path(list(found.submodule_search_locations)[0]) / sub
 
 
 def load_data_config(path: str | Path = DEFAULT_CONFIG, *, data_root: str | None = None) -> DataConfig:
     """Load and validate; `data_root` (or $SWITCHCRAFT_DATA_ROOT) overrides the file's."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError("config file not found", path=path, hint="run from the repository root or pass --config")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
-    try:
-        cfg = DataConfig.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise DataError(err["msg"], path=path, field=".".join(map(str, err["loc"]))) from None
+    cfg = load_yaml_model(path, DataConfig, hint="run from the repository root or pass --config")
     root = data_root or os.environ.get(DATA_ROOT_ENV)
     if root:
         cfg.data_root = root

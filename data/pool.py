@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from data.errors import DataError
 from data.schema import Usage
+from data.yaml_config import load_yaml_model
 
 DEFAULT_POOL = Path("configs/pool.yaml")
 
@@ -110,19 +110,7 @@ class Pool(BaseModel):
 
 
 def load_pool(path: str | Path = DEFAULT_POOL) -> Pool:
-    path = Path(path)
-    if not path.exists():
-        raise DataError("pool file not found", path=path, hint="run from the repository root or pass --pool")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
-    try:
-        return Pool.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise DataError(err["msg"], path=path, field=".".join(map(str, err["loc"]))) from None
+    return load_yaml_model(path, Pool, hint="run from the repository root or pass --pool")
 
 
 def load_price_table(path: str | Path) -> dict[str, Prices]:

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.errors import DataError
+from data.yaml_config import load_yaml_model
 from serving.tools.policy import AccessPolicy
 
 
@@ -68,36 +67,4 @@ class ToolsConfig(BaseModel):
 
 
 def load_tools_config(path: str | Path) -> ToolsConfig:
-    path = Path(path)
-    if not path.exists():
-        raise DataError("no such file", path=path, hint="see configs/tools.yaml")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
-    try:
-        return ToolsConfig.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"])
-        raise DataError(err["msg"], path=path, line=_line_of(path, err["loc"]), field=field) from None
-
-
-def _line_of(path: Path, loc) -> int | None:
-    """1-based line of a config key path, when it is a mapping path in the file."""
-    try:
-        node = yaml.compose(path.read_text())
-    except yaml.YAMLError:
-        return None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = [v for k, v in node.value if k.value == str(key)]
-            if not match:
-                return node.start_mark.line + 1
-            node = match[0]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            break
-    return node.start_mark.line + 1 if node is not None else None
+    return load_yaml_model(path, ToolsConfig, hint="see configs/tools.yaml")

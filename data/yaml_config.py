@@ -1,0 +1,64 @@
+"""Typed YAML configs: read a file, validate it with a pydantic model, and say
+exactly where it is wrong (file, line, key) when it is.
+
+    cfg = load_yaml_model("configs/pool.yaml", Pool, hint="run from the repository root or pass --pool")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from data.errors import DataError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml(path: str | Path, *, hint: str | None = None) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise DataError("config file not found", path=path, hint=hint)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"expected a mapping at the top, got {type(raw).__name__}", path=path)
+    return raw
+
+
+def validate_model(path: str | Path, raw: dict[str, Any], model: type[M]) -> M:
+    """`model.model_validate(raw)`, its first error turned into a DataError naming file, line and key."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        raise DataError(err["msg"], path=path, line=line_of(path, err["loc"]), field=field) from None
+
+
+def load_yaml_model(path: str | Path, model: type[M], *, hint: str | None = None) -> M:
+    return validate_model(path, read_yaml(path, hint=hint), model)
+
+
+def line_of(path: str | Path, loc: tuple | list) -> int | None:
+    """1-based line of a key path (`models.0.api_key_env`) in a YAML file, as near as it exists."""
+    try:
+        node = yaml.compose(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = [v for k, v in node.value if k.value == str(key)]
+            if not match:
+                return node.start_mark.line + 1
+            node = match[0]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+    return node.start_mark.line + 1 if node is not None else None
