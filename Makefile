@@ -40,6 +40,7 @@ train: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/switchcraft bench verify
 	$(BIN)/python -m evaluation.bench_pool
+	$(BIN)/python -m evaluation.bench_train
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

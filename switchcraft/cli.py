@@ -130,9 +130,9 @@ def reproduce(
 
 
 # Commands of other areas live in their own modules, each with register(app).
-from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_tools, cli_verify  # noqa: E402
+from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_tools, cli_train, cli_verify  # noqa: E402
 
-for _module in (cli_outputs, cli_verify, cli_pool, cli_tools, cli_fetch):
+for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_tools, cli_fetch):
     _module.register(app)
 
 

@@ -1,0 +1,186 @@
+"""The training stage's configuration (`configs/train.yaml`), typed and validated.
+
+    from training.config import load_train_config
+    cfg = load_train_config("configs/train.yaml", ["mode=finetune", "finetune.epochs=1"])
+
+Every field has a default; the YAML and `key=value` overrides (dotted keys for
+sections, values parsed as YAML) change them. Bad values raise `DataError`
+naming the file and field and saying what would fix them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from data.errors import DataError
+
+DEFAULT_CONFIG = Path("configs/train.yaml")
+
+
+class PackingSettings(BaseModel):
+    """How a request is packed into the encoder's window (see training/packing.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(default=512, ge=16, le=8192, description="Window, special tokens included.")
+    user_cap_fraction: float = Field(
+        default=0.5, gt=0, le=1, description="Share of the window the last user turn may take when others need room."
+    )
+    description_words: int = Field(default=8, ge=0, description="Words of each tool description kept (0: none).")
+    enum_values: int = Field(default=3, ge=1, description="Enum values shown before '|…'.")
+
+
+class BackboneSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="all-MiniLM-L6-v2", min_length=1, description="Alias, hub name or local folder.")
+    init: Literal["pretrained", "random"] = Field(
+        default="pretrained", description="'random' builds the encoder from its config (no weights needed)."
+    )
+    pooling: Literal["mean", "cls", "segments"] = Field(
+        default="mean", description="segments: mean of user, tools and turns apart, plus user*tools."
+    )
+    tokenizer: str | None = Field(default=None, description="Tokenizer folder, when the backbone's own is not here.")
+
+
+class FinetuneSettings(BaseModel):
+    """The whole encoder trains (the paper's setting)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(default=3, ge=1)
+    batch_size: int = Field(default=16, ge=1)
+    lr: float = Field(default=3e-5, gt=0, lt=1)
+    head_lr: float = Field(default=1e-3, gt=0, lt=1)
+    patience: int = Field(default=1, ge=1)
+    # Caps for timing runs: stop an epoch after this many steps.
+    max_steps_per_epoch: int | None = Field(default=None, ge=1)
+
+
+class FrozenSettings(BaseModel):
+    """Encoder features are computed once and cached; only the head trains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: int = Field(default=200, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    head_lr: float = Field(default=1e-3, gt=0, lt=1)
+    patience: int = Field(default=10, ge=1)
+    feature_batch_size: int = Field(default=32, ge=1)
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str = "runs/default"
+    out_dir: str | None = Field(default=None, description="Router folder (default: <run_dir>/router).")
+    labels: str = "runs/default/labels.parquet"
+    examples: str | None = Field(default=None, description="An examples.parquet; or give source + source_path.")
+    source: str | None = "bfcl_v1"
+    source_path: str | None = "../shared/data/bfcl_v1"
+    pool: str = "configs/pool.yaml"
+    models: list[str] | None = Field(default=None, description="Subset of the pool to route over (default: all).")
+    max_examples: int | None = Field(default=None, ge=2, description="Use only this many examples (smoke runs).")
+
+    mode: Literal["frozen", "finetune"] = "frozen"
+    backbone: BackboneSettings = Field(default_factory=BackboneSettings)
+    packing: PackingSettings = Field(default_factory=PackingSettings)
+    finetune: FinetuneSettings = Field(default_factory=FinetuneSettings)
+    frozen: FrozenSettings = Field(default_factory=FrozenSettings)
+
+    head_hidden: int = Field(default=256, ge=1)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    weight_decay: float = Field(default=0.01, ge=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    pos_weight: Literal["none", "balanced"] = "none"
+
+    folds: int = Field(default=5, ge=2, description="k of grouped k-fold cross-validation.")
+    max_folds: int | None = Field(default=None, ge=1, description="Run only the first n folds (timing runs).")
+    val_fraction: float = Field(default=0.1, gt=0, lt=0.5, description="Share of training groups for early stopping.")
+    final_fit: bool = Field(default=True, description="After CV, train the saved router on all examples.")
+    temperature_scaling: bool = True
+    threshold: float = Field(default=0.5, gt=0, lt=1)
+    seed: int = 0
+    num_threads: int | None = Field(default=None, ge=1, description="torch threads (default: torch's choice).")
+    progress: bool = True
+
+    @field_validator("models")
+    @classmethod
+    def _models_unique(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("models: give at least one model name, or leave it out to use the whole pool")
+            if len(set(v)) != len(v):
+                raise ValueError("models: a name is repeated; list each model once")
+        return v
+
+    @model_validator(mode="after")
+    def _one_example_source(self) -> TrainConfig:
+        if self.examples is None and not (self.source and self.source_path):
+            raise ValueError("say where the examples are: examples=PATH.parquet, or source=NAME source_path=DIR")
+        if self.max_folds is not None and self.max_folds > self.folds:
+            raise ValueError(f"max_folds={self.max_folds} exceeds folds={self.folds}; lower it or raise folds")
+        return self
+
+    @property
+    def router_dir(self) -> Path:
+        return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "router"
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`a.b=value` sets raw["a"]["b"]; the value is read as YAML (`3`, `true`, `[a, b]`, `null`)."""
+    out = dict(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise DataError(f"override {item!r} is not key=value", path="<command line>", hint="e.g. mode=finetune")
+        key, _, text = item.partition("=")
+        try:
+            value = yaml.safe_load(text) if text != "" else None
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            child = node.get(p)
+            node[p] = dict(child) if isinstance(child, dict) else {}
+            node = node[p]
+        node[parts[-1]] = value
+    return out
+
+
+def load_train_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> TrainConfig:
+    """Load, apply `key=value` overrides, and validate."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError("config file not found", path=path, hint="run from the repository root or pass --config")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
+    if not isinstance(raw, dict):
+        raise DataError("the config must be a mapping of keys to values", path=path)
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        return TrainConfig.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(map(str, err["loc"]))
+        hint = _fix_hint(err)
+        raise DataError(err["msg"], path=path, field=field or None, hint=hint) from None
+
+
+def _fix_hint(err: dict[str, Any]) -> str | None:
+    if err["type"] == "extra_forbidden":
+        section = TrainConfig
+        for part in err["loc"][:-1]:
+            section = section.model_fields[part].annotation if part in section.model_fields else section
+        known = ", ".join(getattr(section, "model_fields", {}))
+        return f"unknown key; known keys here: {known}"
+    if err["type"] == "literal_error":
+        return f"allowed: {err['ctx']['expected']}"
+    return None
