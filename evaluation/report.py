@@ -42,6 +42,7 @@ class Evaluation:
     data: RoutingData
     refs: References
     routers: dict[str, RouterResult]  # router and learned baselines, each at its calibrated τ
+    frugal: dict[str, RouterResult]  # the same, τ calibrated for ≤ 10% of the best single model's cost
     fixed: dict[str, RouterResult]  # the router at the default τ = 0.5
     scores: dict[str, dict[str, float]]
 
@@ -74,18 +75,17 @@ def run_evaluation(
         raise ValueError(f"{int(np.isnan(probs).any(axis=1).sum())} held-out rows have no router probability")
     refs = references(data)
     kw = dict(target=target, budget_per_million=budget_per_million)
-    routers = {ROUTER: evaluate_router(ROUTER, probs, data, **kw)}
+    learned = {ROUTER: probs}
     texts = [request_text(examples[e]) for e in data.example_ids]
-    routers["TF-IDF + LR"] = evaluate_router(
-        "TF-IDF + LR", BASELINES.get("tfidf_lr")().oof_probabilities(texts=texts, correct=data.correct, folds=data.folds), data, **kw
-    )
+    learned["TF-IDF + LR"] = BASELINES.get("tfidf_lr")().oof_probabilities(texts=texts, correct=data.correct, folds=data.folds)
     if embeddings is not None:
         emb = np.stack([embeddings[e] for e in data.example_ids])
-        knn = BASELINES.get("knn")().oof_probabilities(embeddings=emb, correct=data.correct, folds=data.folds)
-        routers["kNN (encoder)"] = evaluate_router("kNN (encoder)", knn, data, **kw)
+        learned["kNN (encoder)"] = BASELINES.get("knn")().oof_probabilities(embeddings=emb, correct=data.correct, folds=data.folds)
+    routers = {name: evaluate_router(name, p, data, **kw) for name, p in learned.items()}
+    frugal = {name: evaluate_router(name, p, data, target="cost_fraction") for name, p in learned.items()}
     fixed = {ROUTER: evaluate_router(ROUTER, probs, data, fixed_tau=0.5)}
     scores = {name: curve_scores(r, refs, data) for name, r in routers.items()}
-    return Evaluation(data, refs, routers, fixed, scores)
+    return Evaluation(data, refs, routers, frugal, fixed, scores)
 
 
 def headline(ev: Evaluation) -> pd.DataFrame:
@@ -106,7 +106,9 @@ def headline(ev: Evaluation) -> pd.DataFrame:
         })
 
     for name, r in ev.routers.items():
-        add(f"{name} (calibrated τ)", r.outcome, _tau_text(r), ev.scores.get(name))
+        add(f"{name} (τ for best-single accuracy)", r.outcome, _tau_text(r), ev.scores.get(name))
+    for name, r in ev.frugal.items():
+        add(f"{name} (τ for ≤ 10% of best-single cost)", r.outcome, _tau_text(r))
     for name, r in ev.fixed.items():
         add(f"{name} (τ = 0.5)", r.outcome, "0.5")
     add("best single model", best)
@@ -143,7 +145,7 @@ def plot_curves(ev: Evaluation, kind: str, path: Path) -> Path:
         pts = r.curve if kind == "tau" else r.lambda_curve
         ax.plot([c * 1e6 for _, c, _ in pts], [a for _, _, a in pts], marker=".", ms=3, lw=1.2, label=f"{name} ({kind} sweep)")
         ax.scatter([r.outcome.usd_per_million], [r.outcome.accuracy], marker="*", s=160, zorder=5,
-                   label=f"{name} @ calibrated τ")
+                   label=f"{name} @ τ for best-single accuracy")
     for m, o in ev.refs.singles.items():
         ax.scatter([o.usd_per_million], [o.accuracy], marker="o", s=28, color="grey")
         ax.annotate(m, (o.usd_per_million, o.accuracy), fontsize=7, xytext=(3, 2), textcoords="offset points")
@@ -194,6 +196,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "per_category": cats.to_dict(orient="records"),
         "imputed_costs": ev.data.imputed_costs,
         "calibrated_tau_per_fold": {n: r.taus for n, r in ev.routers.items()},
+        "frugal_tau_per_fold": {n: r.taus for n, r in ev.frugal.items()},
         "context": context or {},
     }
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=2, allow_nan=False))

@@ -94,7 +94,8 @@ def profiled_costs(data: RoutingData, train: np.ndarray) -> np.ndarray:
 
 
 def choose_tau(
-    probs: np.ndarray, correct: np.ndarray, cost: np.ndarray, costs: np.ndarray, *, target: str, budget_per_million: float | None = None
+    probs: np.ndarray, correct: np.ndarray, cost: np.ndarray, costs: np.ndarray, *, target: str,
+    budget_per_million: float | None = None, cost_fraction: float = 0.1,
 ) -> float:
     """Pick τ on validation rows for a target.
 
@@ -102,8 +103,13 @@ def choose_tau(
       model's on these rows (if none reaches it, the most accurate τ).
     - "budget": the most accurate τ whose mean cost is within
       `budget_per_million` USD per million queries.
+    - "cost_fraction": the most accurate τ whose mean cost is at most
+      `cost_fraction` × the best single model's (the issue's "best single
+      model's accuracy at ≤ 10% of its cost" operating point).
     """
     best = outcome_of(np.full(len(probs), best_single_column(correct, cost)), correct, cost)
+    if target == "cost_fraction":
+        target, budget_per_million = "budget", cost_fraction * best.usd_per_million
     points = [(t, outcome_of(choose_batch(probs, costs, t), correct, cost)) for t in TAU_GRID]
     if target == "match_best":
         ok = [(o.mean_cost_usd, -o.accuracy, t) for t, o in points if o.accuracy >= best.accuracy]
@@ -117,7 +123,7 @@ def choose_tau(
         if ok:
             return float(min(ok)[2])
         return float(min(points, key=lambda p: p[1].mean_cost_usd)[0])
-    raise ValueError(f"unknown target {target!r}; use 'match_best' or 'budget'")
+    raise ValueError(f"unknown target {target!r}; use 'match_best', 'budget' or 'cost_fraction'")
 
 
 def evaluate_router(

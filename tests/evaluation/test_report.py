@@ -52,5 +52,5 @@ def test_report_numbers_match_hand_computation(tmp_path):
     assert r["savings_vs_best"] == pytest.approx(1 - cost / 0.01)
     cats = {c["category"]: c for c in m["per_category"]}
     assert cats["hard"]["n"] == 30
-    assert "TF-IDF + LR (calibrated τ)" in rows
+    assert "TF-IDF + LR (τ for best-single accuracy)" in rows and "switchcraft router (τ for ≤ 10% of best-single cost)" in rows
     assert "| oracle |" in path.read_text()

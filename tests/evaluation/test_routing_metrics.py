@@ -103,3 +103,18 @@ def test_from_labels_requires_cost_and_full_pool():
                Label(example_id="t:1", model="b", correct=True, reason="ok", cost_usd=2.0)]
     d = RoutingData.from_labels(labels, None, ["a", "b"], {"t:0": 0, "t:1": 1})
     assert d.cost[0, 1] == 2.0 and d.imputed_costs == {"b": 1}  # the model's mean known cost
+
+
+def test_cost_fraction_target_stays_within_budget_on_training_rows():
+    d = _data()
+    probs = np.clip(d.correct + np.random.default_rng(3).normal(0, 0.3, d.correct.shape), 0, 1)
+    costs = d.cost.mean(axis=0)
+    tau = choose_tau(probs, d.correct, d.cost, costs, target="cost_fraction", cost_fraction=0.3)
+    from evaluation.routing_metrics import best_single_column
+    from serving.policy import choose_batch
+
+    best_cost = d.cost[:, best_single_column(d.correct, d.cost)].mean()
+    chosen = outcome_of(choose_batch(probs, costs, tau), d.correct, d.cost)
+    assert chosen.mean_cost_usd <= 0.3 * best_cost
+    with pytest.raises(ValueError, match="unknown target"):
+        choose_tau(probs, d.correct, d.cost, costs, target="nope")
