@@ -46,6 +46,7 @@ class ReproduceOptions:
     target: str = "match_best"
     budget_per_million: float | None = None
     knn: bool = True
+    import_all_models: bool = True  # False: only the pool's recordings (quick slices)
     progress: bool = field(default_factory=lambda: __import__("sys").stdout.isatty())  # bars only on a terminal
 
 
@@ -84,7 +85,8 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     def _import():
         where = data_cfg.output_path("bfcl_v1")
-        outputs = import_recorded(where, examples=examples, progress=opts.progress)
+        models = None if opts.import_all_models else [m.recording for m in pool.models]
+        outputs = import_recorded(where, examples=examples, models=models, progress=opts.progress)
         write_outputs(outputs_path, outputs)
         console.print(f"{len(outputs):,} recorded outputs of {len({o.model for o in outputs})} models")
 
@@ -107,7 +109,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
         labels = read_labels(labels_run.labels_path)
         held_out = set(oof["example_id"])
         embeddings = None
-        if opts.knn and train_cfg.mode == "frozen":
+        if opts.knn and train_cfg.mode == "frozen" and not router_dir(train_cfg).exists():
+            console.print("kNN baseline skipped: no saved router encoder (final_fit=false)")
+        elif opts.knn and train_cfg.mode == "frozen":
             # A fine-tuned final encoder has seen every label: its neighbours would leak. Frozen only.
             embeddings = encoder_embeddings(router_dir(train_cfg), [examples[e] for e in sorted(held_out)])
         ev = run_evaluation([lb for lb in labels if lb.example_id in held_out], examples, oof, pool.names,

@@ -1,0 +1,86 @@
+"""The whole reproduction on a slice of the real data, its numbers re-computed here
+independently from labels.parquet and oof_predictions.parquet, and the notebook
+re-rendering the report."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+from rich.console import Console
+
+from data.pool import load_pool
+from data.schema import read_labels
+from evaluation.reproduce import ReproduceOptions, reproduce
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, shared_data):
+    run = tmp_path_factory.mktemp("run")
+    opts = ReproduceOptions(run_dir=run, data_config=REPO / "configs/data.yaml", pool=REPO / "configs/pool.yaml",
+                            train_config=REPO / "configs/train.yaml", max_examples=90, folds=3,
+                            import_all_models=False, progress=False,
+                            train_overrides=[f"source_path={shared_data / 'bfcl_v1'}"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SWITCHCRAFT_DATA_ROOT", str(shared_data))
+        result = reproduce(opts, Console(quiet=True))
+    return run, result
+
+
+def test_report_numbers_match_an_independent_computation(tiny_run):
+    run, result = tiny_run
+    metrics = json.loads((run / "report" / "metrics.json").read_text())
+    rows = {r["routing"]: r for r in metrics["headline"]}
+    models = load_pool(REPO / "configs/pool.yaml").names
+    oof = pd.read_parquet(run / "oof_predictions.parquet")
+    held = sorted(set(oof.example_id))
+    assert metrics["n_queries"] == len(held) == 90
+    lab = {(lb.example_id, lb.model): lb for lb in read_labels(run / "labels.parquet")}
+    correct = np.array([[lab[(e, m)].correct for m in models] for e in held])
+    cost = np.array([[lab[(e, m)].cost_usd if lab[(e, m)].cost_usd is not None else np.nan for m in models] for e in held])
+    cost = np.where(np.isnan(cost), np.nanmean(cost, axis=0), cost)
+    fold = oof.drop_duplicates("example_id").set_index("example_id").loc[held, "fold"].to_numpy()
+    prob = oof.pivot(index="example_id", columns="model", values="prob").loc[held, models].to_numpy()
+
+    # oracle: cheapest correct model, else the cheapest
+    oracle = [correct[i][np.argmin(np.where(correct[i], cost[i], np.inf))] if correct[i].any() else False for i in range(len(held))]
+    assert rows["oracle"]["accuracy"] == pytest.approx(np.mean(oracle))
+    # the router at τ = 0.5 with costs profiled on the other folds
+    chosen = []
+    for i in range(len(held)):
+        train = fold != fold[i]
+        profile = cost[train].mean(axis=0)
+        confident = [j for j in range(len(models)) if prob[i, j] > 0.5]
+        chosen.append(min(confident, key=lambda j: profile[j]) if confident else int(np.argmax(prob[i])))
+    acc = np.mean([correct[i, j] for i, j in enumerate(chosen)])
+    usd = np.mean([cost[i, j] for i, j in enumerate(chosen)]) * 1e6
+    r = rows["switchcraft router (τ = 0.5)"]
+    assert r["accuracy"] == pytest.approx(acc) and r["usd_per_million"] == pytest.approx(usd)
+    # best single model: chosen on the other folds
+    best = []
+    for i in range(len(held)):
+        train = fold != fold[i]
+        acc_tr = correct[train].mean(axis=0)
+        j = min(range(len(models)), key=lambda j: (-acc_tr[j], cost[train][:, j].mean()))
+        best.append(correct[i, j])
+    assert rows["best single model"]["accuracy"] == pytest.approx(np.mean(best))
+    assert set(result.timings) >= {"ingest", "label", "evaluate"}
+    assert (run / "report" / "cost_accuracy_tau.png").stat().st_size > 10_000
+
+
+def test_notebook_rerenders_the_report(tiny_run):
+    run, _ = tiny_run
+    nb = nbformat.read(REPO / "notebooks" / "oracle_gap.ipynb", as_version=4)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SWITCHCRAFT_RUN_DIR", str(run))
+        NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    outputs = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for c in nb.cells
+                      if c.cell_type == "code" for o in c.outputs)
+    assert "90 held-out queries" in outputs and "oracle" in outputs
+    assert (run / "report" / "notebook_curves.png").exists()
