@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	# bfcl-eval ships the BFCL v3/v4 questions; its own pins clash with ours, and we only read its data files.
 	$(BIN)/pip install --quiet --no-deps bfcl-eval
+	# tritonserver 2.51 is bundled in nvidia-pytriton; its numpy<2 pin clashes with ours and we only use the binary.
+	$(BIN)/pip install --quiet --no-deps nvidia-pytriton==0.7.0
+	# Its Python-backend stub was built against NumPy 1.x: it gets NumPy 1.26 in an environment of its own.
+	$(BIN)/pip install --quiet --no-deps --target $(VENV)/triton-stub-env/lib/python3.11/site-packages numpy==1.26.4
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -8,9 +8,10 @@ in-process ONNX Runtime fp32 and INT8, Triton over HTTP and gRPC (a real
 tritonserver with the CPU repository variant). Throughput: requests/s with 8
 and 32 callers in flight. Levers, each measured alone against ORT fp32: padding
 to 512 instead of the packed length, no ORT graph optimisation, one thread, a
-3-layer encoder (speed only: it would need retraining). ONNX Runtime and Triton engines
-take turns request by request, so load drifting on a shared machine hits them
-alike (PyTorch is timed alone first: its OpenMP workers spin between calls). Writes a
+3-layer encoder (speed only: it would need retraining). Engines take turns request by
+request, so load drifting on a shared machine hits them alike; no engine's
+workers busy-wait between calls (ORT spinning off, OpenMP passive), so one
+cannot slow the next. Writes a
 markdown table and the same numbers as JSON.
 """
 
@@ -105,7 +106,7 @@ def torch_route(router_dir: Path, threads: int | None):
 
 def lever_graphs(router_dir: Path, work: Path) -> dict[str, Path]:
     """The raw (unfused) export and a fused 3-layer export, for the levers."""
-    from training.export import export_onnx, optimize_onnx
+    from training.export import export_onnx, optimize_onnx, quantize_int8
     from training.router import load_router
 
     router = load_router(router_dir)
@@ -115,8 +116,9 @@ def lever_graphs(router_dir: Path, work: Path) -> dict[str, Path]:
     router.model.encoder.config.num_hidden_layers = len(router.model.encoder.encoder.layer)
     half_raw = export_onnx(router, work / "half_raw.onnx")
     optimize_onnx(half_raw, work / "half.onnx", router.model.encoder.config)
-    return {"raw": raw, "half": work / "half.onnx", "half_layers": len(router.model.encoder.encoder.layer),
-            "layers": len(layers)}
+    quantize_int8(work / "half.onnx", work / "half.int8.onnx")
+    return {"raw": raw, "half": work / "half.onnx", "half_int8": work / "half.int8.onnx",
+            "half_layers": len(router.model.encoder.encoder.layer), "layers": len(layers)}
 
 
 def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tuple], warmup: int) -> dict[str, dict]:
@@ -147,6 +149,10 @@ def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tup
 def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     from contextlib import ExitStack
 
+    # Read by OpenMP when torch first loads: its workers then sleep between calls instead of
+    # spinning, which would slow whichever engine takes the next turn.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
     from serving.backends import OrtBackend
     from serving.client import RouterClient
     from serving.triton import TritonServer, write_model_repository
@@ -157,14 +163,9 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     engines: list[tuple[str, Route, bool, str]] = []  # name, route, throughput too?, note
     load_start = os.getloadavg()
     t0 = time.perf_counter()
-    eager = None
-    if cfg.router_dir:
-        # Alone, before the others: torch's OpenMP workers keep spinning after each call and would
-        # slow whichever engine takes the next turn (and ORT's would slow torch).
-        print("timing PyTorch eager alone", flush=True)
-        eager = {"engine": "PyTorch eager", **latency(torch_route(cfg.router_dir, cfg.threads), requests, cfg.warmup),
-                 "note": "timed alone, before the others"}
     with ExitStack() as stack:
+        if cfg.router_dir:
+            engines.append(("PyTorch eager", torch_route(cfg.router_dir, cfg.threads), False, ""))
         engines.append(("ORT fp32 (in-process)", lambda r: fp32.route(*r), True, ""))
         if fp32.info["onnx"].get("int8"):
             int8 = RouterClient.from_dir(cfg.onnx_dir, int8=True, threads=cfg.threads)
@@ -189,18 +190,20 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             if cfg.router_dir:
                 tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
                 graphs = lever_graphs(cfg.router_dir, tmp)
-                for name, path, optimize in (("no graph optimisation (raw export, ORT_DISABLE_ALL)", graphs["raw"], False),
-                                             ("raw export, online ORT_ENABLE_ALL only", graphs["raw"], True),
-                                             (f"{graphs['half_layers']} of {graphs['layers']} encoder layers (fused)",
-                                              graphs["half"], True)):
+                for name, path, optimize in (("fp32, no graph optimisation (raw export, ORT_DISABLE_ALL)", graphs["raw"], False),
+                                             ("fp32, raw export, online ORT_ENABLE_ALL only", graphs["raw"], True),
+                                             (f"fp32, {graphs['half_layers']} of {graphs['layers']} encoder layers (fused)",
+                                              graphs["half"], True),
+                                             (f"INT8, {graphs['half_layers']} of {graphs['layers']} encoder layers",
+                                              graphs["half_int8"], True)):
                     client = RouterClient(fp32.encoder, OrtBackend(path, threads=cfg.threads, optimize=optimize),
                                           fp32.info, version=fp32.version)
-                    engines.append((f"lever: ORT fp32, {name}", lambda r, c=client: c.route(*r), False,
+                    engines.append((f"lever: ORT {name}", lambda r, c=client: c.route(*r), False,
                                     "speed only: needs retraining" if "layers" in name else ""))
         print(f"timing {len(engines)} engines in turn on {len(requests)} requests", flush=True)
         lat = interleaved_latency([(n, r) for n, r, _, _ in engines], requests, cfg.warmup)
         encode = latency(lambda r: fp32.encoder.encode(*r), requests, cfg.warmup)
-        rows = [eager] if eager else []
+        rows = []
         for name, route, conc, note in engines:
             row = {"engine": name, **lat[name], "note": note}
             if conc:
@@ -231,12 +234,13 @@ def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) ->
         lines.append(f"| {r['engine']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {ratio} | " + " | ".join(rps)
                      + f" | {r.get('note', '')} |")
     tok, enc, m = result["packed_tokens"], result["encode"], result["machine"]
-    lines += ["", f"{result['requests']} BFCL v1 requests at batch 1; packed length mean {tok['mean']:.0f}, "
-              f"P50 {tok['p50']:.0f}, P99 {tok['p99']:.0f}, max {tok['max']} tokens (budget {tok['budget']}). "
-              f"Packing + metadata alone: P50 {enc['p50_ms']:.1f} ms, P99 {enc['p99_ms']:.1f} ms (inside every row).",
-              f"Machine: {m['cpus']} CPUs, 1-min load average {m['load_avg_start'][0]:.1f} at start, "
-              f"{m['load_avg_end'][0]:.1f} at end; engines timed in turn, request by request; "
-              f"router {result['router_version']}."]
+    lines += ["", (f"{result['requests']} BFCL v1 requests at batch 1; packed length mean {tok['mean']:.0f}, "
+                   f"P50 {tok['p50']:.0f}, P99 {tok['p99']:.0f}, max {tok['max']} tokens (budget {tok['budget']}). "
+                   f"Packing + metadata alone: P50 {enc['p50_ms']:.1f} ms, P99 {enc['p99_ms']:.1f} ms "
+                   "(inside every row)."),
+              (f"Machine: {m['cpus']} CPUs, 1-min load average {m['load_avg_start'][0]:.1f} at start, "
+               f"{m['load_avg_end'][0]:.1f} at end; engines timed in turn, request by request; "
+               f"router {result['router_version']}.")]
     checks = []
     torch_row = by.get("PyTorch eager")
     int8 = by.get("ORT INT8 (in-process)")

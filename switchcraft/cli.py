@@ -15,6 +15,9 @@ from data.registry import UnknownNameError
 app = typer.Typer(help="switchcraft: tool-calling router.", no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Fetch the public data sets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+bench_app = typer.Typer(help="Benchmarks that write a table (figures in the README's Performance section).",
+                        no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -130,10 +133,12 @@ def reproduce(
 
 
 # Commands of other areas live in their own modules, each with register(app).
-from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_tools, cli_train, cli_verify  # noqa: E402
+from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_serve, cli_tools, cli_train, cli_verify  # noqa: E402
 
-for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_tools, cli_fetch):
+for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_tools, cli_fetch):
     _module.register(app)
+for _module in (cli_verify, cli_serve):
+    _module.register_bench(bench_app)
 
 
 def main() -> None:  # pragma: no cover

@@ -144,6 +144,7 @@ def register(app: typer.Typer) -> None:
     app.command("verify")(verify_command)
     app.command("label")(label_command)
     app.command("verify-agreement")(agreement_command)
-    bench = typer.Typer(help="Benchmarks.", no_args_is_help=True)
-    bench.command("verify")(bench_verify_command)
-    app.add_typer(bench, name="bench")
+
+
+def register_bench(bench_app: typer.Typer) -> None:
+    bench_app.command("verify")(bench_verify_command)

@@ -1,0 +1,156 @@
+"""`RouterClient`: one interface to route requests, whether the graph runs in-process or behind Triton.
+
+    from serving import RouterClient
+    client = RouterClient.from_dir("runs/default/router_onnx")                           # in-process ONNX Runtime
+    client = RouterClient.from_dir("runs/default/model_repository", backend="triton-grpc", url="127.0.0.1:8001")
+    routed = client.route(messages, tools, Constraints(max_cost_usd=0.001))
+    routed.decision.chosen, routed.decision.ranking, routed.latency_ms
+    client.probabilities([(messages, tools), ...])                                       # [n, n_models]
+
+Packing and metadata run here, client-side, with the tokenizer and router.json
+of the exported folder (why: docs/serving.md); the graph runs on the backend;
+the cost-aware policy (serving/policy.py) turns probabilities into the decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.backends import Backend, make_backend
+from serving.policy import Constraints, CostAwarePolicy, Decision
+from training.export import Request, RequestEncoder, pad_batch
+
+log = logging.getLogger(__name__)
+
+
+def policy_from_info(info: dict[str, Any]) -> CostAwarePolicy:
+    """The policy router.json implies: pool order, profiled costs, threshold.
+
+    A model with no profiled cost (no labelled costs) gets the highest known one, so the
+    cheapest-confident rule never prefers it for a cost it cannot show.
+    """
+    models = list(info["models"])
+    profile = info.get("cost_profile") or {}
+    known = [float(v) for v in profile.values() if v is not None]
+    if not known:
+        raise ValueError("router.json has no profiled cost for any model; retrain with labels that carry cost_usd")
+    missing = [m for m in models if profile.get(m) is None]
+    if missing:
+        log.warning("no profiled cost for %s; using the highest known (%.6f USD)", missing, max(known))
+    costs = {m: float(profile[m]) if profile.get(m) is not None else max(known) for m in models}
+    return CostAwarePolicy(models, costs, float(info.get("threshold", 0.5)))
+
+
+def router_version(info: dict[str, Any], raw: bytes) -> str:
+    backbone = (info.get("backbone") or {}).get("name", "router")
+    return f"{Path(str(backbone)).name}@{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+@dataclass
+class RoutedDecision:
+    """The policy's decision plus what serving adds: router version, latency, exposed tools."""
+
+    decision: Decision
+    router_version: str
+    latency_ms: float
+    backend: str
+    n_tokens: int
+    tools: list[str] | None = None  # the tools exposed, once a tool router is configured (serving/tools)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.decision.to_dict(), "router_version": self.router_version, "latency_ms": self.latency_ms,
+                "backend": self.backend, "n_tokens": self.n_tokens, "tools": self.tools, **self.extra}
+
+
+class RouterClient:
+    """Packing (client-side) + a backend + the cost-aware policy."""
+
+    def __init__(self, encoder: RequestEncoder, backend: Backend, info: dict[str, Any], *, version: str,
+                 max_batch_size: int = 32, pad_multiple: int = 1) -> None:
+        if max_batch_size < 1 or pad_multiple < 1:
+            raise ValueError("max_batch_size and pad_multiple must be ≥ 1")
+        self.encoder, self.backend, self.info = encoder, backend, info
+        self.models: list[str] = list(info["models"])
+        self.policy = policy_from_info(info)
+        self.version = version
+        self.max_batch_size = max_batch_size
+        # Triton's ONNX backend batches only equal shapes: padding lengths to a multiple makes them meet.
+        self.pad_multiple = pad_multiple
+
+    @classmethod
+    def from_dir(cls, path: str | Path, *, backend: str = "ort", url: str | None = None, int8: bool = False,
+                 threads: int | None = None, timeout_s: float = 2.0, max_batch_size: int = 32,
+                 pad_multiple: int = 1, spin: bool = False) -> RouterClient:
+        """From an exported folder (`switchcraft export`) or a model repository (both hold router.json + tokenizer/)."""
+        path = Path(path)
+        if not (path / "router.json").exists():
+            raise FileNotFoundError(f"{path}: no router.json; export the router first: switchcraft export ROUTER --out DIR")
+        raw = (path / "router.json").read_bytes()
+        info = json.loads(raw)
+        if "onnx" not in info:
+            raise ValueError(f"{path}/router.json is a PyTorch router's; export it: switchcraft export {path} --out DIR")
+        graph = path / (info["onnx"]["int8"] if int8 else info["onnx"]["fp32"]) if backend == "ort" else None
+        if int8 and backend == "ort" and not info["onnx"].get("int8"):
+            raise FileNotFoundError(f"{path}: no INT8 graph; export with --int8")
+        engine = make_backend(backend, path=graph, url=url, timeout_s=timeout_s, threads=threads, spin=spin)
+        encoder = RequestEncoder.from_dir(path)
+        name = f"{backend}{'-int8' if int8 else ''}"
+        engine.name = name
+        return cls(encoder, engine, info, version=router_version(info, raw), max_batch_size=max_batch_size,
+                   pad_multiple=pad_multiple)
+
+    # --- probabilities -----------------------------------------------------------------------------
+    def _pad_to(self, n: int) -> int:
+        # Never past the packing budget: the encoder has no positions beyond it.
+        return min(-(-n // self.pad_multiple) * self.pad_multiple, max(n, self.encoder.packing.max_tokens))
+
+    def infer_encoded(self, encoded: Sequence[tuple[list[int], np.ndarray]]) -> np.ndarray:
+        """Probabilities of already-packed requests, batched by similar length."""
+        out = np.zeros((len(encoded), len(self.models)), dtype=np.float32)
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))  # little padding per batch
+        for start in range(0, len(order), self.max_batch_size):
+            rows = order[start : start + self.max_batch_size]
+            batch = [encoded[i] for i in rows]
+            feed = pad_batch(batch, self.encoder.pad_id, self._pad_to(max(len(ids) for ids, _ in batch)))
+            probs = self.backend.infer(feed)
+            if probs.shape != (len(rows), len(self.models)):
+                raise ValueError(f"backend {self.backend.name} returned shape {probs.shape}, "
+                                 f"expected {(len(rows), len(self.models))}: is it serving this router?")
+            out[rows] = probs
+        return out
+
+    def probabilities(self, requests: Sequence[Request]) -> np.ndarray:
+        """[n, n_models] P(correct) in `self.models` order."""
+        if not requests:
+            return np.zeros((0, len(self.models)), dtype=np.float32)
+        return self.infer_encoded([self.encoder.encode(m, t) for m, t in requests])
+
+    # --- decisions ---------------------------------------------------------------------------------
+    def route(self, messages: list[Any], tools: list[Any] | None, constraints: Constraints | None = None, *,
+              threshold: float | None = None) -> RoutedDecision:
+        return self.route_batch([(messages, tools)], constraints, threshold=threshold)[0]
+
+    def route_batch(self, requests: Sequence[Request], constraints: Constraints | None = None, *,
+                    threshold: float | None = None) -> list[RoutedDecision]:
+        t0 = time.perf_counter()
+        encoded = [self.encoder.encode(m, t) for m, t in requests]
+        probs = self.infer_encoded(encoded)
+        decisions = [self.policy.decide(p, constraints, threshold=threshold) for p in probs]
+        ms = (time.perf_counter() - t0) * 1e3
+        return [RoutedDecision(d, self.version, ms, self.backend.name, len(ids)) for d, (ids, _) in zip(decisions, encoded)]
+
+    def ready(self) -> bool:
+        return self.backend.ready()
+
+    def close(self) -> None:
+        self.backend.close()

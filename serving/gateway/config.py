@@ -1,0 +1,86 @@
+"""The gateway's configuration (`configs/serving.yaml`), typed and validated.
+
+    from serving.gateway.config import load_serving_config
+    cfg = load_serving_config("configs/serving.yaml", ["backend=triton-grpc", "triton_url=127.0.0.1:8001"])
+
+Every field has a default; `key=value` overrides (dotted keys for sections,
+values read as YAML) change them. Bad values raise `DataError` naming the file
+and field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from data.errors import DataError
+from data.yaml_config import read_yaml, validate_model
+
+DEFAULT_CONFIG = Path("configs/serving.yaml")
+
+
+class RouterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dir: str = Field(default="runs/default/router_onnx", description="Exported router (switchcraft export) or a model repository.")
+    backend: Literal["ort", "triton-http", "triton-grpc"] = "ort"
+    triton_url: str | None = Field(default=None, description="host:port of Triton (HTTP or gRPC port per backend).")
+    int8: bool = Field(default=False, description="In-process: serve router.int8.onnx.")
+    threads: int | None = Field(default=None, ge=1, description="ONNX Runtime intra-op threads (default: all cores).")
+    spin: bool = Field(default=False, description="Let ORT workers busy-wait between runs (a dedicated CPU only).")
+    timeout_s: float = Field(default=2.0, gt=0, description="Per routing call to Triton.")
+    max_batch_size: int = Field(default=32, ge=1)
+    pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")
+
+    @model_validator(mode="after")
+    def _triton_needs_url(self) -> RouterSettings:
+        if self.backend != "ort" and not self.triton_url:
+            raise ValueError(f"backend {self.backend} needs router.triton_url (host:port)")
+        return self
+
+
+class UpstreamSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pool: str = Field(default="configs/pool.yaml", description="Pool models: base_url, api_key_env, timeout_s.")
+    timeout_s: float | None = Field(default=None, gt=0, description="Overrides every pool model's timeout_s.")
+    max_attempts: int = Field(default=3, ge=1, description="The chosen model plus this many minus one fallbacks.")
+    max_connections: int = Field(default=64, ge=1)
+
+
+class ServingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    max_body_bytes: int = Field(default=2_000_000, ge=1024, description="Larger request bodies get 413.")
+    max_messages: int = Field(default=512, ge=1)
+    max_tools: int = Field(default=512, ge=1)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    out = dict(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise DataError(f"override {item!r} is not key=value", path="<command line>", hint="e.g. router.backend=ort")
+        key, _, text = item.partition("=")
+        value = yaml.safe_load(text) if text else None
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node[p] = dict(node.get(p) or {})
+            node = node[p]
+        node[parts[-1]] = value
+    return out
+
+
+def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:
+    raw = read_yaml(path, hint="run from the repository root or pass --config")
+    return validate_model(path, apply_overrides(raw, overrides or []), ServingConfig)

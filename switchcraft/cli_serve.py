@@ -1,0 +1,140 @@
+"""`switchcraft export`, `switchcraft serve` and `switchcraft bench serve`.
+
+    switchcraft export runs/default/router --out runs/default/router_onnx --int8 --triton
+    switchcraft serve --config configs/serving.yaml router.backend=triton-grpc router.triton_url=127.0.0.1:8001
+    switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router
+
+Wiring: `register(app)` adds export and serve; `register_bench(bench_app)` adds
+`serve` to the `bench` group.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console, err = Console(), Console(stderr=True)
+DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help="Export a trained router to ONNX (validated against PyTorch); --triton writes the model repository.")(export)
+    app.command("serve", help="Run the routing gateway (OpenAI-compatible) from configs/serving.yaml.")(serve)
+
+
+def register_bench(bench_app: typer.Typer) -> None:
+    bench_app.command("serve", help="Routing latency P50/P99 and throughput: PyTorch, ORT fp32/INT8, Triton HTTP/gRPC.")(bench_serve)
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def export(
+    router_dir: Path = typer.Argument(..., help="A trained router folder (switchcraft train)."),
+    out: Path = typer.Option(None, "--out", "-o", help="ONNX router folder (default: <router_dir>_onnx)."),
+    int8: bool = typer.Option(False, "--int8", help="Also write a dynamic INT8 graph, with its agreement and speed-up."),
+    triton: bool = typer.Option(False, "--triton", help="Also write the Triton model repository."),
+    triton_dir: Path = typer.Option(None, help="Where the repository goes (default: <out>/model_repository)."),
+    validate: int = typer.Option(400, help="BFCL v1 requests to validate on (0: all 1,630)."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
+    threads: int = typer.Option(None, help="ONNX Runtime threads for validation timing."),
+) -> None:
+    """Export, fuse, validate (max |Δp| ≤ 1e-4 and identical decisions), optionally quantise and write Triton's repository."""
+    import json
+
+    import numpy as np
+
+    from data.errors import DataError
+    from serving.client import policy_from_info
+    from serving.policy import choose_batch
+    from training.export import export_router
+
+    out = out or router_dir.with_name(router_dir.name + "_onnx")
+    if not (router_dir / "router.json").exists():
+        _fail(f"{router_dir}: no router.json; train a router first: switchcraft train --config configs/train.yaml")
+    try:
+        info = json.loads((router_dir / "router.json").read_text())
+        policy = policy_from_info(info)
+        costs = np.array([policy.costs[m] for m in policy.models])
+        from evaluation.bench_serve import bench_requests
+
+        requests = bench_requests(data_root, validate or 10**9)
+        console.print(f"exporting {router_dir} → {out}; validating on {len(requests)} BFCL v1 requests", highlight=False)
+        report = export_router(router_dir, out, requests=requests, int8=int8, threads=threads,
+                               decide=lambda p: choose_batch(p, costs, policy.threshold))
+    except (FileNotFoundError, DataError, ValueError) as e:
+        _fail(str(e))
+    console.print(f"fp32: max |Δp| vs PyTorch {report.max_abs_diff_fp32:.2e}, identical decisions "
+                  f"{report.decisions_equal_fp32:.1%}; fused {report.fused_ops}", highlight=False)
+    if report.int8:
+        q = report.int8
+        console.print(f"int8: decision agreement with fp32 {q['decision_agreement']:.2%}, max |Δp| {q['max_abs_diff']:.3f}, "
+                      f"P50 {q['p50_fp32_ms']:.1f} → {q['p50_int8_ms']:.1f} ms ({q['speedup']:.2f}×)", highlight=False)
+    if triton:
+        from serving.triton import write_model_repository
+
+        repo = write_model_repository(out, triton_dir or out / "model_repository", int8=False)
+        console.print(f"Triton model repository: {repo} (gpu/ for the official container, cpu/ for the bundled server)",
+                      highlight=False)
+    console.print(f"wrote {out} in {report.seconds:.0f} s", highlight=False)
+
+
+def serve(
+    overrides: list[str] = typer.Argument(None, help="Config overrides, key=value (dotted keys for sections)."),
+    config: Path = typer.Option(Path("configs/serving.yaml"), "--config", "-c", help="Serving config."),
+) -> None:
+    """Load the router and the pool, then serve on cfg.host:cfg.port (127.0.0.1 by default)."""
+    import logging
+
+    import uvicorn
+
+    from data.errors import DataError
+    from data.pool import load_pool
+    from serving.client import RouterClient
+    from serving.gateway.app import create_app
+    from serving.gateway.config import load_serving_config
+
+    try:
+        cfg = load_serving_config(config, overrides or [])
+        r = cfg.router
+        client = RouterClient.from_dir(r.dir, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
+                                       timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
+                                       spin=r.spin)
+        app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
+    except (FileNotFoundError, DataError, ValueError) as e:
+        _fail(str(e))
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(message)s")
+    console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name})",
+                  highlight=False)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+
+
+def bench_serve(
+    onnx_dir: Path = typer.Option(..., "--onnx", help="Exported router (switchcraft export --int8)."),
+    router_dir: Path = typer.Option(None, "--router", help="The PyTorch router: adds the eager row and the levers."),
+    out: Path = typer.Option(Path("runs/default/bench_serve.md"), "--out", "-o", help="Markdown table (+ .json)."),
+    n: int = typer.Option(200, "--requests", "-n", help="BFCL v1 requests timed per row."),
+    throughput_requests: int = typer.Option(256, help="Requests per throughput measurement."),
+    threads: int = typer.Option(None, help="Threads for ORT and PyTorch (default: all cores)."),
+    triton: bool = typer.Option(True, help="Start a local tritonserver for the Triton rows."),
+    levers: bool = typer.Option(True, help="Measure each lever alone."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
+    note: list[str] = typer.Option([], help="A note for the table (e.g. 'machine busy')."),
+) -> None:
+    from evaluation.bench_serve import BenchConfig, run_bench, to_markdown, write_results
+
+    cfg = BenchConfig(onnx_dir=onnx_dir, router_dir=router_dir, n_requests=n, threads=threads, triton=triton,
+                      throughput_requests=throughput_requests,
+                      levers=levers, data_root=data_root, notes=list(note))
+    try:
+        result = run_bench(cfg)
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        _fail(str(e))
+    write_results(result, out, cfg.concurrency)
+    console.print(to_markdown(result, cfg.concurrency), highlight=False)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)

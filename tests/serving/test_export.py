@@ -1,0 +1,198 @@
+"""ONNX export: parity with PyTorch on real packed BFCL v1 requests, named dynamic axes, INT8, the Triton repository.
+
+    .venv/bin/python -m pytest tests/serving/test_export.py -q
+
+The router under test is built with the training stage's real code (RouterModel,
+save_router, packing, metadata scaling) around a tiny random 2-layer BERT and
+MiniLM's real WordPiece tokenizer, so packing is exactly what production does
+and the export takes seconds. Other serving tests import its fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving.policy import choose_batch
+
+REPO = Path(__file__).resolve().parents[2]
+N_REQUESTS = 16
+
+
+def bfcl_sample(shared_data: Path, n: int = N_REQUESTS) -> list:
+    """Every category, then an even spread: long multi-function requests and one-liners alike."""
+    from data.sources import read_source
+
+    examples = read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
+    by_cat: dict[str, list] = {}
+    for ex in examples:
+        by_cat.setdefault(ex.category, []).append(ex)
+    picked = [v[0] for v in by_cat.values()]
+    picked += examples[:: max(1, len(examples) // (n - len(picked)))][: n - len(picked)]
+    return picked[:n]
+
+
+def build_tiny_router(out: Path, examples: list) -> Path:
+    """A saved router folder (training.router.save_router) with a random tiny encoder and the real pool."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from data.pool import load_pool
+    from training.config import PackingSettings
+    from training.metadata import FEATURE_NAMES, MetadataScaler, metadata_row, request_metadata
+    from training.model import RouterModel, minilm_path
+    from training.router import save_router
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+    torch.manual_seed(0)
+    encoder = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=64, max_position_embeddings=512))
+    pool = load_pool(REPO / "configs" / "pool.yaml")
+    models = pool.names
+    model = RouterModel(encoder, len(FEATURE_NAMES), len(models), head_hidden=16, dropout=0.0)
+    with torch.no_grad():  # spread the random head so probabilities straddle the threshold
+        model.heads[0].net[-1].weight.mul_(8.0)
+    rows = np.array([metadata_row(request_metadata(e.messages, e.tools, tokenizer)) for e in examples])
+    costs = [pool.get(m).prices.input_per_mtok * 300e-6 for m in models]
+    save_router(out, model, tokenizer, {
+        "models": models, "prices": {m: pool.get(m).prices.model_dump() for m in models},
+        "cost_profile": dict(zip(models, costs)), "threshold": 0.5,
+        "temperatures": {m: (1.7 if i == 2 else 1.0) for i, m in enumerate(models)},  # the graph must apply it
+        "packing": PackingSettings(max_tokens=256).model_dump(), "metadata": MetadataScaler.fit(rows).to_json(),
+        "backbone": {"name": "tiny-bert", "pooling": "mean"},
+    })
+    return out
+
+
+def decide_with(info: dict):
+    costs = np.array([info["cost_profile"][m] for m in info["models"]])
+    return lambda p: choose_batch(p, costs, info["threshold"])
+
+
+@pytest.fixture(scope="session")
+def bfcl_requests(shared_data) -> list:
+    return [(e.messages, e.tools) for e in bfcl_sample(shared_data)]
+
+
+@pytest.fixture(scope="session")
+def tiny_router_dir(tmp_path_factory, shared_data) -> Path:
+    return build_tiny_router(tmp_path_factory.mktemp("router") / "router", bfcl_sample(shared_data, 40))
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, tiny_router_dir, bfcl_requests):
+    """(onnx dir, ExportReport): fp32 + INT8, validated on real packed BFCL requests."""
+    from training.export import export_router
+
+    info = json.loads((tiny_router_dir / "router.json").read_text())
+    out = tmp_path_factory.mktemp("onnx") / "router_onnx"
+    report = export_router(tiny_router_dir, out, requests=bfcl_requests, int8=True, decide=decide_with(info), threads=1)
+    return out, report
+
+
+# --- the tests ---------------------------------------------------------------------------------------
+def test_fp32_matches_pytorch_and_keeps_every_decision(exported, tiny_router_dir, bfcl_requests):
+    from training.export import RequestEncoder, ort_session
+    from training.router import load_router
+
+    out, report = exported
+    assert report.n_requests == N_REQUESTS
+    assert report.max_abs_diff_fp32 <= 1e-4
+    assert report.decisions_equal_fp32 == 1.0
+    assert report.fused_ops.get("Attention") == 2  # both layers fused: the eager-attention export took
+    # Independently of the report: the graph vs Router.predict (the training stage's own inference path).
+    router = load_router(tiny_router_dir)
+    torch_p = np.stack([router.predict(messages=m, tools=t) for m, t in bfcl_requests])
+    enc = RequestEncoder.from_dir(out)
+    sess = ort_session(out / "router.onnx", threads=1)
+    onnx_p = np.concatenate([sess.run(["probabilities"], enc.batch([r]))[0] for r in bfcl_requests])
+    assert np.abs(torch_p - onnx_p).max() <= 1e-4
+    decide = decide_with(router.info)
+    assert (decide(torch_p) == decide(onnx_p)).all()
+    assert len(set(decide(onnx_p))) > 1, "the test router should not pick one model for everything"
+
+
+def test_graph_has_named_inputs_and_dynamic_batch_and_sequence_axes(exported, bfcl_requests):
+    from training.export import RequestEncoder, ort_session
+
+    out, _ = exported
+    sess = ort_session(out / "router.onnx", threads=1)
+    inputs = {i.name: i.shape for i in sess.get_inputs()}
+    assert list(inputs) == ["input_ids", "attention_mask", "metadata"]
+    assert all(isinstance(d, str) for d in inputs["input_ids"]) and inputs["metadata"][1] == 11
+    assert [o.name for o in sess.get_outputs()] == ["probabilities"]
+    # One padded batch of different lengths == one request at a time (mean pooling ignores padding).
+    enc = RequestEncoder.from_dir(out)
+    batch = enc.batch(bfcl_requests[:5], pad_to=300)
+    assert batch["input_ids"].shape == (5, 300)
+    together = sess.run(["probabilities"], batch)[0]
+    alone = np.concatenate([sess.run(["probabilities"], enc.batch([r]))[0] for r in bfcl_requests[:5]])
+    assert together.shape == (5, 8) and np.abs(together - alone).max() < 1e-5
+    assert ((together > 0) & (together < 1)).all()
+
+
+def test_int8_is_reported_with_agreement_and_speed(exported):
+    out, report = exported
+    assert (out / "router.int8.onnx").stat().st_size < (out / "router.onnx").stat().st_size / 2
+    q = report.int8
+    assert q is not None and 0 <= q["decision_agreement"] <= 1 and q["p50_int8_ms"] > 0 and q["speedup"] > 0
+    assert q["max_abs_diff"] < 0.2  # quantised, not broken
+    saved = json.loads((out / "export.json").read_text())
+    assert saved["int8"]["decision_agreement"] == q["decision_agreement"]
+    info = json.loads((out / "router.json").read_text())
+    assert info["onnx"]["int8"] == "router.int8.onnx" and info["onnx"]["n_models"] == 8
+
+
+def test_export_refuses_without_requests_and_reports_parity_failures(tiny_router_dir, tmp_path):
+    from training.export import ExportReport, export_router
+
+    with pytest.raises(ValueError, match="at least one request"):
+        export_router(tiny_router_dir, tmp_path / "x", requests=[])
+    bad = ExportReport(n_requests=3, max_abs_diff_fp32=3e-3, decisions_equal_fp32=1.0)
+    with pytest.raises(ValueError, match="differs from PyTorch"):
+        bad.check()
+    with pytest.raises(ValueError, match="changes 50.0% of decisions"):
+        ExportReport(n_requests=2, max_abs_diff_fp32=0.0, decisions_equal_fp32=0.5).check()
+
+
+def test_checked_in_repository_is_what_export_writes(exported, tmp_path):
+    from serving.triton import model_config, write_model_repository
+
+    repo = REPO / "serving" / "model_repository"
+    for variant in ("gpu", "cpu"):
+        # The checked-in configs are the default pool's (8 models, 11 metadata features).
+        assert (repo / variant / "router" / "config.pbtxt").read_text() == model_config(variant, n_models=8, n_meta=11)
+    out, _ = exported
+    written = write_model_repository(out, tmp_path / "repo", max_batch_size=16)
+    gpu = (written / "gpu" / "router" / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in gpu and "KIND_GPU" in gpu and "max_batch_size: 16" in gpu
+    assert "max_queue_delay_microseconds" in gpu and 'name: "tensorrt"' in gpu
+    cpu = (written / "cpu" / "router" / "config.pbtxt").read_text()
+    assert 'backend: "python"' in cpu and "allow_ragged_batch: true" in cpu and "dims: [ 8 ]" in cpu
+    assert (written / "cpu" / "router" / "1" / "model.py").exists()
+    assert (written / "gpu" / "router" / "1" / "model.onnx").stat().st_size == (out / "router.onnx").stat().st_size
+    assert json.loads((written / "router.json").read_text())["onnx"]["n_meta"] == 11
+    with pytest.raises(ValueError, match="variant"):
+        model_config("tpu", n_models=8, n_meta=11)
+
+
+def test_export_command_writes_onnx_and_repository(tiny_router_dir, tmp_path, shared_data):
+    import typer
+    from typer.testing import CliRunner
+
+    from switchcraft.cli_serve import register
+
+    app = typer.Typer()
+    register(app)
+    out = tmp_path / "onnx"
+    args = ["export", str(tiny_router_dir), "--out", str(out), "--triton", "--validate", "4",
+            "--data-root", str(shared_data)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "identical decisions 100.0%" in res.output
+    assert (out / "model_repository" / "cpu" / "router" / "1" / "model.onnx").exists()
+    res = CliRunner().invoke(app, ["export", str(tmp_path / "missing"), "--validate", "2", "--data-root", str(shared_data)])
+    assert res.exit_code == 1 and "no router.json; train a router first" in " ".join(res.output.split())

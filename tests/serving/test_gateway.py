@@ -1,0 +1,286 @@
+"""The gateway over loopback, with the pool replay server (real recorded BFCL v1 answers) as every upstream.
+
+    .venv/bin/python -m pytest tests/serving/test_gateway.py -q
+
+Covers routing and forwarding (tools intact), `router-<τ>` and pass-through,
+fallback when the chosen model's upstream fails (and what the upstreams saw:
+nothing lost, nothing duplicated), streaming (the replay endpoint answers with
+JSON, re-emitted as SSE; a real SSE upstream is passed through), metrics,
+readiness, logs without secrets or bodies, and precise 4xx errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+
+from data.pool import load_pool
+from data.replay import Faults
+from data.replay_serve import ReplayServer, build_state
+from serving.client import RouterClient
+from serving.gateway.app import create_app
+from serving.gateway.config import ServingConfig
+from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+
+pytestmark = pytest.mark.integration
+SECRET = "sk-test-gateway-0123456789-never-log-me"
+
+
+class Loopback:
+    """A uvicorn server for `app` on 127.0.0.1 in a thread."""
+
+    def __init__(self, app) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def routed_as(client, body: dict, **kw):
+    """What the gateway's router sees: the request as the gateway parses it (tools' `original` is the OpenAI function)."""
+    from serving.gateway.requests import to_schema
+
+    return client.route(*to_schema(body["messages"], body.get("tools")), **kw).decision
+
+
+def openai_body(example, model: str = "router", **extra) -> dict:
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+             for t in example.tools]
+    messages = [{"role": m.role, "content": m.content} for m in example.messages]
+    return {"model": model, "messages": messages, "tools": tools, "metadata": {"example_id": example.id}, **extra}
+
+
+@pytest.fixture(scope="module")
+def examples(shared_data):
+    return bfcl_sample(shared_data, 6)
+
+
+@pytest.fixture(scope="module")
+def client(exported):  # noqa: F811
+    return RouterClient.from_dir(exported[0], threads=1)
+
+
+@pytest.fixture(scope="module")
+def replay(shared_data, examples):
+    pool = load_pool(REPO / "configs" / "pool.yaml")
+    state = build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=pool, api_key=SECRET)
+    failing = build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=pool, api_key=SECRET,
+                          faults=Faults(rate_500=1.0, max_faults_per_call=100))
+    with ReplayServer(state) as good, ReplayServer(failing) as bad:
+        yield good, bad
+
+
+@pytest.fixture
+def gateway(replay, client, monkeypatch):
+    """(url, good replay, bad replay, make(failing_models)) with every key set in the environment."""
+    good, bad = replay
+    base = load_pool(REPO / "configs" / "pool.yaml")
+    for m in base.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    servers = []
+
+    def make(failing: set[str] = frozenset(), tool_selector=None, **cfg) -> str:
+        good.state.reset(), bad.state.reset()
+        models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url}) for m in base.models]
+        app = create_app(ServingConfig(**cfg), client=client, pool=base.model_copy(update={"models": models}),
+                         tool_selector=tool_selector)
+        servers.append(Loopback(app))
+        return servers[-1].__enter__()
+
+    yield make, good, bad
+    for s in servers:
+        s.__exit__()
+
+
+def test_routes_then_forwards_with_tools_intact(gateway, examples, client, caplog):
+    make, good, _ = gateway
+    url = make()
+    ex = examples[1]
+    expected = routed_as(client, openai_body(ex))
+    with caplog.at_level(logging.INFO, logger="switchcraft.gateway"):
+        r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert r.headers["x-switchcraft-model"] == expected.chosen == body["model"] == body["switchcraft"]["answered_by"]
+    assert body["switchcraft"]["decision"]["ranking"] == expected.ranking and body["switchcraft"]["fallback"] is False
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    recording = good.state.recordings[load_pool(REPO / "configs" / "pool.yaml").get(expected.chosen).recording]
+    assert ex.id in recording  # the replay matched the forwarded request (question + tool names) to this example
+    stats = good.state.stats()
+    assert stats["completions"] == 1 and stats["outcomes"] == {"completion": 1}
+    logs = caplog.text
+    assert SECRET not in logs and ex.messages[-1].content[:30] not in logs and expected.chosen in logs
+
+
+def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway, examples, client):
+    make, good, bad = gateway
+    ex = examples[2]
+    ranking = routed_as(client, openai_body(ex)).ranking
+    url = make(failing={ranking[0]})
+    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+    assert r.status_code == 200, r.text
+    meta = r.json()["switchcraft"]
+    assert meta["chosen"] == ranking[0] and meta["answered_by"] == ranking[1] and meta["fallback"] is True
+    assert [(a["model"], a["outcome"]) for a in meta["attempts"]] == [(ranking[0], "http_500"), (ranking[1], "ok")]
+    assert r.headers["x-switchcraft-model"] == ranking[1] == r.json()["model"]
+    assert bad.state.stats()["outcomes"] == {"500": 1} and good.state.stats()["completions"] == 1
+    metrics = httpx.get(url + "/metrics").text
+    assert f'switchcraft_fallbacks_total{{from_model="{ranking[0]}",reason="http_500"}} 1.0' in metrics
+    # Every model failing: a 502 that lists every attempt, no more than max_attempts.
+    url = make(failing=set(ranking), upstream={"max_attempts": 2})
+    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+    assert r.status_code == 502 and len(r.json()["error"]["attempts"]) == 2
+    assert "no upstream answered" in r.json()["error"]["message"]
+
+
+def test_pass_through_threshold_model_names_and_route_endpoint(gateway, examples, client):
+    make, _, _ = gateway
+    ex = examples[0]
+    url = make(failing={"gpt-4-0613"})
+    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="claude-3-haiku-20240307"), timeout=30)
+    assert r.status_code == 200 and r.json()["switchcraft"] == {
+        "routed": False, "chosen": "claude-3-haiku-20240307", "answered_by": "claude-3-haiku-20240307",
+        "fallback": False, "attempts": r.json()["switchcraft"]["attempts"]}
+    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="gpt-4-0613"), timeout=30)
+    assert r.status_code == 502  # a named model is never silently swapped for another
+    strict = httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"],
+                                                "threshold": 0.9999}, timeout=30).json()
+    assert strict["rule"] == "most_probable" and strict["threshold"] == 0.9999
+    assert strict["chosen"] == routed_as(client, openai_body(ex), threshold=0.9999).chosen
+    assert set(strict) >= {"probabilities", "costs", "ranking", "router_version", "latency_ms", "tools"}
+    r = httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
+                                            "constraints": {"allowed_models": ["open-mistral-nemo-2407-FC-Auto"]}})
+    assert r.json()["chosen"] == "open-mistral-nemo-2407-FC-Auto"
+    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="router-0.95"), timeout=30)
+    assert r.json()["switchcraft"]["decision"]["threshold"] == 0.95
+
+
+def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, client):
+    make, _, _ = gateway
+    ex = examples[3]
+    url = make()
+    with httpx.stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        chosen = r.headers["x-switchcraft-model"]
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    first = json.loads(events[0])
+    assert first["object"] == "chat.completion.chunk" and first["model"] == chosen == first["switchcraft"]["answered_by"]
+
+    # An upstream that really streams: chunks pass through in order, each relabelled with the answering model.
+    words = ["Hel", "lo", " wor", "ld"]
+
+    sse = FastAPI()
+
+    @sse.post("/v1/chat/completions")
+    async def stream_words() -> StreamingResponse:
+        async def gen():
+            for w in words:
+                yield f'data: {{"object":"chat.completion.chunk","model":"x","choices":[{{"index":0,"delta":{{"content":"{w}"}}}}]}}\n\n'
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    with Loopback(sse) as sse_url:
+        base = load_pool(REPO / "configs" / "pool.yaml")
+        pool = base.model_copy(update={"models": [m.model_copy(update={"base_url": sse_url + "/v1"}) for m in base.models]})
+        with (Loopback(create_app(ServingConfig(), client=client, pool=pool)) as gw,
+              httpx.stream("POST", gw + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r):
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            header = r.headers["x-switchcraft-model"]
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "Hello world"
+    assert {c["model"] for c in chunks} == {header} and "switchcraft" in chunks[0] and "switchcraft" not in chunks[1]
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "must be a JSON object"),
+    (b"", 400, "body is empty"),
+    (json.dumps({"model": "router", "messages": []}).encode(), 400, "messages: must contain at least one message"),
+    (json.dumps({"model": "router", "messages": "hi"}).encode(), 400, "messages: is required and must be a list"),
+    (json.dumps({"model": "router", "messages": [{"role": "robot", "content": "x"}]}).encode(), 400, "messages[0].role"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": 5}]}).encode(), 400, "messages[0].content"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}],
+                 "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "dict"}}}]}).encode(),
+     400, "tools[0].function.parameters.type: type 'dict' is not a JSON Schema type"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}],
+                 "tools": [{"type": "function", "function": {"name": "f", "parameters": {
+                     "type": "object", "properties": {"a": 3}}}}]}).encode(), 400, "properties.a: must be a JSON Schema object"),
+    (json.dumps({"model": "router-7", "messages": [{"role": "user", "content": "x"}]}).encode(), 400, "within [0, 1]"),
+    (json.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]}).encode(), 404, "not in the pool"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}],
+                 "switchcraft": {"allowed_models": ["nobody"]}}).encode(), 400, "switchcraft.allowed_models"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}],
+                 "switchcraft": {"max_cost_usd": 0.0}}).encode(), 422, "no model satisfies"),
+    (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}).encode(), 400, "stream"),
+    (b'{"model": "router", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}', 413, "limit"),
+])
+def test_bad_input_gets_a_precise_4xx(gateway, body, status, fragment):
+    make, good, _ = gateway
+    url = make(max_body_bytes=4096)
+    r = httpx.post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == status, r.text
+    assert fragment in r.json()["error"]["message"]
+    assert good.state.stats()["requests"] == 0  # nothing reached an upstream
+    assert httpx.get(url + "/healthz").json() == {"status": "ok"}  # and the gateway is still up
+
+
+def test_health_readiness_and_metrics(gateway, examples, client):
+    make, _, _ = gateway
+    url = make()
+    ready = httpx.get(url + "/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["router_version"] == client.version
+    ex = examples[4]
+    for _ in range(2):
+        httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"]})
+    text = httpx.get(url + "/metrics").text
+    chosen = routed_as(client, openai_body(ex)).chosen
+    assert f'switchcraft_decisions_total{{model="{chosen}"' in text
+    assert "switchcraft_routing_latency_seconds_count 2.0" in text
+    assert 'switchcraft_requests_total{endpoint="route",status="200"} 2.0' in text
+
+
+def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(gateway, examples):
+    make, _, _ = gateway
+    seen = []
+
+    def first_tool_only(messages, tools, caller):
+        seen.append(caller)
+        return [t.name for t in tools[:1]]
+
+    url = make(tool_selector=first_tool_only)
+    ex = next(e for e in examples if len(e.tools) > 1)
+    body = {"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"], "constraints": {"caller": "acme"}}
+    r = httpx.post(url + "/v1/route", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["tools"] == [ex.tools[0].name] and seen == ["acme"]
+
+
+def test_serving_config_loads_with_overrides_and_names_bad_fields():
+    from data.errors import DataError
+    from serving.gateway.config import load_serving_config
+
+    cfg = load_serving_config(REPO / "configs" / "serving.yaml", ["router.backend=triton-grpc",
+                                                                  "router.triton_url=127.0.0.1:8001"])
+    assert cfg.host == "127.0.0.1" and cfg.router.backend == "triton-grpc" and cfg.upstream.max_attempts == 3
+    with pytest.raises(DataError, match="needs router.triton_url"):
+        load_serving_config(REPO / "configs" / "serving.yaml", ["router.backend=triton-http"])
+    with pytest.raises(DataError, match=r"serving.yaml:\d+: field 'router.threads'"):
+        load_serving_config(REPO / "configs" / "serving.yaml", ["router.threads=x"])
