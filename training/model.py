@@ -1,7 +1,7 @@
 """The router network: encoder → pooled vector ⊕ metadata → small MLP → one logit per pool model.
 
     encoder, tokenizer = load_backbone(BackboneSettings(name="all-MiniLM-L6-v2"))
-    model = RouterModel(encoder, n_meta=11, n_models=8, pooling="mean")
+    model = RouterModel(encoder, n_meta=len(FEATURE_NAMES), n_models=8, pooling="mean")
     logits = model(metadata, input_ids=ids, attention_mask=mask)        # [batch, 8]
     logits = model(metadata, features=model.encode(ids, mask))           # the same, in two steps
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from serving.policy import choose_batch
+from training.metadata import FEATURE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
 N_REQUESTS = 16
@@ -122,7 +123,7 @@ def test_graph_has_named_inputs_and_dynamic_batch_and_sequence_axes(exported, bf
     sess = ort_session(out / "router.onnx", threads=1)
     inputs = {i.name: i.shape for i in sess.get_inputs()}
     assert list(inputs) == ["input_ids", "attention_mask", "metadata"]
-    assert all(isinstance(d, str) for d in inputs["input_ids"]) and inputs["metadata"][1] == 11
+    assert all(isinstance(d, str) for d in inputs["input_ids"]) and inputs["metadata"][1] == len(FEATURE_NAMES)
     assert [o.name for o in sess.get_outputs()] == ["probabilities"]
     # One padded batch of different lengths == one request at a time (mean pooling ignores padding).
     enc = RequestEncoder.from_dir(out)
@@ -163,8 +164,8 @@ def test_checked_in_repository_is_what_export_writes(exported, tmp_path):
 
     repo = REPO / "serving" / "model_repository"
     for variant in ("gpu", "cpu"):
-        # The checked-in configs are the default pool's (8 models, 11 metadata features).
-        assert (repo / variant / "router" / "config.pbtxt").read_text() == model_config(variant, n_models=8, n_meta=11)
+        # The checked-in configs are the default pool's (8 models, one input per metadata feature).
+        assert (repo / variant / "router" / "config.pbtxt").read_text() == model_config(variant, n_models=8, n_meta=len(FEATURE_NAMES))
     out, _ = exported
     written = write_model_repository(out, tmp_path / "repo", max_batch_size=16)
     gpu = (written / "gpu" / "router" / "config.pbtxt").read_text()
@@ -174,9 +175,9 @@ def test_checked_in_repository_is_what_export_writes(exported, tmp_path):
     assert 'backend: "python"' in cpu and "allow_ragged_batch: true" in cpu and "dims: [ 8 ]" in cpu
     assert (written / "cpu" / "router" / "1" / "model.py").exists()
     assert (written / "gpu" / "router" / "1" / "model.onnx").stat().st_size == (out / "router.onnx").stat().st_size
-    assert json.loads((written / "router.json").read_text())["onnx"]["n_meta"] == 11
+    assert json.loads((written / "router.json").read_text())["onnx"]["n_meta"] == len(FEATURE_NAMES)
     with pytest.raises(ValueError, match="variant"):
-        model_config("tpu", n_models=8, n_meta=11)
+        model_config("tpu", n_models=8, n_meta=len(FEATURE_NAMES))
 
 
 def test_export_command_writes_onnx_and_repository(tiny_router_dir, tmp_path, shared_data):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from data.schema import Call, Message, Tool
+from data.tools import tool_from_doc
 from tests.training.conftest import tool
 from training.config import PackingSettings
 from training.metadata import FEATURE_NAMES, MetadataScaler, metadata_row, request_metadata
@@ -178,3 +179,45 @@ def test_metadata_on_the_unpacked_request_and_scaling(tokenizer):
     i = FEATURE_NAMES.index("n_tools")
     assert scaler.log1p[i] and scaler.mean[i] == pytest.approx(np.log1p(2) / 2)
     assert MetadataScaler.from_json(scaler.to_json()) == scaler
+
+
+def test_metadata_java_typed_tool(tokenizer):
+    doc = {"name": "MapView.render", "description": "Render the map area with a result set controller.",
+           "parameters": {"type": "dict", "required": ["controller"], "properties": {
+               "controller": {"type": "IResultSetController"}, "title": {"type": "String"},
+               "options": {"type": "HashMap"}, "zoom": {"type": "long"}, "extra": {"type": "any"},
+               "scale": {"type": "float"}, "layers": {"type": "ArrayList", "items": {"type": "String"}}}}}
+    q = "How do I render the map in `mapArea` with controller mapController, title 'Roads' and zoom 12?"
+    m = request_metadata([user(q)], [tool_from_doc(doc)], tokenizer)
+    # IResultSetController, String, HashMap, long, ArrayList are a typed language's; "any" is unconstrained;
+    # float is Python's, neither.
+    assert m["typed_lang_param_share"] == pytest.approx(5 / 7)
+    assert m["any_type_param_share"] == pytest.approx(1 / 7)
+    assert (m["max_tool_params"], m["n_array_params"]) == (7, 1)
+    assert m["best_name_overlap"] == pytest.approx(2 / 3)  # map, view, render: map and render asked for
+    assert (m["n_tools_named"], m["n_numbers"], m["n_question_marks"], m["n_quoted"]) == (1, 1, 1, 4)
+    assert (m["n_commas"], m["n_conjunctions"], m["has_code_identifier"]) == (1, 1, 1)
+    # A plain Python/JSON-typed schema has neither.
+    m = request_metadata([user("w1")], [tool("f", required=("x", "y"))], tokenizer)
+    assert (m["typed_lang_param_share"], m["any_type_param_share"], m["has_code_identifier"]) == (0, 0, 0)
+
+
+def test_metadata_relevance_mismatch_and_parallel_cues(tokenizer):
+    bmi = tool_from_doc({"name": "determine_body_mass_index", "description": "Calculate body mass index given weight and height.",
+                         "parameters": {"type": "dict", "required": ["weight", "height"], "properties": {
+                             "weight": {"type": "float"}, "height": {"type": "float"}}}})
+    area = tool_from_doc({"name": "calculate_triangle_area", "description": "Calculate the area of a triangle.",
+                          "parameters": {"type": "dict", "required": ["base", "height"], "properties": {
+                              "base": {"type": "integer"}, "height": {"type": "integer"}}}})
+    q = [user("Calculate the area of a triangle given the base is 10 meters and height is 5 meters.")]
+    miss = request_metadata(q, [bmi], tokenizer)
+    # Only "calculate", "given" and "height" are shared, and nothing of the tool's name: it does not fit.
+    assert (miss["best_tool_overlap"], miss["best_name_overlap"], miss["n_tools_named"]) == (3, 0, 0)
+    hit = request_metadata(q, [bmi, area], tokenizer)
+    assert (hit["best_name_overlap"], hit["n_tools_named"]) == (1, 1)
+    assert hit["best_tool_overlap"] > miss["best_tool_overlap"]
+    assert (hit["n_numbers"], hit["n_conjunctions"], hit["n_question_marks"]) == (2, 1, 0)
+    # Several things asked at once.
+    m = request_metadata([user("Play Taylor Swift and Maroon 5, for 20 and 15 minutes respectively.")], [], tokenizer)
+    assert (m["n_numbers"], m["n_conjunctions"], m["n_commas"]) == (3, 3, 1)
+    assert m["best_tool_overlap"] == m["best_name_overlap"] == m["max_tool_params"] == 0

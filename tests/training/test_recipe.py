@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from data.schema import read_examples
 from tests.training.conftest import toy_overrides
 from training.config import load_train_config
+from training.metadata import FEATURE_NAMES
 from training.recipe import run_training
 from training.router import load_router
 
@@ -44,7 +45,8 @@ def test_frozen_training_learns_the_toy_task_and_round_trips(toy_task, tiny_back
     assert info["models"] == ["small", "big"] and info["threshold"] == 0.5
     assert info["prices"]["big"]["input_per_mtok"] == 10
     assert info["cost_profile"]["small"] == pytest.approx(1.5e-5)  # mean of 1e-5 and 2e-5
-    assert info["metadata"]["features"][0] == "total_tokens" and info["packing"]["max_tokens"] == 64
+    assert info["metadata"]["features"] == FEATURE_NAMES and info["packing"]["max_tokens"] == 64
+    assert len(info["metadata"]["mean"]) == len(info["metadata"]["log1p"]) == len(FEATURE_NAMES)
     assert {"torch", "transformers"} <= set(info["versions"]) and info["config"]["mode"] == "frozen"
     assert (router_dir / "reliability.png").stat().st_size > 1000
     assert (router_dir / "metrics.json").exists()
