@@ -53,7 +53,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not integration"
 
 lint: $(STAMP)
-	$(BIN)/ruff check data training serving evaluation switchcraft
+	$(BIN)/ruff check data training serving evaluation switchcraft tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

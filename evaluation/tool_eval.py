@@ -17,7 +17,6 @@ Writes report.md, metrics.json, retrieval.csv, routing.csv, recall_at_k.png.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import time
 from collections import Counter, defaultdict

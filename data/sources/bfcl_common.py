@@ -10,7 +10,6 @@ from data.errors import DataError
 from data.pycall import PyCallError, parse_calls
 from data.schema import Call, Expected, ExpectedArg, ExpectedCall, Message, Tool
 
-
 _DEDUP_SUFFIX = re.compile(r"^(?P<base>.+?)(?:_| )\d+$")
 
 
@@ -110,3 +109,16 @@ def messages_from_question(q: Any, *, path: str | Path | None = None, line: int 
                 out.append(Message(role=m["role"], content=m.get("content")))
         return out
     raise DataError(f"question must be a string or a list of turns, got {type(q).__name__}", path=path, line=line, field="question")
+
+
+def id_and_tools(row: dict[str, Any], *, path: str | Path, line: int) -> tuple[str, list[Tool]]:
+    """A BFCL question row's id and its function docs as Tools, or a DataError saying which is bad."""
+    from data.tools import tools_from_docs
+
+    qid = row.get("id")
+    if not isinstance(qid, str):
+        raise DataError("missing or non-string id", path=path, line=line, field="id")
+    try:
+        return qid, tools_from_docs(row.get("function"))
+    except (ValueError, KeyError, TypeError) as e:
+        raise DataError(f"bad function doc: {e}", path=path, line=line, field="function") from None

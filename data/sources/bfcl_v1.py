@@ -16,8 +16,12 @@ from data.errors import DataError
 from data.io import iter_json_rows
 from data.schema import Example, Expected
 from data.sources import ADAPTERS, IngestReport
-from data.sources.bfcl_common import calls_from_strings, expected_from_ground_truth, messages_from_question
-from data.tools import tools_from_docs
+from data.sources.bfcl_common import (
+    calls_from_strings,
+    expected_from_ground_truth,
+    id_and_tools,
+    messages_from_question,
+)
 
 SOURCE = "bfcl_v1"
 NO_CALL_CATEGORIES = {"relevance"}
@@ -36,13 +40,7 @@ def read_bfcl_v1(location: str, report: IngestReport, categories: list[str] | No
         category = qfile.stem
         answers = _answers(root / "possible_answer" / qfile.name, category)
         for line, row in iter_json_rows(qfile):
-            qid = row.get("id")
-            if not isinstance(qid, str):
-                raise DataError("missing or non-string id", path=qfile, line=line, field="id")
-            try:
-                tools = tools_from_docs(row.get("function"))
-            except (ValueError, KeyError, TypeError) as e:
-                raise DataError(f"bad function doc: {e}", path=qfile, line=line, field="function") from None
+            qid, tools = id_and_tools(row, path=qfile, line=line)
             repairs: list[str] = []
             if category in NO_CALL_CATEGORIES:
                 expected = Expected.nothing()

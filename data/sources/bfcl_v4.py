@@ -29,8 +29,11 @@ from data.io import iter_json_rows, local_dir
 from data.schema import Example, Expected
 from data.sources import ADAPTERS, IngestReport
 from data.sources._bfcl_multi_turn import multi_turn_examples
-from data.sources.bfcl_common import expected_from_ground_truth, messages_from_question
-from data.tools import tools_from_docs
+from data.sources.bfcl_common import (
+    expected_from_ground_truth,
+    id_and_tools,
+    messages_from_question,
+)
 
 QUESTION_FILE = re.compile(r"^BFCL_v[34]_(?P<category>\w+)\.json$")
 NO_CALL = {"irrelevance", "live_irrelevance"}
@@ -66,13 +69,7 @@ def read_bfcl(source: str, location: str, report: IngestReport, categories: list
 def _single_turn(source: str, category: str, qfile: Path, afile: Path, report: IngestReport) -> Iterator[Example]:
     answers = {} if category in NO_CALL | ANY_CALL else {row.get("id"): (line, row) for line, row in iter_json_rows(afile)}
     for line, row in iter_json_rows(qfile):
-        qid = row.get("id")
-        if not isinstance(qid, str):
-            raise DataError("missing or non-string id", path=qfile, line=line, field="id")
-        try:
-            tools = tools_from_docs(row.get("function"))
-        except (ValueError, KeyError, TypeError) as e:
-            raise DataError(f"bad function doc: {e}", path=qfile, line=line, field="function") from None
+        qid, tools = id_and_tools(row, path=qfile, line=line)
         repairs: list[str] = []
         if category in NO_CALL:
             expected = Expected.nothing()

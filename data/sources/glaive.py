@@ -31,7 +31,7 @@ SOURCE = "glaive"
 ROLES = {"human": "user", "gpt": "assistant", "function_call": "assistant", "observation": "tool"}
 _SPEAKER = re.compile(r"(?:^|\n+)\s*(USER|ASSISTANT|FUNCTION RESPONSE):\s?")
 _CALL_TAG = "<functioncall>"
-_QUOTED_ARGS = re.compile(r'^\{\s*"name"\s*:\s*"(?P<name>[^"]+)"\s*,\s*"arguments"\s*:\s*\'(?P<args>.*)\'\s*\}$', re.S)
+_QUOTED_ARGS = re.compile(r'^\{\s*"name"\s*:\s*"(?P<name>[^"]+)"\s*,\s*"arguments"\s*:\s*\'(?P<args>.*)\'\s*\}$', re.DOTALL)
 
 
 @ADAPTERS.register(SOURCE)

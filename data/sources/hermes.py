@@ -29,9 +29,9 @@ from data.tools import tools_from_docs
 
 SOURCE = "hermes"
 ROLES = {"system": "system", "human": "user", "gpt": "assistant", "tool": "tool"}
-_TOOLS = re.compile(r"<tools>(.*?)</tools>", re.S)
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
-_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
+_TOOLS = re.compile(r"<tools>(.*?)</tools>", re.DOTALL)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.DOTALL)
 
 
 @ADAPTERS.register(SOURCE)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.tools.catalog import REQUEST_GROUP, Catalog, request_group_tool
+from serving.tools.catalog import Catalog, request_group_tool
 from serving.tools.config import GroupConfig, RetrievalConfig, ToolsConfig
 from serving.tools.index import ToolIndex, rrf_fuse, top_k
 from serving.tools.policy import AccessPolicy, Caller, FilterResult
