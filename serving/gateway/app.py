@@ -38,6 +38,7 @@ from serving.gateway.requests import (
     parse_body,
     to_schema,
 )
+from serving.gateway.tools import GatewayTools, ToolRouted, caller_from
 from serving.gateway.upstream import UpstreamResult, Upstreams
 from serving.policy import NoEligibleModel
 
@@ -52,7 +53,10 @@ class ToolSelector(Protocol):
 
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
-               tool_selector: ToolSelector | None = None) -> FastAPI:
+               tool_selector: ToolSelector | None = None, tools: GatewayTools | None = None) -> FastAPI:
+    """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured)."""
+    if tools is None and cfg.tools is not None:
+        tools = GatewayTools.from_settings(cfg.tools)
     metrics = GatewayMetrics()
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
                           max_connections=cfg.upstream.max_connections)
@@ -66,7 +70,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         await upstreams.aclose()
 
     app = FastAPI(title="switchcraft gateway", lifespan=lifespan)
-    app.state.metrics, app.state.client = metrics, client
+    app.state.metrics, app.state.client, app.state.tools = metrics, client, tools
 
     async def read_body(request: Request) -> dict[str, Any]:
         declared = request.headers.get("content-length")
@@ -79,21 +83,33 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes")
         return parse_body(bytes(raw), cfg.max_body_bytes)
 
-    async def route(body: dict, constraints_field: str, threshold: float | None) -> tuple[Any, str | None]:
-        messages, tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
+    async def route_tools(messages: list, caller: Any, constraints_field: str) -> ToolRouted:
+        """The catalog's tools for this caller and request: they replace the request's own."""
+        who = caller_from(caller, f"{constraints_field}.caller")
+        return await anyio.to_thread.run_sync(lambda: tools.route(messages, who))
+
+    async def route(body: dict, constraints_field: str, threshold: float | None) -> tuple[Any, ToolRouted | None]:
+        messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
         constraints, caller = constraints_from(body.get(constraints_field), pool.names)
+        tooled = None
+        if tools is not None:  # tools first: the model router packs and costs the reduced set
+            tooled = await route_tools(messages, caller, constraints_field)
+            req_tools = tooled.tools
         t0 = time.perf_counter()
         try:
-            routed = await anyio.to_thread.run_sync(lambda: client.route(messages, tools, constraints, threshold=threshold))
+            routed = await anyio.to_thread.run_sync(lambda: client.route(messages, req_tools, constraints, threshold=threshold))
         except NoEligibleModel as e:
             raise GatewayError(422, str(e), param=constraints_field) from None
         except BackendError as e:
             raise GatewayError(503, f"router backend unavailable: {e}", type="router_unavailable") from None
         metrics.routing_latency.observe(time.perf_counter() - t0)
         metrics.decisions.labels(model=routed.decision.chosen, rule=routed.decision.rule).inc()
+        if tooled is not None:
+            routed.tools = tooled.decision.exposed_names
+            routed.extra["tool_routing"] = tooled.trace()
         if tool_selector is not None:
-            routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, tools, caller))
-        return routed, caller
+            routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, caller))
+        return routed, tooled
 
     def finish(endpoint: str, status: int, started: float, rid: str, **fields) -> None:
         metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
@@ -137,13 +153,21 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             if not isinstance(stream, bool):
                 raise GatewayError(400, "stream: must be true or false", param="stream")
             if mode == "route":
-                routed, _ = await route(body, "switchcraft", arg)
+                routed, tooled = await route(body, "switchcraft", arg)
                 candidates = routed.decision.ranking
                 meta = {"routed": True, "chosen": routed.decision.chosen, "decision": routed.to_dict()}
             else:
-                to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
+                messages, _ = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
+                tooled = None
+                if tools is not None:  # a named model still sees only what the caller may see
+                    _, caller = constraints_from(body.get("switchcraft"), pool.names)
+                    tooled = await route_tools(messages, caller, "switchcraft")
                 candidates = [arg]  # the caller named this model: no silent substitution
                 meta = {"routed": False, "chosen": arg}
+            if tooled is not None:
+                body = {**body, "tools": tooled.openai}
+                meta["tool_routing"] = tooled.trace()  # once, here: not again inside `decision`
+                meta.get("decision", {}).pop("tool_routing", None)
             result = await upstreams.call(body, candidates, cfg.upstream.max_attempts, stream=stream)
         except GatewayError as e:
             finish("chat", e.status, started, rid, error=e.message if e.status >= 500 else e.param,
@@ -151,10 +175,14 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             return error_response(e, rid, meta or None)
         meta.update(answered_by=result.model, fallback=result.model != meta["chosen"],
                     attempts=result.attempts_json())
+        if tooled is not None and result.body is not None:  # streamed answers are not read here
+            meta["tool_routing"]["rejected_calls"] = tools.rejected_calls(tooled, result.body)
         headers = {MODEL_HEADER: result.model, "x-request-id": rid}
         finish("chat", 200, started, rid, routed=meta["routed"], chosen=meta["chosen"], answered_by=result.model,
                attempts=[(a.model, a.outcome) for a in result.attempts], stream=stream,
-               n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []))
+               n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
+               **({"catalog_version": meta["tool_routing"]["catalog_version"],
+                   "n_exposed": len(meta["tool_routing"]["exposed"])} if "tool_routing" in meta else {}))
         if stream:
             events = sse_passthrough(result, meta) if result.response is not None else json_as_sse(result, meta)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)

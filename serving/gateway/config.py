@@ -51,6 +51,17 @@ class UpstreamSettings(BaseModel):
     max_connections: int = Field(default=64, ge=1)
 
 
+class ToolRoutingSettings(BaseModel):
+    """Tool routing in the gateway (serving/tools): absent → off, the caller's tools pass through as before."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: str = Field(default="configs/tools.yaml", description="The tool-routing config (catalog, policy, groups).")
+    catalog: list[str] | None = Field(default=None, description="Overrides the tools config's catalog files.")
+    top_k: int | None = Field(default=None, ge=1, description="Overrides retrieval.top_k of the tools config.")
+    index_dir: str | None = Field(default=None, description="Overrides index_dir of the tools config.")
+
+
 class ServingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -63,6 +74,7 @@ class ServingConfig(BaseModel):
     max_tools: int = Field(default=512, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
+    tools: ToolRoutingSettings | None = Field(default=None, description="Route tools from a catalog first (off: null).")
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:

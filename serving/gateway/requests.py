@@ -199,7 +199,7 @@ def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | No
     return "pass", model
 
 
-def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | None, str | None]:
+def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | None, str | dict | None]:
     """The optional `switchcraft` object: allowed_models, max_cost_usd, min_probability, caller."""
     if extra is None:
         return None, None
@@ -223,8 +223,9 @@ def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | N
             raise bad("must be a number", f"switchcraft.{key}")
         numbers[key] = v
     caller = extra.get("caller")
-    if caller is not None and not isinstance(caller, str):
-        raise bad("must be a string (the caller identity, for tool permissions)", "switchcraft.caller")
+    if caller is not None and not isinstance(caller, str | dict):
+        raise bad("must be a string (tenant) or an object {tenant, roles, permissions, environment}: the caller "
+                  "identity, for tool permissions", "switchcraft.caller")
     try:
         c = Constraints(frozenset(allowed) if allowed is not None else None, numbers["max_cost_usd"],
                         numbers["min_probability"])

@@ -1,0 +1,113 @@
+"""Tool routing in the gateway: the catalog's tool router runs before the model router.
+
+    tools = GatewayTools.from_settings(cfg.tools)              # or GatewayTools(ToolRouter(...))
+    routed = tools.route(messages, caller_field)               # ToolRouted: OpenAI tools + the trace
+
+The catalog (configured, server side) is the only source of exposed tools: a
+request's own `tools` are replaced by the routed set before packing, costing
+and forwarding, so a caller cannot bypass the permission filter by sending a
+catalog tool's definition itself. The query is the last user message; the
+caller (tenant, roles, permissions, environment) comes from the request's
+`caller` (a string is a tenant); `request_group` calls already in the
+conversation are replayed as expansions, through the same filter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from data.schema import Message, Tool
+from serving.gateway.config import ToolRoutingSettings
+from serving.gateway.requests import bad
+from serving.tools.catalog import REQUEST_GROUP
+from serving.tools.policy import Caller
+from serving.tools.router import RoutingDecision, ToolRouter
+
+
+@dataclass
+class ToolRouted:
+    decision: RoutingDecision
+    tools: list[Tool]  # what the model router packs: the reduced set, request_group included
+    openai: list[dict[str, Any]]  # what goes upstream in `tools`
+
+    def trace(self) -> dict[str, Any]:
+        d = self.decision
+        return {"exposed": d.exposed_names, "tool_keys": d.tool_keys, "groups": d.groups, "confidence": d.confidence,
+                "mode": d.mode, "expansions": [{"group": e.group, "accepted": e.accepted, "added": e.added,
+                                                 "reason": e.reason} for e in d.expansions],
+                "catalog_version": d.catalog_version, "n_hidden": len(d.hidden), "schema_tokens": d.schema_tokens,
+                "timings_ms": d.timings_ms}
+
+
+def caller_from(value: Any, where: str) -> Caller:
+    """None → an anonymous caller (no tenant, no roles); "acme" → tenant acme; an object → Caller fields."""
+    if value is None:
+        return Caller()
+    if isinstance(value, str):
+        return Caller(tenant=value)
+    if isinstance(value, dict):
+        try:
+            return Caller(**value)
+        except (ValidationError, TypeError) as e:
+            first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+            field = ".".join(str(x) for x in first["loc"])
+            raise bad(first["msg"], f"{where}.{field}" if field else where) from None
+    raise bad("must be a string (tenant) or an object {tenant, roles, permissions, environment}", where)
+
+
+def query_of(messages: list[Message]) -> str:
+    for m in reversed(messages):
+        if m.role == "user" and m.content:
+            return m.content
+    return ""
+
+
+class GatewayTools:
+    def __init__(self, router: ToolRouter) -> None:
+        self.router = router
+
+    @classmethod
+    def from_settings(cls, settings: ToolRoutingSettings) -> GatewayTools:
+        from serving.tools.config import load_tools_config
+
+        cfg = load_tools_config(settings.config)
+        update: dict[str, Any] = {}
+        if settings.catalog is not None:
+            update["catalog"] = settings.catalog
+        if settings.index_dir is not None:
+            update["index_dir"] = settings.index_dir
+        if settings.top_k is not None:
+            update["retrieval"] = cfg.retrieval.model_copy(update={"top_k": settings.top_k})
+        return cls(ToolRouter.from_config(cfg.model_copy(update=update)))
+
+    @property
+    def catalog_version(self) -> str:
+        return self.router.catalog.version
+
+    def rejected_calls(self, routed: ToolRouted, answer: dict[str, Any]) -> list[str]:
+        """Tool calls in a model's answer naming a tool that was not exposed (never mapped to a near name)."""
+        out = []
+        for choice in answer.get("choices") or []:
+            for tc in ((choice or {}).get("message") or {}).get("tool_calls") or []:
+                name = ((tc or {}).get("function") or {}).get("name")
+                if not isinstance(name, str) or not self.router.check_call(routed.decision, name).valid:
+                    out.append(str(name))
+        return out
+
+    def route(self, messages: list[Message], caller: Caller) -> ToolRouted:
+        decision = self.router.route(query_of(messages), caller)
+        asked: list[str] = []
+        for m in messages:  # the agent asked for a group earlier in this conversation: the way back
+            for call in m.tool_calls:
+                group = call.arguments.get("group")
+                if call.name == REQUEST_GROUP and isinstance(group, str) and group not in asked:
+                    asked.append(group)
+                    self.router.expand(decision, group, caller)
+        # Catalog tools are trusted definitions (validated cards): bound as they are, not re-checked as input.
+        tools = [Tool(name=t["function"]["name"], description=t["function"].get("description", ""),
+                      parameters=t["function"].get("parameters") or {"type": "object", "properties": {}},
+                      original=t["function"]) for t in decision.tools]
+        return ToolRouted(decision, tools, decision.tools)
