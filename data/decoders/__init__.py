@@ -145,14 +145,22 @@ def _copy_json(v: Any) -> Any:
     return v
 
 
-def _decode(raw: Any, tools: list[Tool] | None, language: str | None) -> DecodeResult:
+def _prepare(raw: Any, tools: list[Tool] | None, language: str | None) -> tuple[Any, Context] | DecodeResult:
+    """The normalised value and its context, or the result for an output with nothing to decode."""
     try:
         value = _normalise(raw)
     except TypeError as e:
         return DecodeResult(None, f"{MALFORMED}: unsupported output type {e}")
     if value is None:
         return DecodeResult(None, f"{NO_CALL}: empty output")
-    ctx = Context(tools=tools, language=language)
+    return value, Context(tools=tools, language=language)
+
+
+def _decode(raw: Any, tools: list[Tool] | None, language: str | None) -> DecodeResult:
+    prepared = _prepare(raw, tools, language)
+    if isinstance(prepared, DecodeResult):
+        return prepared
+    value, ctx = prepared
     failures: list[tuple[str, DecodeFailure]] = []
     for dec in _order(language):
         if not dec.sniff(value, ctx):
@@ -175,13 +183,10 @@ def _decode(raw: Any, tools: list[Tool] | None, language: str | None) -> DecodeR
 def decode_with(name: str, raw: Any, tools: list[Tool] | None = None, *, language: str | None = None) -> DecodeResult:
     """Decode with one named decoder only (its sniff is skipped: the caller knows the format)."""
     dec = DECODERS.get(name)
-    try:
-        value = _normalise(raw)
-    except TypeError as e:
-        return DecodeResult(None, f"{MALFORMED}: unsupported output type {e}")
-    if value is None:
-        return DecodeResult(None, f"{NO_CALL}: empty output")
-    ctx = Context(tools=tools, language=language)
+    prepared = _prepare(raw, tools, language)
+    if isinstance(prepared, DecodeResult):
+        return prepared
+    value, ctx = prepared
     try:
         calls = dec.parse(value, ctx)
     except DecodeFailure as f:
