@@ -53,7 +53,17 @@ def iter_json_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(obj, dict):
                 raise DataError(f"value is {type(obj).__name__}, not an object", path=path, line=lineno)
             yield lineno, obj
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    yield from _jsonl_objects(text.splitlines(), path)
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a JSON Lines file, streamed; a bad line is a DataError naming it."""
+    with open(path, encoding="utf-8") as fh:
+        yield from _jsonl_objects(fh, path)
+
+
+def _jsonl_objects(lines, path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -61,7 +71,7 @@ def iter_json_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as e:
             raise DataError(f"invalid JSON at column {e.colno}: {e.msg}", path=path, line=lineno) from None
         if not isinstance(obj, dict):
-            raise DataError(f"line is {type(obj).__name__}, not a JSON object", path=path, line=lineno)
+            raise DataError(f"line is a {type(obj).__name__}, not a JSON object", path=path, line=lineno)
         yield lineno, obj
 
 

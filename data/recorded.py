@@ -28,7 +28,6 @@ pickle slowly); the parent builds the Outputs, in file order.
 from __future__ import annotations
 
 import gc
-import json
 import multiprocessing as mp
 import os
 import re
@@ -42,6 +41,7 @@ from typing import Any
 
 from data.decoders import decode
 from data.errors import DataError
+from data.io import iter_jsonl
 from data.schema import Call, Example, Output, Usage
 
 LAYOUTS = ("bfcl_v1", "bfcl_v4")
@@ -277,42 +277,33 @@ def _rows_of_file(
     language = language_of(category)
     rows: list[Row] = []
     skipped: Counter = Counter()
-    with open(file, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+    for lineno, row in iter_jsonl(file):
+        qid = row.get("id")
+        if not isinstance(qid, str) or not qid:
+            raise DataError("missing or non-string id", path=file, line=lineno, field="id")
+        if "result" not in row:
+            raise DataError("missing result", path=file, line=lineno, field="result")
+        example_id = f"{prefix}:{qid}"
+        tools = None
+        if examples is not None:
+            ex = examples.get(example_id)
+            if ex is None:
+                skipped["no example for id"] += 1
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"invalid JSON at column {e.colno}: {e.msg}", path=file, line=lineno) from None
-            if not isinstance(row, dict):
-                raise DataError(f"line is a {type(row).__name__}, not a JSON object", path=file, line=lineno)
-            qid = row.get("id")
-            if not isinstance(qid, str) or not qid:
-                raise DataError("missing or non-string id", path=file, line=lineno, field="id")
-            if "result" not in row:
-                raise DataError("missing result", path=file, line=lineno, field="result")
-            example_id = f"{prefix}:{qid}"
-            tools = None
-            if examples is not None:
-                ex = examples.get(example_id)
-                if ex is None:
-                    skipped["no example for id"] += 1
-                    continue
-                tools = ex.tools
-            raw = row["result"]
-            res = decode(raw, tools, language=language)
-            tin, tout = _usage(row, file, lineno)
-            rows.append((
-                example_id,
-                raw,
-                None if res.calls is None else [(c.name, c.arguments) for c in res.calls],
-                res.error,
-                res.decoder,
-                tin,
-                tout,
-                _number(row.get("latency"), file, lineno, "latency", float),
-            ))
+            tools = ex.tools
+        raw = row["result"]
+        res = decode(raw, tools, language=language)
+        tin, tout = _usage(row, file, lineno)
+        rows.append((
+            example_id,
+            raw,
+            None if res.calls is None else [(c.name, c.arguments) for c in res.calls],
+            res.error,
+            res.decoder,
+            tin,
+            tout,
+            _number(row.get("latency"), file, lineno, "latency", float),
+        ))
     return rows, skipped
 
 

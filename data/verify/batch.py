@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from data.errors import DataError
+from data.io import iter_jsonl
 from data.schema import Example
 from data.verify import Prepared, Verdict, language_of, prepare, verify
 
@@ -74,25 +75,14 @@ def read_recorded_rows(
         if not folder.is_dir():
             raise DataError(f"model {model!r} has no recordings", path=folder)
         for f in sorted(folder.glob("*.jsonl")):
-            with f.open(encoding="utf-8") as fh:
-                for line_no, line in enumerate(fh, start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        d = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"invalid JSON: {e.msg}", path=f, line=line_no) from None
-                    if "id" not in d or "result" not in d:
-                        raise DataError("a recorded output needs 'id' and 'result'", path=f, line=line_no)
-                    rows.append(
-                        RecordedRow(
-                            model,
-                            prefix + str(d["id"]),
-                            d["result"],
-                            d.get("input_token_count"),
-                            d.get("output_token_count"),
-                        )
+            for line_no, d in iter_jsonl(f):
+                if "id" not in d or "result" not in d:
+                    raise DataError("a recorded output needs 'id' and 'result'", path=f, line=line_no)
+                rows.append(
+                    RecordedRow(
+                        model, prefix + str(d["id"]), d["result"], d.get("input_token_count"), d.get("output_token_count")
                     )
+                )
     return rows
 
 
