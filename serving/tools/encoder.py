@@ -122,18 +122,26 @@ class MiniLMEncoder:
 
         Texts are sorted by length and batched so that padding stays small.
         """
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        encoded = [self.token_ids(t) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            T = max(len(encoded[i]) for i in idx)
-            ids = np.zeros((len(idx), T), dtype=np.int64)
-            mask = np.zeros((len(idx), T), dtype=np.float32)
-            for r, i in enumerate(idx):
-                ids[r, : len(encoded[i])] = encoded[i]
-                mask[r, : len(encoded[i])] = 1.0
-            h = self._forward(ids, mask)
-            v = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-            out[idx] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        return out
+        return embed_in_length_batches([self.token_ids(t) for t in texts], self.dim, batch_size,
+                                       self._forward)
+
+
+def embed_in_length_batches(encoded: list[list[int]], dim: int, batch_size: int, forward) -> np.ndarray:
+    """Unit-norm mean-pooled embeddings of token-id lists; `forward(ids, mask)` → hidden states.
+
+    Sorted by length and batched so that padding stays small; shared by the
+    numpy and ONNX Runtime encoders.
+    """
+    out = np.zeros((len(encoded), dim), dtype=np.float32)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        width = max(len(encoded[i]) for i in idx)
+        ids = np.zeros((len(idx), width), dtype=np.int64)
+        mask = np.zeros((len(idx), width), dtype=np.float32)
+        for r, i in enumerate(idx):
+            ids[r, : len(encoded[i])], mask[r, : len(encoded[i])] = encoded[i], 1.0
+        h = forward(ids, mask)
+        v = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+        out[idx] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    return out

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.tools.encoder import ENCODER_ID, MiniLMEncoder
+from serving.tools.encoder import ENCODER_ID, MiniLMEncoder, embed_in_length_batches
 
 GRAPH_VERSION = "1"
 
@@ -134,21 +134,12 @@ class OnnxQueryEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """Unit-norm embeddings; texts are batched by length so that padding stays small."""
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        encoded = [self.base.token_ids(t) for t in texts]
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            T = max(len(encoded[i]) for i in idx)
-            ids = np.zeros((len(idx), T), dtype=np.int64)
-            mask = np.zeros((len(idx), T), dtype=np.float32)
-            for r, i in enumerate(idx):
-                ids[r, : len(encoded[i])], mask[r, : len(encoded[i])] = encoded[i], 1.0
+        def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
             bias = ((1.0 - mask) * -1e9)[:, None, None, :].astype(np.float32)
-            h = self.session.run(None, {"input_ids": ids, "positions": np.arange(T, dtype=np.int64), "mask_bias": bias})[0]
-            v = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-            out[idx] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        return out
+            positions = np.arange(ids.shape[1], dtype=np.int64)
+            return self.session.run(None, {"input_ids": ids, "positions": positions, "mask_bias": bias})[0]
+
+        return embed_in_length_batches([self.base.token_ids(t) for t in texts], self.dim, batch_size, forward)
 
 def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | None = None, int8: bool = False):
     """The fastest encoder available: ONNX Runtime (graph cached in `cache_dir`), else numpy."""
