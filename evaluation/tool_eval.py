@@ -36,9 +36,9 @@ METHODS = {"bm25": (1.0, 0.0), "dense": (0.0, 1.0), "hybrid": (1.0, 1.0)}
 EVAL_CALLER = Caller(tenant="eval", roles=("eval",))
 
 
-def query_vectors(index: ToolIndex, queries: list[Query], cache_dir: Path) -> np.ndarray:
+def query_vectors(index: ToolIndex, queries: list[Query] | list[str], cache_dir: Path) -> np.ndarray:
     """Query embeddings, cached by the hash of the texts (re-running a report re-embeds nothing)."""
-    texts = [q.text for q in queries]
+    texts = [q if isinstance(q, str) else q.text for q in queries]
     h = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
     path = cache_dir / f"queries-{h}.npy"
     if path.exists():
@@ -59,8 +59,24 @@ def base_name(key: str) -> str:
     return head if sep and tail.isdigit() else key
 
 
-def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k: float) -> list[dict]:
+def intent_vectors(bench: Benchmark, router: ToolRouter, qvecs: np.ndarray, cache_dir: Path) -> list[np.ndarray]:
+    """Per query, the embeddings of `router.intents(query)`: the whole request's row, then its asks'."""
+    texts = [router.intents(q.text)[1:] for q in bench.queries]
+    flat = query_vectors(router.index, [t for ts in texts for t in ts], cache_dir) if any(texts) else np.zeros((0, 0))
+    out, off = [], 0
+    for v, ts in zip(qvecs, texts):
+        out.append(np.vstack([v[None, :], flat[off:off + len(ts)]]) if ts else v[None, :])
+        off += len(ts)
+    return out
+
+
+def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k: float,
+                   router: ToolRouter | None = None, ivecs: list[np.ndarray] | None = None) -> list[dict]:
     """One row per (method, subset, metric) over the whole catalog.
+
+    With `router` and `ivecs` (from `intent_vectors`), a fourth method,
+    `hybrid+intents`, ranks by the router's multi-intent fusion (each ask
+    retrieved on its own, rankings merged).
 
     `match=exact`: the needed card itself. `match=name`: any card with the needed
     function name — BFCL's catalog holds up to a dozen schema variants of one name
@@ -70,10 +86,14 @@ def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k:
     variants = any(base_name(k) != k for k in keys)
     everything = np.ones(len(keys), dtype=bool)
     acc: dict[tuple, list[float]] = defaultdict(list)
-    for q, v in zip(bench.queries, qvecs):
+    for n, (q, v) in enumerate(zip(bench.queries, qvecs)):
         bm25, dense = index.bm25_scores(q.text), index.tool_vecs @ v
-        for method, (wb, wd) in METHODS.items():
-            ranked = [keys[i] for i in top_k(rrf_fuse(bm25, dense, everything, rrf_k, wb, wd), max(KS))]
+        rankings = {method: top_k(rrf_fuse(bm25, dense, everything, rrf_k, wb, wd), max(KS))
+                    for method, (wb, wd) in METHODS.items()}
+        if router is not None and ivecs is not None:
+            rankings["hybrid+intents"] = top_k(router._fuse(router.intents(q.text), ivecs[n], everything)[0], max(KS))
+        for method, top in rankings.items():
+            ranked = [keys[i] for i in top]
             matches = [("exact", ranked, q.needed)]
             if variants:
                 matches.append(("name", [base_name(k) for k in ranked], [base_name(k) for k in q.needed]))
@@ -90,14 +110,15 @@ def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k:
     return rows
 
 
-def routing_rows(bench: Benchmark, router: ToolRouter, qvecs: np.ndarray) -> tuple[list[dict], dict]:
+def routing_rows(bench: Benchmark, router: ToolRouter, qvecs: list[np.ndarray]) -> tuple[list[dict], dict]:
     """Route every query as a caller who may see everything; simulate request_group expansions."""
     group_of = {c.key: c.group_name for c in bench.catalog.cards}
-    per_q, modes, lat = [], Counter(), []
+    per_q, modes, lat, asks = [], Counter(), [], Counter()
     for q, v in zip(bench.queries, qvecs):
-        d = router.route(q.text, EVAL_CALLER, qvec=v)
+        d = router.route(q.text, EVAL_CALLER, qvecs=v)
         lat.append(d.timings_ms["total"] - d.timings_ms["embed"])
         modes[d.mode] += 1
+        asks[min(len(d.intents), 4) if d.intents else 1] += 1
         shown = list(d.tool_keys)
         chosen = {g["name"] for g in d.groups}
         needed_groups = {group_of[t] for t in q.needed}
@@ -131,7 +152,8 @@ def routing_rows(bench: Benchmark, router: ToolRouter, qvecs: np.ndarray) -> tup
         row["mean_expansions"] = float(np.mean([r["expansions"] for r in sel]))
         row["token_reduction"] = 1.0 - row["tokens_after"] / row["tokens_before"]
         rows.append(row)
-    extra = {"modes": dict(modes), "route_ms_p50_without_embed": float(np.percentile(lat, 50)),
+    extra = {"modes": dict(modes), "asks_per_request": {("4+" if k == 4 else str(k)): v for k, v in sorted(asks.items())},
+             "route_ms_p50_without_embed": float(np.percentile(lat, 50)),
              "route_ms_p99_without_embed": float(np.percentile(lat, 99))}
     return rows, extra
 
@@ -183,9 +205,11 @@ def evaluate(benches: list[str], data_root: str, run_dir: str | Path, cfg: Tools
         index = ToolIndex.build(bench.catalog, run_dir / "index")
         qvecs = query_vectors(index, bench.queries, run_dir / "cache")
         log(f"{name}: index + query embeddings in {time.perf_counter() - t0:.0f} s")
-        rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k)
         router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
-        grows, extra = routing_rows(bench, router, qvecs)
+        ivecs = intent_vectors(bench, router, qvecs, run_dir / "cache")
+        log(f"{name}: asks embedded in {time.perf_counter() - t0:.0f} s")
+        rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k, router, ivecs)
+        grows, extra = routing_rows(bench, router, ivecs)
         entry = {"tools": len(bench.catalog), "groups": len(bench.catalog.group_names()), "queries": len(bench.queries),
                  "catalog_version": bench.catalog.version, "notes": bench.notes, **extra,
                  "seconds": round(time.perf_counter() - t0, 1)}

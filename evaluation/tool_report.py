@@ -30,7 +30,7 @@ def retrieval_table(df: pd.DataFrame, bench: str, subset: str, match: str = "exa
         return ""
     cols = ["recall@1", "recall@3", "recall@5", "recall@10", "comp@5", "comp@10", "ndcg@10"]
     lines = [f"| method | n | {' | '.join(cols)} |", "|---|---:|" + "---:|" * len(cols)]
-    for method in ("bm25", "dense", "hybrid"):
+    for method in ("bm25", "dense", "hybrid", "hybrid+intents"):
         m = sel[sel.method == method].set_index("metric")
         if m.empty:
             continue
@@ -63,7 +63,7 @@ def plot_recall(df: pd.DataFrame, path: Path) -> None:
     benches = list(dict.fromkeys(df.benchmark))
     fig, axes = plt.subplots(1, len(benches), figsize=(4.2 * len(benches), 3.6), squeeze=False)
     for ax, b in zip(axes[0], benches):
-        for method, style in (("hybrid", "-o"), ("bm25", "--s"), ("dense", ":^")):
+        for method, style in (("hybrid+intents", "-D"), ("hybrid", "-o"), ("bm25", "--s"), ("dense", ":^")):
             sel = df[(df.benchmark == b) & (df.subset == "all") & (df.method == method) & (df["match"] == "exact")
                      & df.metric.str.startswith("recall@")]
             ks = sel.metric.str.split("@").str[1].astype(int)
@@ -107,7 +107,12 @@ def write_report(results: dict, run_dir: Path) -> Path:
                     label = "" if match == "exact" else " (by function name: any schema variant counts)"
                     out += [f"### {b} — {subset}{label}", "", t, ""]
         out += [f"Published: {PUBLISHED.get(b, 'none found')}", ""]
-    out += ["## The router (filter → groups → hybrid top-K, widening, request_group)", "", routing_table(results["routing"]), ""]
+    out += ["`hybrid+intents`: the router's ranking — the request split into its asks, each retrieved "
+            "with BM25 + dense RRF, rankings merged by best score (`serving/tools/intents.py`).", ""]
+    out += ["## The router (filter → groups → hybrid top-K per ask, widening, request_group)", "",
+            routing_table(results["routing"]), ""]
+    out += ["Asks per request (requests split into several asks are retrieved per ask): "
+            + "; ".join(f"{b}: {e.get('asks_per_request', {})}" for b, e in results["benchmarks"].items()), ""]
     out += ["## Security: adversarial queries for tools the caller lacks a permission for", "",
             "| benchmark | restricted tools | adversarial queries | expansions tried | unauthorised exposures |",
             "|---|---:|---:|---:|---:|"]

@@ -24,6 +24,11 @@ class RetrievalConfig(BaseModel):
     w_dense: float = Field(default=1.0, ge=0)
     # Query embeddings: int8 is ~2.4x faster with the same recall (see serving/tools/onnx_encoder.py).
     query_precision: Literal["fp32", "int8"] = "int8"
+    # Multi-intent retrieval (serving/tools/intents.py): a request asking for several things is
+    # split into its asks; each is retrieved on its own and the rankings merged. 1 = off.
+    max_intents: int = Field(default=6, ge=1, description="asks retrieved separately per request (1: whole request only)")
+    intent_weight: float = Field(default=0.95, gt=0, le=1, description="an ask's fused score relative to the whole request's")
+    k_per_intent: int = Field(default=2, ge=1, description="exposed tools grow to this many per ask when a request has several")
 
     @model_validator(mode="after")
     def _some_signal(self):

@@ -3,7 +3,7 @@
 Order matters and is the security argument: (1) the permission filter decides
 what the caller may see; (2) groups are chosen among visible tools only, with a
 confidence; (3) hybrid retrieval ranks visible tools in those groups to a
-top-K; (4) low confidence or an empty result widens (more groups, larger K),
+top-K, for the whole request and for each ask it makes (multi-intent); (4) low confidence or an empty result widens (more groups, larger K),
 and if confidence stays low a safe default set (read-only tools) is used;
 (5) pinned tools that are visible and the `request_group` tool are added.
 `expand` (the agent calling `request_group`) and `check_call` (a model output)
@@ -28,6 +28,7 @@ import numpy as np
 from serving.tools.catalog import Catalog, request_group_tool
 from serving.tools.config import GroupConfig, RetrievalConfig, ToolsConfig
 from serving.tools.index import ToolIndex, rrf_fuse, top_k
+from serving.tools.intents import split_intents
 from serving.tools.policy import AccessPolicy, Caller, FilterResult
 
 
@@ -53,6 +54,7 @@ class RoutingDecision:
     expansions: list[Expansion] = field(default_factory=list)
     schema_tokens: dict[str, int] = field(default_factory=dict)  # visible catalog vs exposed
     caller: dict[str, Any] = field(default_factory=dict)
+    intents: list[str] = field(default_factory=list)  # the asks retrieved separately (empty: one ask)
 
     @property
     def exposed_names(self) -> list[str]:
@@ -104,26 +106,38 @@ class ToolRouter:
             self._filters[caller] = self.policy.filter(self.catalog.cards, caller)
         return self._filters[caller]
 
+    def intents(self, query: str) -> list[str]:
+        """The texts retrieved for `query`: the whole request, then its asks when it makes several."""
+        parts = split_intents(query, self.retrieval.max_intents) if self.retrieval.max_intents > 1 else []
+        return [query, *parts] if len(parts) > 1 else [query]
+
     def route(self, query: str, caller: Caller, top_k_override: int | None = None,
-              qvec: np.ndarray | None = None) -> RoutingDecision:
-        """Route one request. `qvec` lets a batch evaluation pass the query embedding it already has."""
+              qvecs: np.ndarray | None = None) -> RoutingDecision:
+        """Route one request.
+
+        `qvecs` lets a batch evaluation pass embeddings it already has: the rows of
+        `self.intents(query)` (a single vector is the whole request's; the asks are
+        then embedded here).
+        """
         t0 = time.perf_counter()
         seen = self.visible(caller)
         t1 = time.perf_counter()
-        qvec = self._embed(query) if qvec is None else qvec
-        self._remember(query, qvec)
+        texts = self.intents(query)
+        Q = self._vectors(texts, qvecs)
+        self._remember(query, Q[0])
         t2 = time.perf_counter()
-        bm25, dense = self.index.bm25_scores(query), self.index.tool_vecs @ qvec
-        fused = rrf_fuse(bm25, dense, seen.visible, self.retrieval.rrf_k, self.retrieval.w_bm25, self.retrieval.w_dense)
+        fused, dense = self._fuse(texts, Q, seen.visible)
         t3 = time.perf_counter()
-        k = top_k_override or self.retrieval.top_k
-        chosen, conf, probs = self._select_groups(fused, dense, qvec, seen.visible, self.gcfg.max_groups)
+        asks = len(texts) - 1  # 0: one ask
+        k = top_k_override or max(self.retrieval.top_k, self.retrieval.k_per_intent * asks)
+        n_groups = max(self.gcfg.max_groups, asks)  # room for every ask's group
+        chosen, conf, probs = self._select_groups(fused, dense, Q, seen.visible, n_groups)
         mode = "retrieval"
         picked = self._pick(fused, chosen, seen.visible, k)
         if conf < self.gcfg.confidence_threshold or picked.size == 0:
             mode = "widened"
             k *= self.gcfg.widen_k
-            chosen, conf, probs = self._select_groups(fused, dense, qvec, seen.visible, self.gcfg.max_groups * self.gcfg.widen_groups)
+            chosen, conf, probs = self._select_groups(fused, dense, Q, seen.visible, n_groups * self.gcfg.widen_groups)
             picked = self._pick(fused, chosen, seen.visible, k)
             if picked.size == 0:  # still nothing in the chosen groups: search everything visible
                 picked = top_k(fused, k)
@@ -149,7 +163,17 @@ class ToolRouter:
             timings_ms={"filter": ms(t0, t1), "embed": ms(t1, t2), "score": ms(t2, t3), "select": ms(t3, t4),
                         "bind": ms(t4, t5), "total": ms(t0, t5)},
             schema_tokens={"visible_catalog": vis_tokens, "exposed": after}, caller=caller.model_dump(),
+            intents=texts[1:],
         )
+
+    def _vectors(self, texts: list[str], given: np.ndarray | None) -> np.ndarray:
+        """Embeddings of `texts` (rows), reusing `given` rows and the recent whole-request cache."""
+        rows = [] if given is None else list(np.atleast_2d(given))[: len(texts)]
+        if not rows and texts[0] in self._qvecs:
+            rows = [self._qvecs[texts[0]]]
+        if len(rows) < len(texts):
+            rows += list(self.index.query_encoder.encode(texts[len(rows):]))
+        return np.stack(rows)
 
     def _embed(self, query: str) -> np.ndarray:
         v = self._qvecs.get(query)
@@ -160,17 +184,36 @@ class ToolRouter:
             self._qvecs.pop(next(iter(self._qvecs)))
         self._qvecs[query] = qvec
 
-    def _select_groups(self, fused, dense, qvec, visible, max_groups) -> tuple[list[int], float, np.ndarray]:
+    def _fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Fused scores over visible cards, and each card's best cosine to any of the texts.
+
+        Each text (the whole request, then each ask) gets its own BM25 + dense RRF;
+        a card's score is its best over the texts, an ask's scaled by
+        `intent_weight`, so that every ask's best tools rise together. A sliver of
+        the whole request's score breaks ties between asks.
+        """
+        r = self.retrieval
+        cos = self.index.tool_vecs @ Q.T  # (cards, texts)
+        fused = rrf_fuse(self.index.bm25_scores(texts[0]), cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense)
+        if len(texts) > 1:
+            best = fused.copy()
+            for j in range(1, len(texts)):
+                part = rrf_fuse(self.index.bm25_scores(texts[j]), cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense)
+                np.maximum(best, r.intent_weight * part, out=best)
+            fused = best + 1e-3 * fused
+        return fused, cos.max(axis=1)
+
+    def _select_groups(self, fused, dense, Q, visible, max_groups) -> tuple[list[int], float, np.ndarray]:
         """Groups of the best fused tools (recall first), confidence = their softmax mass.
 
         Group relevance is the best cosine of a visible tool in it or of its
-        description; the softmax over visible groups says how much of the
-        probability the chosen groups hold.
+        description (to any of the request's texts); the softmax over visible
+        groups says how much of the probability the chosen groups hold.
         """
         G = len(self.group_names)
         rel = np.full(G, -np.inf)
         np.maximum.at(rel, self.group_of[visible], dense[visible])
-        rel = np.where(np.isfinite(rel), np.maximum(rel, self.index.group_vecs @ qvec), -np.inf)
+        rel = np.where(np.isfinite(rel), np.maximum(rel, (self.index.group_vecs @ Q.T).max(axis=1)), -np.inf)
         probs = np.zeros(G)
         ok = np.isfinite(rel)
         if not ok.any():

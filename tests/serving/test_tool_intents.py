@@ -1,0 +1,68 @@
+"""Multi-intent retrieval: the splitter on crafted requests, and the router exposing every ask's tool."""
+
+import numpy as np
+import pytest
+
+from serving.tools.config import GroupConfig, RetrievalConfig
+from serving.tools.intents import split_intents
+from serving.tools.router import ToolRouter
+from tests.serving.test_tool_router import POLICY, SUPPORT, index  # noqa: F401  (the module fixture)
+
+
+@pytest.mark.parametrize("text, parts", [
+    ("Find a vegan restaurant in Los Angeles.", ["Find a vegan restaurant in Los Angeles."]),
+    ("Find the area of a rectangle with length 7 and breadth 3. Also, calculate the area of a circle with radius 5.",
+     ["Find the area of a rectangle with length 7 and breadth 3.", "Also, calculate the area of a circle with radius 5."]),
+    ("How many steps do I need to walk to lose 500 calories and how much water do I need today?",
+     ["How many steps do I need to walk to lose 500 calories", "how much water do I need today?"]),
+    ("Book the Hilton for 2 rooms; then get the time difference between New York and LA",
+     ["Book the Hilton for 2 rooms", "then get the time difference between New York and LA"]),
+    # "and" inside one ask (not followed by a new ask) and decimals do not split
+    ("Convert 3.5 kg of apples and pears into pounds", ["Convert 3.5 kg of apples and pears into pounds"]),
+    # a fragment too short to be an ask joins its neighbour
+    ("Hi. Please list the invoices of customer 7.", ["Hi. Please list the invoices of customer 7."]),
+    ("first line about invoices for ACME\nsecond line asks for the weather in Paris",
+     ["first line about invoices for ACME", "second line asks for the weather in Paris"]),
+    ("   ", []),
+])
+def test_split_intents(text, parts):
+    assert split_intents(text) == parts
+
+
+def test_split_intents_caps_the_number_of_parts_and_keeps_every_word():
+    text = " ".join(f"Calculate the value number {i} for me now." for i in range(10))
+    parts = split_intents(text, max_parts=4)
+    assert len(parts) == 4
+    assert " ".join(parts).split() == text.split()
+    assert split_intents(text, max_parts=1) == [text]
+
+
+def _router(index, **retrieval):  # noqa: F811
+    return ToolRouter(index, POLICY, RetrievalConfig(top_k=1, k_per_intent=1, **retrieval),
+                      GroupConfig(confidence_threshold=0.0, min_confidence=0.0))
+
+
+ASKS = "List the invoices of customer 7 for last month. Also, what is the weather forecast for Paris tomorrow?"
+
+
+def test_every_ask_gets_its_tool(index):  # noqa: F811
+    d = _router(index).route(ASKS, SUPPORT)
+    assert d.intents == ["List the invoices of customer 7 for last month.", "Also, what is the weather forecast for Paris tomorrow?"]
+    assert {"invoices.list_invoices", "weather.forecast"} <= set(d.tool_keys)
+    assert len(d.tool_keys) == 2  # k grows to k_per_intent × asks
+    assert {g["name"] for g in d.groups} >= {"invoices", "weather"}
+
+    one = _router(index, max_intents=1).route(ASKS, SUPPORT)  # the whole request as one query
+    assert one.intents == [] and len(one.tool_keys) == 1
+
+
+def test_given_vectors_give_the_same_decision(index):  # noqa: F811
+    r = _router(index)
+    texts = r.intents(ASKS)
+    vecs = index.query_encoder.encode(texts)
+    a = r.route(ASKS, SUPPORT)
+    b = _router(index).route(ASKS, SUPPORT, qvecs=vecs)
+    c = _router(index).route(ASKS, SUPPORT, qvecs=vecs[0])  # the whole request's row only: asks embedded
+    assert a.tool_keys == b.tool_keys == c.tool_keys
+    assert [g["name"] for g in a.groups] == [g["name"] for g in b.groups]
+    np.testing.assert_allclose(a.confidence, b.confidence, atol=1e-6)
