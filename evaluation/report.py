@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -45,6 +45,8 @@ class Evaluation:
     frugal: dict[str, RouterResult]  # the same, τ calibrated for ≤ 10% of the best single model's cost
     fixed: dict[str, RouterResult]  # the router at the default τ = 0.5
     scores: dict[str, dict[str, float]]
+    # The λ rule (argmax λ·p − cost, serving.policy rule="lambda"), λ calibrated for each target.
+    lambda_rule: dict[str, dict[str, RouterResult]] = field(default_factory=dict)  # target → name → result
 
 
 def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
@@ -85,7 +87,10 @@ def run_evaluation(
     frugal = {name: evaluate_router(name, p, data, target="cost_fraction") for name, p in learned.items()}
     fixed = {ROUTER: evaluate_router(ROUTER, probs, data, fixed_tau=0.5)}
     scores = {name: curve_scores(r, refs, data) for name, r in routers.items()}
-    return Evaluation(data, refs, routers, frugal, fixed, scores)
+    lam = {t: {name: evaluate_router(name, p, data, **{**kw, "target": t}, rule="lambda") for name, p in learned.items()
+               if name != "kNN (encoder)"}
+           for t in (target, "cost_fraction")}
+    return Evaluation(data, refs, routers, frugal, fixed, scores, lam)
 
 
 def headline(ev: Evaluation) -> pd.DataFrame:
@@ -111,6 +116,10 @@ def headline(ev: Evaluation) -> pd.DataFrame:
         add(f"{name} (τ for ≤ 10% of best-single cost)", r.outcome, _tau_text(r))
     for name, r in ev.fixed.items():
         add(f"{name} (τ = 0.5)", r.outcome, "0.5")
+    for t, results in ev.lambda_rule.items():
+        what = "≤ 10% of best-single cost" if t == "cost_fraction" else ("best-single accuracy" if t == "match_best" else t)
+        for name, r in results.items():
+            add(f"{name}, λ rule (λ for {what})", r.outcome, "λ " + _tau_text(r, "{:.2g}"))
     add("best single model", best)
     add("cheapest model", refs.cheapest.outcome)
     add("random (10 seeds)", refs.random)
@@ -118,9 +127,9 @@ def headline(ev: Evaluation) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _tau_text(r: RouterResult) -> str:
+def _tau_text(r: RouterResult, fmt: str = "{:.2f}") -> str:
     vals = sorted(set(r.taus.values()))
-    return ", ".join(f"{v:.2f}" for v in vals)
+    return ", ".join(fmt.format(v) for v in vals)
 
 
 def singles_table(ev: Evaluation) -> pd.DataFrame:
@@ -197,6 +206,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "imputed_costs": ev.data.imputed_costs,
         "calibrated_tau_per_fold": {n: r.taus for n, r in ev.routers.items()},
         "frugal_tau_per_fold": {n: r.taus for n, r in ev.frugal.items()},
+        "lambda_per_fold": {t: {n: r.taus for n, r in rs.items()} for t, rs in ev.lambda_rule.items()},
         "context": context or {},
     }
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=2, allow_nan=False))

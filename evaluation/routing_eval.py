@@ -83,9 +83,10 @@ class RouterResult:
     name: str
     choice: np.ndarray  # column per query, held-out
     outcome: Outcome
-    taus: dict[int, float] = field(default_factory=dict)  # threshold chosen per test fold
+    taus: dict[int, float] = field(default_factory=dict)  # τ (or λ, for rule="lambda") chosen per test fold
     curve: list[tuple[float, float, float]] = field(default_factory=list)  # (τ or λ, cost, accuracy)
     lambda_curve: list[tuple[float, float, float]] = field(default_factory=list)
+    rule: str = "tau"  # "tau": cheapest model above τ (the paper's); "lambda": argmax λ·p − cost
 
 
 def profiled_costs(data: RoutingData, train: np.ndarray) -> np.ndarray:
@@ -93,11 +94,14 @@ def profiled_costs(data: RoutingData, train: np.ndarray) -> np.ndarray:
     return data.cost[train].mean(axis=0)
 
 
+RULES = {"tau": (TAU_GRID, choose_batch), "lambda": (LAMBDA_GRID, choose_batch_lambda)}
+
+
 def choose_tau(
     probs: np.ndarray, correct: np.ndarray, cost: np.ndarray, costs: np.ndarray, *, target: str,
-    budget_per_million: float | None = None, cost_fraction: float = 0.1,
+    budget_per_million: float | None = None, cost_fraction: float = 0.1, rule: str = "tau",
 ) -> float:
-    """Pick τ on validation rows for a target.
+    """Pick τ on validation rows for a target (λ instead, over its grid, for `rule="lambda"`).
 
     - "match_best": the cheapest τ whose accuracy is at least the best single
       model's on these rows (if none reaches it, the most accurate τ).
@@ -110,7 +114,10 @@ def choose_tau(
     best = outcome_of(np.full(len(probs), best_single_column(correct, cost)), correct, cost)
     if target == "cost_fraction":
         target, budget_per_million = "budget", cost_fraction * best.usd_per_million
-    points = [(t, outcome_of(choose_batch(probs, costs, t), correct, cost)) for t in TAU_GRID]
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; use 'tau' or 'lambda'")
+    grid, choose = RULES[rule]
+    points = [(t, outcome_of(choose(probs, costs, t), correct, cost)) for t in grid]
     if target == "match_best":
         ok = [(o.mean_cost_usd, -o.accuracy, t) for t, o in points if o.accuracy >= best.accuracy]
         if ok:
@@ -134,8 +141,9 @@ def evaluate_router(
     target: str = "match_best",
     budget_per_million: float | None = None,
     fixed_tau: float | None = None,
+    rule: str = "tau",
 ) -> RouterResult:
-    """Route every held-out row with τ calibrated on the other folds (or `fixed_tau`)."""
+    """Route every held-out row with τ (or λ) calibrated on the other folds (or `fixed_tau`)."""
     if probs.shape != data.correct.shape:
         raise ValueError(f"{name}: probabilities shape {probs.shape} != labels {data.correct.shape}")
     choice = np.zeros(len(probs), dtype=int)
@@ -147,10 +155,10 @@ def evaluate_router(
         tau = fixed_tau
         if tau is None:
             tau = choose_tau(probs[train], data.correct[train], data.cost[train], costs, target=target,
-                             budget_per_million=budget_per_million)
+                             budget_per_million=budget_per_million, rule=rule)
         taus[k] = tau
-        choice[test] = choose_batch(probs[test], costs, tau)
-    result = RouterResult(name, choice, outcome_of(choice, data.correct, data.cost), taus)
+        choice[test] = RULES[rule][1](probs[test], costs, tau)
+    result = RouterResult(name, choice, outcome_of(choice, data.correct, data.cost), taus, rule=rule)
     result.curve = sweep(probs, data, "tau")
     result.lambda_curve = sweep(probs, data, "lambda")
     return result

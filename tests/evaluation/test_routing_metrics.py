@@ -118,3 +118,26 @@ def test_cost_fraction_target_stays_within_budget_on_training_rows():
     assert chosen.mean_cost_usd <= 0.3 * best_cost
     with pytest.raises(ValueError, match="unknown target"):
         choose_tau(probs, d.correct, d.cost, costs, target="nope")
+
+
+def test_lambda_rule_is_calibrated_like_tau_and_respects_the_budget():
+    d = _data()
+    probs = np.clip(d.correct + np.random.default_rng(4).normal(0, 0.3, d.correct.shape), 0, 1)
+    costs = d.cost.mean(axis=0)
+    from evaluation.routing_eval import LAMBDA_GRID
+    from evaluation.routing_metrics import best_single_column
+    from serving.policy import choose_batch_lambda
+
+    lam = choose_tau(probs, d.correct, d.cost, costs, target="cost_fraction", cost_fraction=0.3, rule="lambda")
+    assert lam in LAMBDA_GRID
+    best_cost = d.cost[:, best_single_column(d.correct, d.cost)].mean()
+    assert outcome_of(choose_batch_lambda(probs, costs, lam), d.correct, d.cost).mean_cost_usd <= 0.3 * best_cost
+    r = evaluate_router("noisy", probs, d, target="cost_fraction", rule="lambda")
+    assert r.rule == "lambda"
+    for k, v in r.taus.items():
+        train = d.folds != k
+        assert v == choose_tau(probs[train], d.correct[train], d.cost[train], d.cost[train].mean(axis=0),
+                               target="cost_fraction", rule="lambda")
+        assert (r.choice[d.folds == k] == choose_batch_lambda(probs[d.folds == k], d.cost[train].mean(axis=0), v)).all()
+    with pytest.raises(ValueError, match="unknown rule"):
+        choose_tau(probs, d.correct, d.cost, costs, target="match_best", rule="nope")
