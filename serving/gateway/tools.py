@@ -36,7 +36,7 @@ class ToolRouted:
     def trace(self) -> dict[str, Any]:
         d = self.decision
         return {"exposed": d.exposed_names, "tool_keys": d.tool_keys, "groups": d.groups, "confidence": d.confidence,
-                "mode": d.mode, "expansions": [{"group": e.group, "accepted": e.accepted, "added": e.added,
+                "mode": d.mode, "asks": len(d.intents) or 1, "expansions": [{"group": e.group, "accepted": e.accepted, "added": e.added,
                                                  "reason": e.reason} for e in d.expansions],
                 "catalog_version": d.catalog_version, "n_hidden": len(d.hidden), "schema_tokens": d.schema_tokens,
                 "timings_ms": d.timings_ms}

@@ -24,11 +24,19 @@ class RetrievalConfig(BaseModel):
     w_dense: float = Field(default=1.0, ge=0)
     # Query embeddings: int8 is ~2.4x faster with the same recall (see serving/tools/onnx_encoder.py).
     query_precision: Literal["fp32", "int8"] = "int8"
+    query_threads: int = Field(default=1, ge=1, description="ONNX Runtime threads embedding a query (latency at low load vs cores)")
+    overlap_bm25: bool = Field(default=True, description="score BM25 on the calling thread while the query embeds on another")
     # Multi-intent retrieval (serving/tools/intents.py): a request asking for several things is
     # split into its asks; each is retrieved on its own and the rankings merged. 1 = off.
     max_intents: int = Field(default=6, ge=1, description="asks retrieved separately per request (1: whole request only)")
     intent_weight: float = Field(default=0.95, gt=0, le=1, description="an ask's fused score relative to the whole request's")
     k_per_intent: int = Field(default=2, ge=1, description="exposed tools grow to this many per ask when a request has several")
+    # "embed": the whole request is embedded too; "mean_of_asks": its vector is the asks' mean
+    # (one embedding pass instead of two: about half the time for a request that makes several asks).
+    whole_vector: Literal["embed", "mean_of_asks"] = "embed"
+    # Word pieces embedded per request, shared by the texts embedded (the whole request and/or its
+    # asks, each at least 16); null: every text up to the encoder's 128. Bounds the embedding time.
+    query_token_budget: int | None = Field(default=None, ge=16)
 
     @model_validator(mode="after")
     def _some_signal(self):

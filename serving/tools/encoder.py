@@ -108,21 +108,24 @@ class MiniLMEncoder:
                             w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"], self.eps)
         return h
 
-    def token_ids(self, text: str) -> list[int]:
+    def token_ids(self, text: str, max_length: int | None = None) -> list[int]:
+        """[CLS] word pieces [SEP], cut to `max_length` (default: the encoder's, 128) keeping [SEP]."""
+        cap = min(self.max_length, max_length or self.max_length)
         ids = self.tokenizer.encode(text).ids
         # Keep [CLS] … [SEP] when truncating, as HF's truncation does.
-        return ids if len(ids) <= self.max_length else ids[: self.max_length - 1] + ids[-1:]
+        return ids if len(ids) <= cap else ids[: cap - 1] + ids[-1:]
 
     def count_tokens(self, text: str) -> int:
         """Word-piece tokens of a text (no truncation, without [CLS]/[SEP])."""
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
-    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> np.ndarray:
         """Unit-norm mean-pooled embeddings, (len(texts), 384) float32.
 
-        Texts are sorted by length and batched so that padding stays small.
+        Texts are sorted by length and batched so that padding stays small;
+        `max_length` caps each text's tokens below the encoder's own cap.
         """
-        return embed_in_length_batches([self.token_ids(t) for t in texts], self.dim, batch_size,
+        return embed_in_length_batches([self.token_ids(t, max_length) for t in texts], self.dim, batch_size,
                                        self._forward)
 
 

@@ -61,7 +61,7 @@ class ToolIndex:
 
     @classmethod
     def build(cls, catalog: Catalog, index_dir: str | Path | None = None, encoder: MiniLMEncoder | None = None,
-              batch_size: int = 32, query_precision: str = "fp32") -> ToolIndex:
+              batch_size: int = 32, query_precision: str = "fp32", query_threads: int = 1) -> ToolIndex:
         """Load the cached embeddings for this catalog version, or compute and cache them.
 
         `query_precision="int8"` routes queries through the int8 ONNX encoder (needs index_dir).
@@ -71,8 +71,9 @@ class ToolIndex:
             from serving.tools.onnx_encoder import OnnxQueryEncoder, load_encoder
 
             encoder = load_encoder(Path(index_dir) / "encoder" if index_dir else None)
-            if query_precision == "int8" and isinstance(encoder, OnnxQueryEncoder):
-                query_encoder = OnnxQueryEncoder.create(encoder.base, Path(index_dir) / "encoder", int8=True)
+            if isinstance(encoder, OnnxQueryEncoder) and (query_precision == "int8" or query_threads != 1):
+                query_encoder = OnnxQueryEncoder.create(encoder.base, Path(index_dir) / "encoder", threads=query_threads,
+                                                        int8=query_precision == "int8")
         cached = cls._cache_dir(index_dir, catalog)
         if cached and (cached / "meta.json").exists():
             meta = json.loads((cached / "meta.json").read_text())

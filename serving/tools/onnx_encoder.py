@@ -132,14 +132,17 @@ class OnnxQueryEncoder:
     def count_tokens(self, text: str) -> int:
         return self.base.count_tokens(text)
 
-    def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        """Unit-norm embeddings; texts are batched by length so that padding stays small."""
+    def encode(self, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> np.ndarray:
+        """Unit-norm embeddings; texts are batched by length so that padding stays small.
+
+        `max_length` caps each text's tokens below the encoder's own cap (128).
+        """
         def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
             bias = ((1.0 - mask) * -1e9)[:, None, None, :].astype(np.float32)
             positions = np.arange(ids.shape[1], dtype=np.int64)
             return self.session.run(None, {"input_ids": ids, "positions": positions, "mask_bias": bias})[0]
 
-        return embed_in_length_batches([self.base.token_ids(t) for t in texts], self.dim, batch_size, forward)
+        return embed_in_length_batches([self.base.token_ids(t, max_length) for t in texts], self.dim, batch_size, forward)
 
 def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | None = None, int8: bool = False):
     """The fastest encoder available: ONNX Runtime (graph cached in `cache_dir`), else numpy."""

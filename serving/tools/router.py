@@ -17,7 +17,6 @@ rejected, never mapped to a nearby name.
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -90,20 +89,32 @@ class ToolRouter:
         self.read_only = np.array([c.risk == "read" for c in self.catalog.cards])
         self._filters: dict[Caller, FilterResult] = {}  # the filter is deterministic per caller
         self._qvecs: dict[str, np.ndarray] = {}  # recent query embeddings: expand() must not re-embed
-        self._rg_cache: dict[tuple[int, ...], tuple[dict, int]] = {}  # request_group tool and its tokens
+        self._group_visible: dict[Caller, np.ndarray] = {}  # per caller: groups holding a visible tool
+        # Per-card order grouped by group, for a per-group max in one reduceat.
+        self._by_group = np.argsort(self.group_of, kind="stable")
+        counts = np.bincount(self.group_of, minlength=len(self.group_names))
+        self._group_starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self._group_nonempty = counts > 0
+        self._rg_tokens: dict[int, int] = {}  # per group: its tokens inside the request_group tool
+        self._rg_base_tokens: int | None = None
+        self._pool = None  # one worker thread embedding queries while BM25 scores (overlap_bm25)
 
     @classmethod
     def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
         if index is None:
             catalog = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
-            index = ToolIndex.build(catalog, cfg.index_dir, query_precision=cfg.retrieval.query_precision)
+            index = ToolIndex.build(catalog, cfg.index_dir, query_precision=cfg.retrieval.query_precision,
+                                    query_threads=cfg.retrieval.query_threads)
         return cls(index, cfg.policy, cfg.retrieval, cfg.groups, cfg.pinned)
 
     def visible(self, caller: Caller) -> FilterResult:
         if caller not in self._filters:
             if len(self._filters) > 1024:
                 self._filters.clear()
-            self._filters[caller] = self.policy.filter(self.catalog.cards, caller)
+                self._group_visible.clear()
+            seen = self.policy.filter(self.catalog.cards, caller)
+            self._filters[caller] = seen
+            self._group_visible[caller] = np.bincount(self.group_of[seen.visible], minlength=len(self.group_names)) > 0
         return self._filters[caller]
 
     def intents(self, query: str) -> list[str]:
@@ -123,10 +134,17 @@ class ToolRouter:
         seen = self.visible(caller)
         t1 = time.perf_counter()
         texts = self.intents(query)
-        Q = self._vectors(texts, qvecs)
+        if qvecs is None and self.retrieval.overlap_bm25:
+            # ONNX Runtime releases the GIL: BM25 scores the texts on this thread while the query embeds.
+            pending = self._embedder().submit(self._vectors, texts, None)
+            bm25 = [self.index.bm25_scores(t) for t in texts]
+            Q = pending.result()
+        else:
+            Q = self._vectors(texts, qvecs)
+            bm25 = None
         self._remember(query, Q[0])
         t2 = time.perf_counter()
-        fused, dense = self._fuse(texts, Q, seen.visible)
+        fused, dense = self._fuse(texts, Q, seen.visible, bm25)
         t3 = time.perf_counter()
         asks = len(texts) - 1  # 0: one ask
         k = top_k_override or max(self.retrieval.top_k, self.retrieval.k_per_intent * asks)
@@ -149,7 +167,7 @@ class ToolRouter:
         t4 = time.perf_counter()
         exposed = [i for i in self.pinned if seen.visible[i]] + [int(i) for i in picked if int(i) not in self.pinned]
         tools = [self.catalog.cards[i].to_openai() for i in exposed]
-        rg_tool, rg_tokens = self._request_group_tool(chosen, probs, seen.visible)
+        rg_tool, rg_tokens = self._request_group_tool(chosen, probs, self._group_visible[caller])
         tools.append(rg_tool)
         vis_tokens = int(self.index.schema_tokens[seen.visible].sum())
         after = int(self.index.schema_tokens[exposed].sum()) + rg_tokens
@@ -167,12 +185,24 @@ class ToolRouter:
         )
 
     def _vectors(self, texts: list[str], given: np.ndarray | None) -> np.ndarray:
-        """Embeddings of `texts` (rows), reusing `given` rows and the recent whole-request cache."""
+        """Embeddings of `texts` (rows), reusing `given` rows and the recent whole-request cache.
+
+        With `whole_vector="mean_of_asks"`, a request split into asks is not embedded
+        whole: its row is the normalised mean of the asks' rows.
+        """
         rows = [] if given is None else list(np.atleast_2d(given))[: len(texts)]
         if not rows and texts[0] in self._qvecs:
             rows = [self._qvecs[texts[0]]]
-        if len(rows) < len(texts):
-            rows += list(self.index.query_encoder.encode(texts[len(rows):]))
+        mean_whole = not rows and len(texts) > 1 and self.retrieval.whole_vector == "mean_of_asks"
+        todo = texts[1:] if mean_whole else texts[len(rows):]
+        if todo:
+            budget = self.retrieval.query_token_budget
+            cap = None if budget is None else max(16, budget // len(todo))
+            # One text at a time: batching pads every ask to the longest text, which costs more than it saves.
+            rows += list(self.index.query_encoder.encode(todo, batch_size=1, max_length=cap))
+        if mean_whole:
+            m = np.mean(rows, axis=0)
+            rows.insert(0, m / max(float(np.linalg.norm(m)), 1e-12))
         return np.stack(rows)
 
     def _embed(self, query: str) -> np.ndarray:
@@ -184,7 +214,15 @@ class ToolRouter:
             self._qvecs.pop(next(iter(self._qvecs)))
         self._qvecs[query] = qvec
 
-    def _fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _embedder(self):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-embed")
+        return self._pool
+
+    def _fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray,
+              bm25: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Fused scores over visible cards, and each card's best cosine to any of the texts.
 
         Each text (the whole request, then each ask) gets its own BM25 + dense RRF;
@@ -193,12 +231,13 @@ class ToolRouter:
         the whole request's score breaks ties between asks.
         """
         r = self.retrieval
+        bm25 = bm25 or [self.index.bm25_scores(t) for t in texts]
         cos = self.index.tool_vecs @ Q.T  # (cards, texts)
-        fused = rrf_fuse(self.index.bm25_scores(texts[0]), cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense)
+        fused = rrf_fuse(bm25[0], cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense)
         if len(texts) > 1:
             best = fused.copy()
             for j in range(1, len(texts)):
-                part = rrf_fuse(self.index.bm25_scores(texts[j]), cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense)
+                part = rrf_fuse(bm25[j], cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense)
                 np.maximum(best, r.intent_weight * part, out=best)
             fused = best + 1e-3 * fused
         return fused, cos.max(axis=1)
@@ -211,8 +250,10 @@ class ToolRouter:
         groups says how much of the probability the chosen groups hold.
         """
         G = len(self.group_names)
+        # Best visible cosine per group: one reduceat over the cards sorted by group.
         rel = np.full(G, -np.inf)
-        np.maximum.at(rel, self.group_of[visible], dense[visible])
+        best = np.maximum.reduceat(np.where(visible, dense, -np.inf)[self._by_group], self._group_starts[self._group_nonempty])
+        rel[self._group_nonempty] = best
         rel = np.where(np.isfinite(rel), np.maximum(rel, (self.index.group_vecs @ Q.T).max(axis=1)), -np.inf)
         probs = np.zeros(G)
         ok = np.isfinite(rel)
@@ -230,21 +271,41 @@ class ToolRouter:
         return chosen, float(probs[chosen].sum()), probs
 
     def _pick(self, fused, chosen, allowed, k) -> np.ndarray:
-        mask = allowed & np.isin(self.group_of, chosen)
-        return top_k(np.where(mask, fused, -np.inf), k)
+        in_chosen = np.zeros(len(self.group_names), dtype=bool)
+        in_chosen[chosen] = True
+        return top_k(np.where(allowed & in_chosen[self.group_of], fused, -np.inf), k)
 
-    def _request_group_tool(self, chosen, probs, visible) -> tuple[dict, int]:
+    def _request_group_tool(self, chosen, probs, group_visible) -> tuple[dict, int]:
         """request_group naming the most relevant visible groups not chosen, and its schema tokens."""
-        vis_groups = np.flatnonzero(np.bincount(self.group_of[visible], minlength=len(self.group_names)))
-        others = [int(g) for g in vis_groups[np.argsort(-probs[vis_groups], kind="stable")] if g not in chosen]
-        key = tuple(others[: self.gcfg.suggest_groups])
-        if key not in self._rg_cache:  # tokenising it costs ~1 ms; the same suggestions recur
-            if len(self._rg_cache) > 4096:
-                self._rg_cache.clear()
-            tool = request_group_tool([self.catalog.groups[self.group_names[g]] for g in key])
-            self._rg_cache[key] = (tool, self.index.encoder.count_tokens(json.dumps(tool)))
-        tool, tokens = self._rg_cache[key]
-        return copy.deepcopy(tool), tokens
+        cand = group_visible.copy()
+        cand[chosen] = False
+        others = np.flatnonzero(cand)
+        n = min(self.gcfg.suggest_groups, others.size)
+        if n < others.size:  # the n most probable, without sorting every group
+            others = others[np.argpartition(-probs[others], n - 1)[:n]]
+        others = others[np.lexsort((others, -probs[others]))][:n]  # most probable first, ties by group order
+        groups = [self.catalog.groups[self.group_names[g]] for g in others]
+        return request_group_tool(groups), self._request_group_tokens(others, groups)
+
+    def _request_group_tokens(self, ids, groups) -> int:
+        """Tokens of json.dumps(request_group tool), summed from cached per-group counts.
+
+        The WordPiece tokenizer splits at whitespace and punctuation first, and every
+        group's text in the tool's JSON is bounded by punctuation ("; ", quotes, ", "),
+        so the count adds up exactly (tested against counting the whole JSON).
+        """
+        count = self.index.encoder.count_tokens
+        if self._rg_base_tokens is None:
+            self._rg_base_tokens = count(json.dumps(request_group_tool([])))
+            self._rg_sep = count(";") + count(",")  # between two groups: "; " in the listing, ", " in the enum
+        total = self._rg_base_tokens + max(0, len(groups) - 1) * self._rg_sep
+        for g, card in zip(ids, groups):
+            g = int(g)
+            if g not in self._rg_tokens:
+                self._rg_tokens[g] = (count(json.dumps(f"{card.name}: {card.description}")[1:-1])
+                                      + count(json.dumps(card.name)))
+            total += self._rg_tokens[g]
+        return total
 
     # -- the way back, and the guard on model outputs ----------------------------
 

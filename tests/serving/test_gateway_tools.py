@@ -102,6 +102,7 @@ def test_forwarded_request_carries_only_the_routed_tools(gateway, client):  # no
     assert trace["groups"][0]["name"] == "payments" and 0 < trace["confidence"] <= 1
     assert trace["catalog_version"] == gateway_catalog_version(r) and trace["expansions"] == []
     assert trace["mode"] in ("retrieval", "widened", "safe_default") and trace["n_hidden"] == 5
+    assert trace["asks"] >= 1
     assert trace["schema_tokens"]["exposed"] > 0
     # The model router packed the reduced set: the same decision as routing those tools directly.
     reduced = [Tool(name=t["function"]["name"], description=t["function"].get("description", ""),

@@ -66,3 +66,41 @@ def test_given_vectors_give_the_same_decision(index):  # noqa: F811
     assert a.tool_keys == b.tool_keys == c.tool_keys
     assert [g["name"] for g in a.groups] == [g["name"] for g in b.groups]
     np.testing.assert_allclose(a.confidence, b.confidence, atol=1e-6)
+
+
+class _Spy:
+    """The index's query encoder, recording what each call embedded and with which cap."""
+
+    def __init__(self, enc):
+        self.enc, self.calls = enc, []
+
+    def encode(self, texts, batch_size=32, max_length=None):
+        self.calls.append((list(texts), max_length))
+        return self.enc.encode(texts, batch_size=batch_size, max_length=max_length)
+
+
+def test_token_budget_and_mean_of_asks(index, monkeypatch):  # noqa: F811
+    spy = _Spy(index.query_encoder)
+    monkeypatch.setattr(index, "query_encoder", spy)
+    r = _router(index, query_token_budget=32, whole_vector="mean_of_asks", overlap_bm25=False)
+    texts = r.intents(ASKS)
+    Q = r._vectors(texts, None)
+    assert spy.calls == [(texts[1:], 16)]  # the asks only, the budget shared between them
+    m = Q[1:].mean(axis=0)
+    np.testing.assert_allclose(Q[0], m / np.linalg.norm(m), atol=1e-6)
+    base = getattr(index.encoder, "base", index.encoder)  # the numpy encoder, or the one under ORT
+    long = "list the invoices of this customer " * 10
+    capped = base.token_ids(long, 16)
+    assert len(capped) == 16 and capped[-1] == base.token_ids(long)[-1] and capped[:15] == base.token_ids(long)[:15]
+
+    spy.calls.clear()
+    one = _router(index, max_intents=1, query_token_budget=64, overlap_bm25=False)
+    one.route(ASKS, SUPPORT)
+    assert spy.calls == [([ASKS], 64)]
+
+
+def test_overlapping_bm25_with_the_embedding_changes_nothing(index):  # noqa: F811
+    for q in (ASKS, "refund my payment", "what's the status of payment pay_123?"):
+        a = _router(index, overlap_bm25=True).route(q, SUPPORT)
+        b = _router(index, overlap_bm25=False).route(q, SUPPORT)
+        assert a.tool_keys == b.tool_keys and a.groups == b.groups and a.confidence == b.confidence

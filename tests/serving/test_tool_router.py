@@ -154,3 +154,24 @@ def test_duplicate_card_key_in_one_catalog():
 
     with pytest.raises(DataError, match="duplicate tool name"):
         Catalog([ToolCard(name="a", namespace="x"), ToolCard(name="a", namespace="x")])
+
+
+def test_request_group_tokens_add_up_exactly(index):
+    """The per-group token sums equal counting the whole request_group JSON with the real tokenizer."""
+    import json
+    import random
+
+    from serving.tools.cards import GroupCard
+    from serving.tools.catalog import request_group_tool
+
+    r = router(index)
+    rng = random.Random(0)
+    names = list(r.group_names)
+    # Unusual descriptions too: punctuation, quotes, backslashes, non-ASCII (escaped in JSON).
+    odd = GroupCard(name="weather", description='use for "forecasts", rain\\snow; café — 東京 too')
+    for n in range(len(names) + 1):
+        ids = np.array(sorted(rng.sample(range(len(names)), n)), dtype=np.int64)
+        groups = [odd if names[g] == "weather" else r.catalog.groups[names[g]] for g in ids]
+        r._rg_tokens.clear()
+        expected = index.encoder.count_tokens(json.dumps(request_group_tool(groups)))
+        assert r._request_group_tokens(ids, groups) == expected, [g.name for g in groups]
