@@ -93,6 +93,39 @@ def run_evaluation(
     return Evaluation(data, refs, routers, frugal, fixed, scores, lam)
 
 
+def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examples: str | Path | None = None,
+                 pool: str | Path = "configs/pool.yaml", out: str | Path | None = None, target: str = "match_best",
+                 budget_per_million: float | None = None) -> tuple[Evaluation, Path]:
+    """`switchcraft evaluate RUN`: the report of a run's held-out predictions (no kNN: it needs the encoder)."""
+    from data.pool import load_pool
+    from data.schema import read_examples, read_labels
+    from training.recipe import OOF_FILE
+
+    run = Path(run_dir)
+    oof_path = run / OOF_FILE
+    if not oof_path.exists():
+        raise FileNotFoundError(f"{oof_path}: no held-out predictions; train with `switchcraft train run_dir={run}` first")
+    if labels is None:
+        labels = next((p for p in (run / "labels.parquet", Path("runs/default/labels.parquet")) if p.exists()), None)
+        if labels is None:
+            raise FileNotFoundError(f"no labels.parquet in {run} or runs/default; pass --labels")
+    labels = Path(labels)
+    examples = Path(examples) if examples else labels.parent / "examples.parquet"
+    if not examples.exists():
+        raise FileNotFoundError(f"{examples}: missing; pass --examples (from `switchcraft ingest`)")
+    oof = pd.read_parquet(oof_path)
+    held_out = set(oof.loc[oof["fold"] >= 0, "example_id"])
+    ex = {e.id: e for e in read_examples(examples)}
+    ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, load_pool(pool).names,
+                        target=target, budget_per_million=budget_per_million)
+    context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target}
+    metrics = run / "router" / "metrics.json"
+    if metrics.exists():
+        m = json.loads(metrics.read_text())
+        context["train"] = {k: m.get(k) for k in ("mode", "macro_auc", "macro_ece", "folds_run", "n_examples")}
+    return ev, write_report(ev, Path(out) if out else run / "report", context=context)
+
+
 def headline(ev: Evaluation) -> pd.DataFrame:
     refs = ev.refs
     best, oracle = refs.best_single.outcome, refs.oracle

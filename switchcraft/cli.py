@@ -132,6 +132,30 @@ def reproduce(
     console.print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.timings.items()), highlight=False)
 
 
+@app.command()
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="A training run: its oof_predictions.parquet is evaluated."),
+    labels: Path = typer.Option(None, help="labels.parquet (default: <run_dir>/labels.parquet, else runs/default's)."),
+    examples: Path = typer.Option(None, help="examples.parquet (default: beside the labels)."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool (its order names the columns)."),
+    out: Path = typer.Option(None, help="Report folder (default: <run_dir>/report)."),
+    target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
+    budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
+) -> None:
+    """The oracle-gap report of a run's held-out predictions (e.g. a fine-tuning run), without retraining."""
+    from evaluation.report import _md, evaluate_run, headline
+
+    if target == "budget" and budget is None:
+        fail("--target budget needs --budget USD_PER_MILLION")
+    try:
+        ev, report = evaluate_run(run_dir, labels=labels, examples=examples, pool=pool, out=out, target=target,
+                                  budget_per_million=budget)
+    except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    console.print(_md(headline(ev)), highlight=False, markup=False)
+    console.print(f"report: {report}", highlight=False)
+
+
 # Commands of other areas live in their own modules, each with register(app).
 from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_serve, cli_tools, cli_train, cli_verify  # noqa: E402
 

@@ -84,3 +84,22 @@ def test_notebook_rerenders_the_report(tiny_run):
                       if c.cell_type == "code" for o in c.outputs)
     assert "90 held-out queries" in outputs and "oracle" in outputs
     assert (run / "report" / "notebook_curves.png").exists()
+
+
+def test_evaluate_command_reports_a_run_again(tiny_run, tmp_path):
+    """`switchcraft evaluate RUN` re-reads the run's files: the same numbers without the kNN rows, and λ rows."""
+    from typer.testing import CliRunner
+
+    from switchcraft.cli import app
+
+    run, _ = tiny_run
+    res = CliRunner().invoke(app, ["evaluate", str(run), "--pool", str(REPO / "configs/pool.yaml"), "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    again = {r["routing"]: r for r in json.loads((tmp_path / "metrics.json").read_text())["headline"]}
+    first = {r["routing"]: r for r in json.loads((run / "report" / "metrics.json").read_text())["headline"]}
+    shared = [k for k in first if not k.startswith("kNN")]
+    assert shared and all(again[k]["accuracy"] == pytest.approx(first[k]["accuracy"]) for k in shared)
+    assert any(k.startswith("switchcraft router, λ rule") for k in again)
+
+    res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nothing")])
+    assert res.exit_code == 1 and "no held-out predictions" in res.output
