@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN ?= runs/default
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce data outputs labels train test test-fast lint bench clean
+.PHONY: install reproduce data outputs labels train test test-fast lint bench bench-tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ bench: $(STAMP)
 	$(BIN)/switchcraft bench verify
 	$(BIN)/python -m evaluation.bench_pool
 	$(BIN)/python -m evaluation.bench_train
+	$(MAKE) bench-tools
+
+# Tool routing over 5,000 tools: the default (multi-intent) and the latency profile (one ask, 32 word pieces).
+bench-tools: $(STAMP)
+	$(BIN)/python -m evaluation.bench_tools --out bench.json
+	$(BIN)/python -m evaluation.bench_tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
