@@ -97,7 +97,7 @@ class ToolRouter:
         self._group_nonempty = counts > 0
         self._rg_tokens: dict[int, int] = {}  # per group: its tokens inside the request_group tool
         self._rg_base_tokens: int | None = None
-        self._pool = None  # one worker thread embedding queries while BM25 scores (overlap_bm25)
+        self._pool = None  # worker threads embedding queries while BM25 scores (overlap_bm25)
 
     @classmethod
     def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
@@ -216,9 +216,12 @@ class ToolRouter:
 
     def _embedder(self):
         if self._pool is None:
+            import os
             from concurrent.futures import ThreadPoolExecutor
 
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tool-embed")
+            # One worker per core: concurrent requests (the gateway routes on worker threads)
+            # must not queue behind each other's embeddings.
+            self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="tool-embed")
         return self._pool
 
     def _fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray,

@@ -104,3 +104,16 @@ def test_overlapping_bm25_with_the_embedding_changes_nothing(index):  # noqa: F8
         a = _router(index, overlap_bm25=True).route(q, SUPPORT)
         b = _router(index, overlap_bm25=False).route(q, SUPPORT)
         assert a.tool_keys == b.tool_keys and a.groups == b.groups and a.confidence == b.confidence
+
+
+def test_concurrent_routes_match_sequential_ones(index):  # noqa: F811
+    """The gateway routes on worker threads: decisions must not depend on who else is routing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = [ASKS, "refund my payment", "what's the status of payment pay_123?", "weather in Paris",
+               "list invoices. Then check the payment status of pay_9"] * 3
+    r = _router(index)
+    alone = [_router(index).route(q, SUPPORT).tool_keys for q in queries]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        together = list(pool.map(lambda q: r.route(q, SUPPORT).tool_keys, queries))
+    assert together == alone
