@@ -3,8 +3,9 @@
 Order matters and is the security argument: (1) the permission filter decides
 what the caller may see; (2) groups are chosen among visible tools only, with a
 confidence; (3) hybrid retrieval ranks visible tools in those groups to a
-top-K, for the whole request and for each ask it makes (multi-intent); (4) low confidence or an empty result widens (more groups, larger K),
-and if confidence stays low a safe default set (read-only tools) is used;
+top-K, for the whole request and for each ask it makes (multi-intent); (4) low
+confidence or an empty result widens (more groups, larger K), and if
+confidence stays low a safe default set (read-only tools) is used;
 (5) pinned tools that are visible and the `request_group` tool are added.
 `expand` (the agent calling `request_group`) and `check_call` (a model output)
 go through the same filter; a call naming a tool that was not exposed is
@@ -87,9 +88,9 @@ class ToolRouter:
         gpos = {g: i for i, g in enumerate(self.group_names)}
         self.group_of = np.array([gpos[c.group_name] for c in self.catalog.cards], dtype=np.int64)
         self.read_only = np.array([c.risk == "read" for c in self.catalog.cards])
-        self._filters: dict[Caller, FilterResult] = {}  # the filter is deterministic per caller
+        # The filter is deterministic per caller: its result, and which groups hold a visible tool.
+        self._filters: dict[Caller, tuple[FilterResult, np.ndarray]] = {}
         self._qvecs: dict[str, np.ndarray] = {}  # recent query embeddings: expand() must not re-embed
-        self._group_visible: dict[Caller, np.ndarray] = {}  # per caller: groups holding a visible tool
         # Per-card order grouped by group, for a per-group max in one reduceat.
         self._by_group = np.argsort(self.group_of, kind="stable")
         counts = np.bincount(self.group_of, minlength=len(self.group_names))
@@ -108,14 +109,17 @@ class ToolRouter:
         return cls(index, cfg.policy, cfg.retrieval, cfg.groups, cfg.pinned)
 
     def visible(self, caller: Caller) -> FilterResult:
-        if caller not in self._filters:
+        return self._visible(caller)[0]
+
+    def _visible(self, caller: Caller) -> tuple[FilterResult, np.ndarray]:
+        entry = self._filters.get(caller)
+        if entry is None:
             if len(self._filters) > 1024:
                 self._filters.clear()
-                self._group_visible.clear()
             seen = self.policy.filter(self.catalog.cards, caller)
-            self._filters[caller] = seen
-            self._group_visible[caller] = np.bincount(self.group_of[seen.visible], minlength=len(self.group_names)) > 0
-        return self._filters[caller]
+            entry = (seen, np.bincount(self.group_of[seen.visible], minlength=len(self.group_names)) > 0)
+            self._filters[caller] = entry
+        return entry
 
     def intents(self, query: str) -> list[str]:
         """The texts retrieved for `query`: the whole request, then its asks when it makes several."""
@@ -131,7 +135,7 @@ class ToolRouter:
         then embedded here).
         """
         t0 = time.perf_counter()
-        seen = self.visible(caller)
+        seen, group_visible = self._visible(caller)
         t1 = time.perf_counter()
         texts = self.intents(query)
         if qvecs is None and self.retrieval.overlap_bm25:
@@ -167,7 +171,7 @@ class ToolRouter:
         t4 = time.perf_counter()
         exposed = [i for i in self.pinned if seen.visible[i]] + [int(i) for i in picked if int(i) not in self.pinned]
         tools = [self.catalog.cards[i].to_openai() for i in exposed]
-        rg_tool, rg_tokens = self._request_group_tool(chosen, probs, self._group_visible[caller])
+        rg_tool, rg_tokens = self._request_group_tool(chosen, probs, group_visible)
         tools.append(rg_tool)
         vis_tokens = int(self.index.schema_tokens[seen.visible].sum())
         after = int(self.index.schema_tokens[exposed].sum()) + rg_tokens
