@@ -118,12 +118,30 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     ex = {e.id: e for e in read_examples(examples)}
     ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, load_pool(pool).names,
                         target=target, budget_per_million=budget_per_million)
-    context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target}
+    context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target,
+               "deploy": deployable_parameters(ev.data, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])}
     metrics = run / "router" / "metrics.json"
     if metrics.exists():
         m = json.loads(metrics.read_text())
         context["train"] = {k: m.get(k) for k in ("mode", "macro_auc", "macro_ece", "folds_run", "n_examples")}
     return ev, write_report(ev, Path(out) if out else run / "report", context=context)
+
+
+def deployable_parameters(data: RoutingData, probs: np.ndarray) -> dict[str, dict[str, float]]:
+    """τ and λ for serving, calibrated on every held-out row (costs profiled on all of them).
+
+    The report's numbers calibrate on other folds; a deployment has no test fold,
+    so these use everything. Set them in configs/serving.yaml (`router.rule`,
+    `router.lam`) or per request (`router-<τ>`).
+    """
+    from evaluation.routing_eval import choose_tau
+
+    costs = data.cost.mean(axis=0)
+    out: dict[str, dict[str, float]] = {}
+    for target in ("match_best", "cost_fraction"):
+        out[target] = {rule: choose_tau(probs, data.correct, data.cost, costs, target=target, rule=rule)
+                       for rule in ("tau", "lambda")}
+    return out
 
 
 def headline(ev: Evaluation) -> pd.DataFrame:

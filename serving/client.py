@@ -47,7 +47,9 @@ def policy_from_info(info: dict[str, Any]) -> CostAwarePolicy:
     if missing:
         log.warning("no profiled cost for %s; using the highest known (%.6f USD)", missing, max(known))
     costs = {m: float(profile[m]) if profile.get(m) is not None else max(known) for m in models}
-    return CostAwarePolicy(models, costs, float(info.get("threshold", 0.5)))
+    rule = info.get("policy") or {}
+    return CostAwarePolicy(models, costs, float(info.get("threshold", 0.5)), rule=rule.get("rule", "threshold"),
+                           lam=rule.get("lam"))
 
 
 def router_version(info: dict[str, Any], raw: bytes) -> str:
@@ -76,12 +78,16 @@ class RouterClient:
     """Packing (client-side) + a backend + the cost-aware policy."""
 
     def __init__(self, encoder: RequestEncoder, backend: Backend, info: dict[str, Any], *, version: str,
-                 max_batch_size: int = 32, pad_multiple: int = 1) -> None:
+                 max_batch_size: int = 32, pad_multiple: int = 1, rule: str | None = None, lam: float | None = None) -> None:
         if max_batch_size < 1 or pad_multiple < 1:
             raise ValueError("max_batch_size and pad_multiple must be ≥ 1")
         self.encoder, self.backend, self.info = encoder, backend, info
         self.models: list[str] = list(info["models"])
         self.policy = policy_from_info(info)
+        if rule is not None or lam is not None:  # the deployment's choice over router.json's
+            from dataclasses import replace
+
+            self.policy = replace(self.policy, rule=rule or self.policy.rule, lam=lam if lam is not None else self.policy.lam)
         self.version = version
         self.max_batch_size = max_batch_size
         # Triton's ONNX backend batches only equal shapes: padding lengths to a multiple makes them meet.
@@ -90,7 +96,7 @@ class RouterClient:
     @classmethod
     def from_dir(cls, path: str | Path, *, backend: str = "ort", url: str | None = None, int8: bool = False,
                  threads: int | None = None, timeout_s: float = 2.0, max_batch_size: int = 32,
-                 pad_multiple: int = 1, spin: bool = False) -> RouterClient:
+                 pad_multiple: int = 1, spin: bool = False, rule: str | None = None, lam: float | None = None) -> RouterClient:
         """From an exported folder (`switchcraft export`) or a model repository (both hold router.json + tokenizer/)."""
         path = Path(path)
         if not (path / "router.json").exists():
@@ -107,7 +113,7 @@ class RouterClient:
         name = f"{backend}{'-int8' if int8 else ''}"
         engine.name = name
         return cls(encoder, engine, info, version=router_version(info, raw), max_batch_size=max_batch_size,
-                   pad_multiple=pad_multiple)
+                   pad_multiple=pad_multiple, rule=rule, lam=lam)
 
     # --- probabilities -----------------------------------------------------------------------------
     def _pad_to(self, n: int) -> int:

@@ -75,8 +75,16 @@ class CostAwarePolicy:
     models: Sequence[str]
     costs: Mapping[str, float]  # profiled mean cost per query, USD
     threshold: float = 0.5
+    # The default rule of `decide`: "threshold" (the paper's) or "lambda" (argmax lam·p − cost,
+    # lam calibrated with `switchcraft evaluate`; it beat the threshold rule on BFCL v1).
+    rule: Literal["threshold", "lambda"] = "threshold"
+    lam: float | None = None
 
     def __post_init__(self) -> None:
+        if self.rule not in ("threshold", "lambda"):
+            raise ValueError(f"rule must be 'threshold' or 'lambda', got {self.rule!r}")
+        if self.rule == "lambda" and (self.lam is None or not self.lam > 0):
+            raise ValueError(f"rule 'lambda' needs lam > 0, got {self.lam!r}")
         missing = [m for m in self.models if m not in self.costs]
         if missing:
             raise ValueError(f"no profiled cost for {missing}; profile them (switchcraft pool profile) or drop them")
@@ -91,15 +99,20 @@ class CostAwarePolicy:
         *,
         request_costs: Mapping[str, float] | None = None,
         threshold: float | None = None,
-        rule: Literal["threshold", "lambda"] = "threshold",
+        rule: Literal["threshold", "lambda"] | None = None,
         lam: float | None = None,
     ) -> Decision:
         """Choose for one request.
 
         `request_costs` (optional) replaces the profiled cost with a
         per-request estimate (`estimate_request_cost`). With `rule="lambda"`,
-        the choice maximises `lam·p − cost` instead.
+        the choice maximises `lam·p − cost` instead. `rule` defaults to the
+        policy's own, except that an explicit `threshold` asks for the threshold rule.
         """
+        if rule is None:
+            rule = "threshold" if threshold is not None else self.rule
+        if rule == "lambda" and lam is None:
+            lam = self.lam
         probs = np.asarray(probabilities, dtype=float)
         if probs.shape != (len(self.models),):
             raise ValueError(f"expected {len(self.models)} probabilities (pool order {list(self.models)}), got shape {probs.shape}")

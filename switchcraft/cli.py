@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import sys
 from pathlib import Path
 
@@ -153,6 +155,10 @@ def evaluate(
     except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
         fail(str(e))
     console.print(_md(headline(ev)), highlight=False, markup=False)
+    deploy = json.loads((report.parent / "metrics.json").read_text())["context"]["deploy"]
+    for t, label in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
+        console.print(f"to serve for {label}: router.rule=lambda router.lam={deploy[t]['lambda']:.4g} "
+                      f"(or the threshold rule at τ = {deploy[t]['tau']:.2f})", highlight=False)
     console.print(f"report: {report}", highlight=False)
 
 

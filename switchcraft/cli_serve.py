@@ -104,7 +104,7 @@ def serve(
         r = cfg.router
         client = RouterClient.from_dir(r.dir, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
                                        timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
-                                       spin=r.spin)
+                                       spin=r.spin, rule=r.rule, lam=r.lam)
         app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
     except (FileNotFoundError, DataError, ValueError) as e:
         _fail(str(e))

@@ -34,6 +34,8 @@ class RouterSettings(BaseModel):
     timeout_s: float = Field(default=2.0, gt=0, description="Per routing call to Triton.")
     max_batch_size: int = Field(default=32, ge=1)
     pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")
+    rule: Literal["threshold", "lambda"] | None = Field(default=None, description="Policy rule (default: router.json's, else threshold).")
+    lam: float | None = Field(default=None, gt=0, description="λ of the lambda rule (switchcraft evaluate prints a calibrated one).")
 
     @model_validator(mode="after")
     def _triton_needs_url(self) -> RouterSettings:

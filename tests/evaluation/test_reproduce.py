@@ -100,6 +100,12 @@ def test_evaluate_command_reports_a_run_again(tiny_run, tmp_path):
     shared = [k for k in first if not k.startswith("kNN")]
     assert shared and all(again[k]["accuracy"] == pytest.approx(first[k]["accuracy"]) for k in shared)
     assert any(k.startswith("switchcraft router, λ rule") for k in again)
+    deploy = json.loads((tmp_path / "metrics.json").read_text())["context"]["deploy"]
+    from evaluation.routing_eval import LAMBDA_GRID, TAU_GRID
+
+    assert set(deploy) == {"match_best", "cost_fraction"}
+    assert all(d["lambda"] in LAMBDA_GRID and d["tau"] in TAU_GRID for d in deploy.values())
+    assert "router.rule=lambda router.lam=" in res.output
 
     res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nothing")])
     assert res.exit_code == 1 and "no held-out predictions" in res.output

@@ -284,3 +284,19 @@ def test_serving_config_loads_with_overrides_and_names_bad_fields():
         load_serving_config(REPO / "configs" / "serving.yaml", ["router.backend=triton-http"])
     with pytest.raises(DataError, match=r"serving.yaml:\d+: field 'router.threads'"):
         load_serving_config(REPO / "configs" / "serving.yaml", ["router.threads=x"])
+    cfg = load_serving_config(REPO / "configs" / "serving.yaml", ["router.rule=lambda", "router.lam=0.0016"])
+    assert (cfg.router.rule, cfg.router.lam) == ("lambda", 0.0016)
+    with pytest.raises(DataError, match="router.lam"):
+        load_serving_config(REPO / "configs" / "serving.yaml", ["router.lam=-1"])
+
+
+def test_client_serves_the_lambda_rule_when_asked(exported, examples):  # noqa: F811
+    from serving.gateway.requests import to_schema
+
+    lam = RouterClient.from_dir(exported[0], threads=1, rule="lambda", lam=0.002)
+    assert (lam.policy.rule, lam.policy.lam) == ("lambda", 0.002)
+    for ex in examples:
+        body = openai_body(ex)
+        d = lam.route(*to_schema(body["messages"], body["tools"])).decision
+        utility = {m: 0.002 * d.probabilities[m] - d.costs[m] for m in lam.models}
+        assert d.rule == "lambda" and d.chosen == max(lam.models, key=lambda m: (utility[m], -d.costs[m]))

@@ -73,3 +73,27 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="3 probabilities"):
         policy().decide([0.1, 0.2])
     assert estimate_request_cost(1000, 1.0, 2.0, 500) == pytest.approx(0.002)
+
+
+def test_lambda_as_the_policys_default_rule():
+    p = CostAwarePolicy(models=MODELS, costs=COSTS, rule="lambda", lam=0.01)
+    assert p.decide([0.95, 0.6, 0.5]).chosen == "small" and p.decide([0.95, 0.6, 0.5]).rule == "lambda"
+    assert p.decide([0.95, 0.6, 0.5], lam=1.0).chosen == "big"
+    # an explicit per-request threshold (the gateway's router-<τ>) asks for the threshold rule
+    d = p.decide([0.9, 0.8, 0.3], threshold=0.5)
+    assert d.rule == "cheapest_confident" and d.chosen == "mid"
+    with pytest.raises(ValueError, match="needs lam"):
+        CostAwarePolicy(models=MODELS, costs=COSTS, rule="lambda")
+    with pytest.raises(ValueError, match="rule must be"):
+        CostAwarePolicy(models=MODELS, costs=COSTS, rule="greedy")
+
+
+def test_router_json_and_the_deployment_choose_the_rule():
+    from serving.client import policy_from_info
+
+    info = {"models": MODELS, "cost_profile": COSTS, "threshold": 0.5}
+    assert policy_from_info(info).rule == "threshold"
+    p = policy_from_info({**info, "policy": {"rule": "lambda", "lam": 0.01}})
+    assert (p.rule, p.lam) == ("lambda", 0.01) and p.decide([0.95, 0.6, 0.5]).chosen == "small"
+    with pytest.raises(ValueError, match="needs lam"):
+        policy_from_info({**info, "policy": {"rule": "lambda"}})
