@@ -244,30 +244,34 @@ def to_frame(records: Iterable[Record], kind: type[Record]) -> pd.DataFrame:
 
 
 def from_frame(df: pd.DataFrame, kind: type[Record], *, source: str = "<frame>") -> list[Record]:
-    json_fields = _JSON_FIELDS[kind]
     missing = [f for f in kind.model_fields if f not in df.columns]
     if missing:
         raise ValueError(f"{source}: missing column(s) {missing} for {kind.__name__}")
+    return from_rows(df.to_dict(orient="records"), kind, source=source)
+
+
+def from_rows(rows: Iterable[dict[str, Any]], kind: type[Record], *, source: str = "<rows>") -> list[Record]:
+    """Records from row dicts (JSON fields as strings, nulls as None or NaN), row numbers in errors."""
+    json_fields = _JSON_FIELDS[kind]
+    fields = list(kind.model_fields)  # once: pydantic's class attribute is slow to read per row
+    validate = kind.model_validate
     out: list[Record] = []
-    for i, row in enumerate(df.to_dict(orient="records")):
-        d = {k: row[k] for k in kind.model_fields}
-        for k, v in d.items():
-            if k in json_fields:
-                d[k] = json.loads(v)
-            elif _is_missing(v):
-                d[k] = None
+    for i, row in enumerate(rows):
+        d = {}
+        for k in fields:
+            v = row[k]
+            d[k] = json.loads(v) if k in json_fields else (None if _is_missing(v) else v)
         try:
-            out.append(kind.model_validate(d))
+            out.append(validate(d))
         except Exception as e:  # pydantic.ValidationError, but keep the row number
             raise ValueError(f"{source}: row {i}: invalid {kind.__name__}: {e}") from e
     return out
 
 
 def _is_missing(v: Any) -> bool:
-    try:
-        return v is None or bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    return isinstance(v, float) and v != v  # NaN: a null in a float column
 
 
 def write_records(path: str | Path, records: Iterable[Record], kind: type[Record]) -> Path:
@@ -281,7 +285,14 @@ def read_records(path: str | Path, kind: type[Record]) -> list[Record]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (expected a {kind.__name__} parquet file)")
-    return from_frame(pd.read_parquet(path), kind, source=str(path))
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    missing = [f for f in kind.model_fields if f not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing} for {kind.__name__}")
+    # Arrow's rows come with None for nulls and plain Python values: no pandas boxing per cell.
+    return from_rows(table.select(list(kind.model_fields)).to_pylist(), kind, source=str(path))
 
 
 def write_examples(path: str | Path, examples: Iterable[Example]) -> Path:

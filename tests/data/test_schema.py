@@ -93,3 +93,19 @@ def test_any_call_is_exclusive():
     assert Expected.anything().any_call
     with pytest.raises(ValidationError, match="exactly one"):
         Expected(any_call=True, no_call=True)
+
+
+def test_reading_names_the_file_row_and_missing_columns(tmp_path):
+    import pandas as pd
+
+    labels = [Label(example_id="t:1", model="m", correct=True, reason="ok", cost_usd=0.1),
+              Label(example_id="t:2", model="m", correct=False, reason="wrong_value", cost_usd=None)]
+    p = write_labels(tmp_path / "l.parquet", labels)
+    df = pd.read_parquet(p)
+    df.drop(columns=["reason"]).to_parquet(tmp_path / "no_reason.parquet")
+    with pytest.raises(ValueError, match=r"no_reason.parquet: missing column\(s\) \['reason'\] for Label"):
+        read_labels(tmp_path / "no_reason.parquet")
+    df.loc[1, "cost_usd"] = -1.0
+    df.to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(ValueError, match=r"bad.parquet: row 1: invalid Label"):
+        read_labels(tmp_path / "bad.parquet")
