@@ -36,14 +36,15 @@ METHODS = {"bm25": (1.0, 0.0), "dense": (0.0, 1.0), "hybrid": (1.0, 1.0)}
 EVAL_CALLER = Caller(tenant="eval", roles=("eval",))
 
 
-def query_vectors(index: ToolIndex, queries: list[Query] | list[str], cache_dir: Path) -> np.ndarray:
+def query_vectors(index: ToolIndex, queries: list[Query] | list[str], cache_dir: Path,
+                  max_length: int | None = None) -> np.ndarray:
     """Query embeddings, cached by the hash of the texts (re-running a report re-embeds nothing)."""
     texts = [q if isinstance(q, str) else q.text for q in queries]
     h = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
-    path = cache_dir / f"queries-{h}.npy"
+    path = cache_dir / (f"queries-{h}.npy" if max_length is None else f"queries-{h}-max{max_length}.npy")
     if path.exists():
         return np.load(path)
-    vecs = index.encoder.encode(texts, batch_size=64)
+    vecs = index.encoder.encode(texts, batch_size=64, max_length=max_length)
     cache_dir.mkdir(parents=True, exist_ok=True)
     np.save(path, vecs)
     return vecs
@@ -59,14 +60,25 @@ def base_name(key: str) -> str:
     return head if sep and tail.isdigit() else key
 
 
-def intent_vectors(bench: Benchmark, router: ToolRouter, qvecs: np.ndarray, cache_dir: Path) -> list[np.ndarray]:
-    """Per query, the embeddings of `router.intents(query)`: the whole request's row, then its asks'."""
-    texts = [router.intents(q.text)[1:] for q in bench.queries]
-    flat = query_vectors(router.index, [t for ts in texts for t in ts], cache_dir) if any(texts) else np.zeros((0, 0))
-    out, off = [], 0
-    for v, ts in zip(qvecs, texts):
-        out.append(np.vstack([v[None, :], flat[off:off + len(ts)]]) if ts else v[None, :])
-        off += len(ts)
+def intent_vectors(bench: Benchmark, router: ToolRouter, cache_dir: Path) -> list[np.ndarray]:
+    """Per query, the rows routing uses (`router.intents`: whole request, then asks), embedded as
+    routing embeds them (`router.embedding_plan`: token budget, mean of asks), batched and cached."""
+    plans = [router.embedding_plan(router.intents(q.text)) for q in bench.queries]
+    # Whole requests and asks are embedded (and cached) as separate lists, per token cap.
+    lists: dict[tuple[int | None, bool], list[str]] = {}
+    for q, (todo, cap, _) in zip(bench.queries, plans):
+        for t in todo:
+            lists.setdefault((cap, t == q.text), []).append(t)
+    vec: dict[tuple[int | None, str], np.ndarray] = {}
+    for (cap, _), texts in lists.items():
+        vec.update({(cap, t): v for t, v in zip(texts, query_vectors(router.index, texts, cache_dir, cap))})
+    out = []
+    for todo, cap, mean_whole in plans:
+        rows = [vec[(cap, t)] for t in todo]
+        if mean_whole:
+            m = np.mean(rows, axis=0)
+            rows.insert(0, m / max(float(np.linalg.norm(m)), 1e-12))
+        out.append(np.stack(rows))
     return out
 
 
@@ -206,7 +218,7 @@ def evaluate(benches: list[str], data_root: str, run_dir: str | Path, cfg: Tools
         qvecs = query_vectors(index, bench.queries, run_dir / "cache")
         log(f"{name}: index + query embeddings in {time.perf_counter() - t0:.0f} s")
         router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
-        ivecs = intent_vectors(bench, router, qvecs, run_dir / "cache")
+        ivecs = intent_vectors(bench, router, run_dir / "cache")
         log(f"{name}: asks embedded in {time.perf_counter() - t0:.0f} s")
         rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k, router, ivecs)
         grows, extra = routing_rows(bench, router, ivecs)

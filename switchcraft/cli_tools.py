@@ -3,6 +3,7 @@
     switchcraft tools index --config configs/tools.yaml [--catalog cards.yaml ...]
     switchcraft tools route --catalog cards.yaml --request "refund order 42" --tenant acme --role support
     switchcraft tools eval [--bench bfcl --limit 500] [--run-dir runs/tools]
+    switchcraft tools eval --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --run-dir runs/tools_fast
 
 Thin wrappers over `serving.tools` and `evaluation.tool_eval`.
 """
@@ -24,10 +25,19 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _config(config: Path | None, catalog: list[str] | None, index_dir: str | None, default_risk: str | None):
-    from serving.tools.config import ToolsConfig, load_tools_config
+SET_HELP = "Override a config value, e.g. retrieval.max_intents=1 (repeatable)."
 
-    cfg = load_tools_config(config) if config else (load_tools_config(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else ToolsConfig())
+
+def _load(config: Path | None, overrides: list[str] | None):
+    from serving.tools.config import load_tools_config
+
+    path = config or (DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None)
+    return load_tools_config(path, overrides or ())
+
+
+def _config(config: Path | None, catalog: list[str] | None, index_dir: str | None, default_risk: str | None,
+            overrides: list[str] | None = None):
+    cfg = _load(config, overrides)
     update = {}
     if catalog:
         update["catalog"] = list(catalog)
@@ -74,13 +84,14 @@ def register(app: typer.Typer) -> None:
         catalog: list[str] = typer.Option(None, "--catalog", "-c", help="Catalog file (repeatable); overrides the config."),
         index_dir: str = typer.Option(None, help="Where indexes go (default from the config: runs/tools/index)."),
         default_risk: str = typer.Option(None, help="Risk of cards that do not say: read, write, irreversible."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Build (or find cached) the versioned index of a catalog: embeddings, groups, schema tokens."""
         from serving.tools.catalog import Catalog
         from serving.tools.index import ToolIndex
 
         try:
-            cfg = _config(config, catalog, index_dir, default_risk)
+            cfg = _config(config, catalog, index_dir, default_risk, overrides)
             cat = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
             idx = ToolIndex.build(cat, cfg.index_dir)
         except (DataError, FileNotFoundError) as e:
@@ -100,13 +111,14 @@ def register(app: typer.Typer) -> None:
         environment: str = typer.Option("prod", help="Caller's environment."),
         top_k: int = typer.Option(None, help="Override retrieval.top_k."),
         default_risk: str = typer.Option(None, help="Risk of cards that do not say."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Route one request: exposed tools, groups and confidence, what the filter hid and why, version, timings."""
         from serving.tools.policy import Caller
         from serving.tools.router import ToolRouter
 
         try:
-            cfg = _config(config, catalog, index_dir, default_risk)
+            cfg = _config(config, catalog, index_dir, default_risk, overrides)
             with _one_blas_thread():
                 router = ToolRouter.from_config(cfg)
                 caller = Caller(tenant=tenant, roles=role or (), permissions=permission or (), environment=environment)
@@ -123,13 +135,13 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, help="Tools config: retrieval and group settings (the catalog is the benchmark's)."),
         limit: int = typer.Option(None, help="Sample at most this many queries per benchmark."),
         security: bool = typer.Option(True, help="Run the adversarial permission check."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Evaluate on BFCL (≥ 2,405 tools), MetaTool, Seal-Tools, StableToolBench; write the report."""
         from evaluation.tool_eval import evaluate
-        from serving.tools.config import ToolsConfig, load_tools_config
 
         try:
-            cfg = load_tools_config(config) if config else (load_tools_config(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else ToolsConfig())
+            cfg = _load(config, overrides)
             out = run_dir or cfg.run_dir
             with _one_blas_thread():
                 evaluate(bench or ["bfcl", "metatool", "seal_tools", "stabletoolbench"], data_root, out, cfg, limit,

@@ -188,20 +188,29 @@ class ToolRouter:
             intents=texts[1:],
         )
 
-    def _vectors(self, texts: list[str], given: np.ndarray | None) -> np.ndarray:
-        """Embeddings of `texts` (rows), reusing `given` rows and the recent whole-request cache.
+    def embedding_plan(self, texts: list[str], have_whole: bool = False) -> tuple[list[str], int | None, bool]:
+        """What routing embeds for `texts` (from `intents`): (texts to embed, token cap each, whole = mean of asks).
 
-        With `whole_vector="mean_of_asks"`, a request split into asks is not embedded
-        whole: its row is the normalised mean of the asks' rows.
+        The whole request is skipped when its vector is at hand (`have_whole`) or
+        stands as the mean of the asks (`whole_vector="mean_of_asks"`); the token
+        budget is shared by the texts embedded (each at least 16).
         """
+        mean_whole = not have_whole and len(texts) > 1 and self.retrieval.whole_vector == "mean_of_asks"
+        todo = texts[1:] if (have_whole or mean_whole) else texts
+        budget = self.retrieval.query_token_budget
+        cap = None if budget is None or not todo else max(16, budget // len(todo))
+        return todo, cap, mean_whole
+
+    def _vectors(self, texts: list[str], given: np.ndarray | None) -> np.ndarray:
+        """Embeddings of `texts` (rows), reusing `given` rows and the recent whole-request cache."""
         rows = [] if given is None else list(np.atleast_2d(given))[: len(texts)]
+        if len(rows) == len(texts):
+            return np.stack(rows)
         if not rows and texts[0] in self._qvecs:
             rows = [self._qvecs[texts[0]]]
-        mean_whole = not rows and len(texts) > 1 and self.retrieval.whole_vector == "mean_of_asks"
-        todo = texts[1:] if mean_whole else texts[len(rows):]
+        todo, cap, mean_whole = self.embedding_plan(texts, have_whole=bool(rows))
+        todo = todo[len(rows) - 1:] if len(rows) > 1 else todo
         if todo:
-            budget = self.retrieval.query_token_budget
-            cap = None if budget is None else max(16, budget // len(todo))
             # One text at a time: batching pads every ask to the longest text, which costs more than it saves.
             rows += list(self.index.query_encoder.encode(todo, batch_size=1, max_length=cap))
         if mean_whole:

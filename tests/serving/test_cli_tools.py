@@ -51,3 +51,19 @@ def test_route_errors_name_the_file(tmp_path):
                                         "--request", "hi"])
     assert r.exit_code == 1
     assert "bad.yaml:2" in r.output and "risk" in r.output
+
+
+def test_set_overrides_the_tools_config(cards_file, tmp_path):
+    runner, app = CliRunner(), make_app()
+    cfg = tmp_path / "tools.yaml"
+    cfg.write_text("retrieval:\n  top_k: 3\n")
+    asks = "List the invoices of customer 7. Also, what is the weather forecast for Paris tomorrow?"
+    base = ["tools", "route", "--config", str(cfg), "--catalog", str(cards_file), "--index-dir", str(tmp_path / "i"),
+            "--request", asks, "--tenant", "acme", "--role", "support"]
+    split = json.loads(runner.invoke(app, base).output)
+    assert len(split["intents"]) == 2
+    r = runner.invoke(app, [*base, "--set", "retrieval.max_intents=1", "--set", "retrieval.query_token_budget=32"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["intents"] == []
+    r = runner.invoke(app, [*base, "--set", "retrieval.max_intents=0"])
+    assert r.exit_code == 1 and "retrieval.max_intents" in r.output

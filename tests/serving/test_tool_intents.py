@@ -117,3 +117,19 @@ def test_concurrent_routes_match_sequential_ones(index):  # noqa: F811
     with ThreadPoolExecutor(max_workers=6) as pool:
         together = list(pool.map(lambda q: r.route(q, SUPPORT).tool_keys, queries))
     assert together == alone
+
+
+def test_the_evaluation_embeds_what_routing_embeds(index, tmp_path):  # noqa: F811
+    """tools eval batches and caches the embeddings; they must be the rows `route` would compute."""
+    from evaluation.tool_data import Benchmark, Query
+    from evaluation.tool_eval import intent_vectors
+
+    queries = [Query("q:0", ASKS, ["invoices.list_invoices", "weather.forecast"]),
+               Query("q:1", "refund my payment", ["payments.refund_payment"]),
+               Query("q:2", "what's the status of payment pay_123? Then list the invoices of customer 9", [])]
+    bench = Benchmark("tiny", index.catalog, queries)
+    for kw in ({}, {"query_token_budget": 32}, {"whole_vector": "mean_of_asks", "query_token_budget": 24}):
+        r = _router(index, **kw)
+        got = intent_vectors(bench, r, tmp_path / str(len(kw)))
+        for q, v in zip(queries, got):
+            np.testing.assert_allclose(v, r._vectors(r.intents(q.text), None), atol=1e-5)
