@@ -136,7 +136,11 @@ class CostAwarePolicy:
             if lam is None:
                 raise ValueError("rule='lambda' needs lam")
             utility = {self.models[i]: lam * probs[i] - costs[self.models[i]] for i in eligible}
-            ranking = sorted(utility, key=lambda m: (-utility[m], costs[m], m))
+            # A caller's min_probability holds under this rule too: models below it come last, most probable first.
+            floor = c.min_probability if c.min_probability is not None else -np.inf
+            sure = [m for m in utility if p[m] >= floor]
+            ranking = (sorted(sure, key=lambda m: (-utility[m], costs[m], m))
+                       + sorted((m for m in utility if p[m] < floor), key=lambda m: (-p[m], costs[m], m)))
             fired = "lambda"
         else:
             confident = [self.models[i] for i in eligible if probs[i] > tau]

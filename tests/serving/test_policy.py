@@ -97,3 +97,12 @@ def test_router_json_and_the_deployment_choose_the_rule():
     assert (p.rule, p.lam) == ("lambda", 0.01) and p.decide([0.95, 0.6, 0.5]).chosen == "small"
     with pytest.raises(ValueError, match="needs lam"):
         policy_from_info({**info, "policy": {"rule": "lambda"}})
+
+
+def test_lambda_rule_keeps_the_callers_min_probability():
+    p = CostAwarePolicy(models=MODELS, costs=COSTS, rule="lambda", lam=0.01)
+    # λ alone picks small (0.5); the caller asks for p ≥ 0.6: mid is the best utility among big and mid
+    d = p.decide([0.95, 0.6, 0.5], Constraints(min_probability=0.6))
+    assert d.chosen == "mid" and d.ranking == ["mid", "big", "small"]
+    # nobody reaches it: most probable first, as the threshold rule falls back
+    assert p.decide([0.3, 0.2, 0.1], Constraints(min_probability=0.9)).ranking == ["big", "mid", "small"]
