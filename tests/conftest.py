@@ -6,6 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests explore new random examples on every local run (that is how they find
+# bugs); under CI they replay a fixed, derandomised set so a landing never hinges on luck.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", REPO.parent / "shared" / "data"))

@@ -40,7 +40,7 @@ def calls_after_markers(text: str, marker: str, *, skip_non_objects: bool = Fals
             start += 1
         if start < len(text) and text[start] in "{[":
             try:
-                value, _ = raw_decode_lenient(text, start)
+                value, start = raw_decode_lenient(text, start)  # search on after the body: it may quote the marker
             except ValueError as e:
                 raise DecodeFailure(MALFORMED, f"{marker} body is not JSON: {e}") from None
             for item in value if isinstance(value, list) else [value]:

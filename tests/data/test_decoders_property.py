@@ -192,3 +192,11 @@ def test_decode_never_raises_and_says_why(raw, language):
         assert res.error.split(":", 1)[0] in ("no_call", "malformed") and res.decoder is None
     else:
         assert res.decoder and all(c.name for c in res.calls)
+
+
+def test_a_marker_quoted_inside_a_call_body_is_data():
+    """Found by test_hermes: a string value holding "<tool_call>" is not a second call."""
+    raw = '<tool_call>\n{"name": "A", "arguments": {"A": {"<tool_call>": null}}}\n</tool_call>\n'
+    assert decoded(raw) == canon([("A", {"A": {"<tool_call>": None}})])
+    two = raw + '<tool_call>{"name": "B", "arguments": {"s": "see <tool_call> x"}}</tool_call>'
+    assert decoded(two) == canon([("A", {"A": {"<tool_call>": None}}), ("B", {"s": "see <tool_call> x"})])
