@@ -275,6 +275,38 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)(?:```|$)", re.S)
 SPECIAL_TOKEN = re.compile(r"<\|[a-z_]+\|>")
 
 
+def strip_special_tokens(text: str) -> str:
+    """Remove chat-template tokens (`<|python_tag|>`, `<|eot_id|>`) outside string literals.
+
+    Inside a quoted string ('…' or "…", backslash escapes honoured) they are data:
+    an argument may well hold "<|x|>". A quote right after a letter or digit
+    ("Here's") is prose, not the start of a string.
+    """
+    if "<|" not in text:
+        return text
+    out, i, quote, n = [], 0, "", len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"" and not (i and text[i - 1].isalnum()):
+            quote = ch
+            out.append(ch)
+        elif ch == "<" and (m := SPECIAL_TOKEN.match(text, i)):
+            i = m.end()
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def fenced_blocks(text: str) -> list[str]:
     """Bodies of ``` code fences (an unterminated last fence runs to the end)."""
     if "```" not in text:
@@ -286,7 +318,7 @@ def strip_fence(text: str) -> str:
     """The body of a text that is one code fence, else the text; special tokens removed."""
     s = text.strip()
     if s.startswith("<|"):
-        s = SPECIAL_TOKEN.sub("", s).strip()
+        s = strip_special_tokens(s).strip()
     if s.startswith("```"):
         blocks = fenced_blocks(s)
         if blocks:

@@ -26,11 +26,11 @@ from data.decoders.base import (
     FREE_TEXT,
     MALFORMED,
     NO_CALL,
-    SPECIAL_TOKEN,
     Context,
     DecodeFailure,
     balanced_end,
     fenced_blocks,
+    strip_special_tokens,
 )
 from data.decoders.names import tool_name_index
 from data.pycall import PyCallError, call_from_node
@@ -81,7 +81,7 @@ def call_candidates(raw: str) -> Iterator[tuple[str, bool]]:
     text) rather than a piece picked out of prose."""
     text = raw.strip()
     if "<|" in text:
-        text = SPECIAL_TOKEN.sub("", text).strip()
+        text = strip_special_tokens(text).strip()
     yield text, True
     seen = {text}
     for i, block in enumerate(fenced_blocks(text)):

@@ -200,3 +200,13 @@ def test_a_marker_quoted_inside_a_call_body_is_data():
     assert decoded(raw) == canon([("A", {"A": {"<tool_call>": None}})])
     two = raw + '<tool_call>{"name": "B", "arguments": {"s": "see <tool_call> x"}}</tool_call>'
     assert decoded(two) == canon([("A", {"A": {"<tool_call>": None}}), ("B", {"s": "see <tool_call> x"})])
+
+
+def test_special_tokens_inside_strings_are_data():
+    """Found by test_python_with_surroundings: "<|_|>" inside an argument was stripped as a chat token."""
+    from data.decoders.base import strip_special_tokens
+
+    assert decoded("```python\n[A(A={'<|_|>': None})]\n```") == canon([("A", {"A": {"<|_|>": None}})])
+    assert decoded("<|python_tag|>[f(a='x <|eot_id|> y')]<|eot_id|>") == canon([("f", {"a": "x <|eot_id|> y"})])
+    assert strip_special_tokens("Here's the call: <|python_tag|>[f(a=1)]<|eom_id|>") == "Here's the call: [f(a=1)]"
+    assert strip_special_tokens('{"a": "q\\"<|x|>"}<|eot_id|>') == '{"a": "q\\"<|x|>"}'
