@@ -16,7 +16,6 @@ Writes `cost_profile.md`, `cost_profile.csv` and `cost_profile.png`.
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,13 +46,14 @@ def read_usages(path: str | Path, models: list[str] | None = None) -> Usages:
     """Token counts per model from an outputs.parquet or a BFCL result directory.
 
     A result directory is read for its counts only (no decoding: 4x faster than
-    importing), with the importer's rule that 0 input and 0 output tokens is
-    "not measured" (`data.recorded`); a test keeps the two readers equal.
+    importing), with the importer's own per-line reading (`data.recorded.row_usage`:
+    turns summed, 0 input and 0 output tokens is "not measured").
     """
     path = Path(path)
     if not path.is_dir():
         return usages_of(read_recordings(path, models=models))
-    from data.recorded import detect_layout, result_files
+    from data.io import iter_jsonl
+    from data.recorded import detect_layout, result_files, row_usage
 
     files = result_files(path, detect_layout(path))
     wanted = set(models) if models is not None else None
@@ -62,28 +62,12 @@ def read_usages(path: str | Path, models: list[str] | None = None) -> Usages:
         if wanted is not None and model not in wanted:
             continue
         rows = out.setdefault(model, [])
-        for lineno, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"invalid JSON: {e.msg}", path=f, line=lineno) from None
-            tin, tout = row.get("input_token_count"), row.get("output_token_count")
-            tin, tout = _total(tin), _total(tout)
-            if tin == 0 and not tout:
-                tin = tout = None
+        for lineno, row in iter_jsonl(f):
+            tin, tout = row_usage(row, f, lineno)
             rows.append(Usage(input_tokens=tin, output_tokens=tout))
     if wanted is not None and (missing := sorted(wanted - set(out))):
         raise DataError(f"no recordings for model(s) {missing}", path=path)
     return out
-
-
-def _total(count):
-    """Multi-turn results hold (nested) lists of counts, one per turn: their sum."""
-    if isinstance(count, list):
-        return sum(_total(c) or 0 for c in count) if count else None
-    return count
 
 
 def usages_of(recordings: Recordings) -> Usages:

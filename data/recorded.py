@@ -293,7 +293,7 @@ def _rows_of_file(
             tools = ex.tools
         raw = row["result"]
         res = decode(raw, tools, language=language)
-        tin, tout = _usage(row, file, lineno)
+        tin, tout = row_usage(row, file, lineno)
         rows.append((
             example_id,
             raw,
@@ -307,7 +307,8 @@ def _rows_of_file(
     return rows, skipped
 
 
-def _usage(row: dict[str, Any], file: Path, line: int) -> tuple[int | None, int | None]:
+def row_usage(row: dict[str, Any], file: Path, line: int) -> tuple[int | None, int | None]:
+    """(input, output) tokens of one result line: per-turn lists summed, 0/0 read as "not measured"."""
     tin = _number(row.get("input_token_count"), file, line, "input_token_count", int)
     tout = _number(row.get("output_token_count"), file, line, "output_token_count", int)
     if tin == 0 and not tout:  # BFCL's "not measured" (open-weight models)
