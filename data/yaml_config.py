@@ -31,6 +31,27 @@ def read_yaml(path: str | Path, *, hint: str | None = None) -> dict[str, Any]:
     return raw
 
 
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`a.b=value` sets raw["a"]["b"]; the value is read as YAML (`3`, `true`, `[a, b]`, `null`)."""
+    out = dict(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise DataError(f"override {item!r} is not key=value", path="<command line>", hint="e.g. mode=finetune or retrieval.max_intents=1")
+        key, _, text = item.partition("=")
+        try:
+            value = yaml.safe_load(text) if text != "" else None
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            child = node.get(p)
+            node[p] = dict(child) if isinstance(child, dict) else {}
+            node = node[p]
+        node[parts[-1]] = value
+    return out
+
+
 def validate_model(path: str | Path, raw: dict[str, Any], model: type[M]) -> M:
     """`model.model_validate(raw)`, its first error turned into a DataError naming file, line and key."""
     try:

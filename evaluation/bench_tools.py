@@ -50,16 +50,6 @@ def bench_catalog(n_tools: int, data_root: str, run_dir: Path):
     return Catalog(cards), np.stack(vecs), list(dict.fromkeys(queries)), idx.encoder
 
 
-def load_config(config: str | None, overrides: list[str]):
-    """configs/tools.yaml (or the defaults) with key=value overrides, validated."""
-    from data.yaml_config import read_yaml
-    from serving.tools.config import ToolsConfig
-    from training.config import apply_overrides
-
-    raw = read_yaml(config) if config else {}
-    return ToolsConfig.model_validate(apply_overrides(raw, overrides))
-
-
 def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
         config: str | None = "configs/tools.yaml", overrides: list[str] = (), out_name: str = "bench.json") -> dict:
     from serving.tools.index import ToolIndex
@@ -73,7 +63,9 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
 
     group_vecs = encoder.encode([f"{split_identifier(g.name)}: {g.description}" for g in groups])
     tokens = np.array([encoder.count_tokens(json.dumps(c.to_openai())) for c in catalog.cards])
-    cfg = load_config(config, list(overrides))
+    from serving.tools.config import load_tools_config
+
+    cfg = load_tools_config(config, list(overrides))
     r = cfg.retrieval
     query_encoder = encoder
     if r.query_precision == "int8" or r.query_threads != 1:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from data.errors import DataError
+from data.yaml_config import apply_overrides, read_yaml
 
 DEFAULT_CONFIG = Path("configs/train.yaml")
 
@@ -131,40 +131,10 @@ class TrainConfig(BaseModel):
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "router"
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`a.b=value` sets raw["a"]["b"]; the value is read as YAML (`3`, `true`, `[a, b]`, `null`)."""
-    out = dict(raw)
-    for item in overrides:
-        if "=" not in item:
-            raise DataError(f"override {item!r} is not key=value", path="<command line>", hint="e.g. mode=finetune")
-        key, _, text = item.partition("=")
-        try:
-            value = yaml.safe_load(text) if text != "" else None
-        except yaml.YAMLError:
-            value = text
-        node = out
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            child = node.get(p)
-            node[p] = dict(child) if isinstance(child, dict) else {}
-            node = node[p]
-        node[parts[-1]] = value
-    return out
-
-
 def load_train_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> TrainConfig:
     """Load, apply `key=value` overrides, and validate."""
     path = Path(path)
-    if not path.exists():
-        raise DataError("config file not found", path=path, hint="run from the repository root or pass --config")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML: {e}", path=path, line=mark.line + 1 if mark else None) from None
-    if not isinstance(raw, dict):
-        raise DataError("the config must be a mapping of keys to values", path=path)
-    raw = apply_overrides(raw, overrides or [])
+    raw = apply_overrides(read_yaml(path, hint="run from the repository root or pass --config"), overrides or [])
     try:
         return TrainConfig.model_validate(raw)
     except ValidationError as e:

@@ -13,11 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.errors import DataError
-from data.yaml_config import read_yaml, validate_model
+from data.yaml_config import apply_overrides, read_yaml, validate_model
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
 
@@ -77,22 +75,6 @@ class ServingConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
     tools: ToolRoutingSettings | None = Field(default=None, description="Route tools from a catalog first (off: null).")
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    out = dict(raw)
-    for item in overrides:
-        if "=" not in item:
-            raise DataError(f"override {item!r} is not key=value", path="<command line>", hint="e.g. router.backend=ort")
-        key, _, text = item.partition("=")
-        value = yaml.safe_load(text) if text else None
-        node = out
-        parts = key.strip().split(".")
-        for p in parts[:-1]:
-            node[p] = dict(node.get(p) or {})
-            node = node[p]
-        node[parts[-1]] = value
-    return out
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from data.yaml_config import load_yaml_model
+from data.yaml_config import apply_overrides, read_yaml, validate_model
 from serving.tools.policy import AccessPolicy
 
 
@@ -81,10 +81,5 @@ class ToolsConfig(BaseModel):
 
 def load_tools_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ToolsConfig:
     """Load (None: the defaults), apply `key=value` overrides (`retrieval.max_intents=1`), validate."""
-    if not overrides:
-        return ToolsConfig() if path is None else load_yaml_model(path, ToolsConfig, hint="see configs/tools.yaml")
-    from data.yaml_config import read_yaml, validate_model
-    from training.config import apply_overrides
-
     raw = read_yaml(path, hint="see configs/tools.yaml") if path is not None else {}
     return validate_model(path or "<command line>", apply_overrides(raw, list(overrides)), ToolsConfig)
