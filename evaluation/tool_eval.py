@@ -29,7 +29,7 @@ from evaluation.tool_metrics import comprehensive_at, ndcg_at, recall_at
 from serving.tools.config import ToolsConfig
 from serving.tools.index import ToolIndex, rrf_fuse, top_k
 from serving.tools.policy import AccessPolicy, Caller
-from serving.tools.router import ToolRouter
+from serving.tools.router import ToolRouter, unit_mean
 
 KS = (1, 3, 5, 10, 20, 50)
 METHODS = {"bm25": (1.0, 0.0), "dense": (0.0, 1.0), "hybrid": (1.0, 1.0)}
@@ -76,8 +76,7 @@ def intent_vectors(bench: Benchmark, router: ToolRouter, cache_dir: Path) -> lis
     for todo, cap, mean_whole in plans:
         rows = [vec[(cap, t)] for t in todo]
         if mean_whole:
-            m = np.mean(rows, axis=0)
-            rows.insert(0, m / max(float(np.linalg.norm(m)), 1e-12))
+            rows.insert(0, unit_mean(rows))
         out.append(np.stack(rows))
     return out
 
@@ -103,7 +102,7 @@ def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k:
         rankings = {method: top_k(rrf_fuse(bm25, dense, everything, rrf_k, wb, wd), max(KS))
                     for method, (wb, wd) in METHODS.items()}
         if router is not None and ivecs is not None:
-            rankings["hybrid+intents"] = top_k(router._fuse(router.intents(q.text), ivecs[n], everything)[0], max(KS))
+            rankings["hybrid+intents"] = top_k(router.fuse(router.intents(q.text), ivecs[n], everything)[0], max(KS))
         for method, top in rankings.items():
             ranked = [keys[i] for i in top]
             matches = [("exact", ranked, q.needed)]

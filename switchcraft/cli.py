@@ -12,6 +12,7 @@ from rich.table import Table
 
 from data.errors import DataError
 from data.registry import UnknownNameError
+from switchcraft.tables import print_by_reason
 
 app = typer.Typer(help="switchcraft: tool-calling router.", no_args_is_help=True, pretty_exceptions_enable=False)
 data_app = typer.Typer(help="Fetch the public data sets.", no_args_is_help=True)
@@ -86,13 +87,7 @@ def _print_ingest(result) -> None:
         table.add_row(f"[bold]{src}[/]", "[bold]all[/]", f"[bold]{rep.total(src):,}[/]")
     table.add_row("[bold]total[/]", "", f"[bold]{rep.total():,}[/]")
     console.print(table)
-    if rep.skipped:
-        skipped = Table(title="Rows skipped, by reason")
-        for col in ("source", "reason", "rows"):
-            skipped.add_column(col)
-        for (src, reason), n in sorted(rep.skipped.items()):
-            skipped.add_row(src, reason, f"{n:,}")
-        console.print(skipped)
+    print_by_reason(console, "Rows skipped, by reason", "source", rep.skipped)
     for note in rep.notes:
         console.print(f"note: {note}", highlight=False)
     for src, why in result.unavailable.items():

@@ -106,13 +106,9 @@ def _print_import(report) -> None:
     table.add_row("[bold]total[/]", f"[bold]{report.total():,}[/]", f"[bold]{sum(report.decoded.values()):,}[/]",
                   f"[bold]{report.decode_rate():.1%}[/]")
     console.print(table)
-    if report.skipped:
-        skipped = Table(title="Rows not imported, by reason")
-        for col in ("model", "reason", "rows"):
-            skipped.add_column(col)
-        for (model, reason), n in sorted(report.skipped.items()):
-            skipped.add_row(model, reason, f"{n:,}")
-        console.print(skipped)
+    from switchcraft.tables import print_by_reason
+
+    print_by_reason(console, "Rows not imported, by reason", "model", report.skipped)
 
 
 def decode_report(

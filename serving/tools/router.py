@@ -73,6 +73,12 @@ class CallCheck:
     error_type: str = ""  # "tool_error:not_exposed"
 
 
+def unit_mean(rows) -> np.ndarray:
+    """The normalised mean of unit vectors: the asks' vectors standing for the whole request."""
+    m = np.mean(rows, axis=0)
+    return m / max(float(np.linalg.norm(m)), 1e-12)
+
+
 class ToolRouter:
     def __init__(self, index: ToolIndex, policy: AccessPolicy | None = None, retrieval: RetrievalConfig | None = None,
                  groups: GroupConfig | None = None, pinned: list[str] = ()):
@@ -148,7 +154,7 @@ class ToolRouter:
             bm25 = None
         self._remember(query, Q[0])
         t2 = time.perf_counter()
-        fused, dense = self._fuse(texts, Q, seen.visible, bm25)
+        fused, dense = self.fuse(texts, Q, seen.visible, bm25)
         t3 = time.perf_counter()
         asks = len(texts) - 1  # 0: one ask
         k = top_k_override or max(self.retrieval.top_k, self.retrieval.k_per_intent * asks)
@@ -214,8 +220,7 @@ class ToolRouter:
             # One text at a time: batching pads every ask to the longest text, which costs more than it saves.
             rows += list(self.index.query_encoder.encode(todo, batch_size=1, max_length=cap))
         if mean_whole:
-            m = np.mean(rows, axis=0)
-            rows.insert(0, m / max(float(np.linalg.norm(m)), 1e-12))
+            rows.insert(0, unit_mean(rows))
         return np.stack(rows)
 
     def _embed(self, query: str) -> np.ndarray:
@@ -237,7 +242,7 @@ class ToolRouter:
             self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="tool-embed")
         return self._pool
 
-    def _fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray,
+    def fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray,
               bm25: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Fused scores over visible cards, and each card's best cosine to any of the texts.
 
