@@ -95,8 +95,9 @@ def run_evaluation(
 
 def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examples: str | Path | None = None,
                  pool: str | Path = "configs/pool.yaml", out: str | Path | None = None, target: str = "match_best",
-                 budget_per_million: float | None = None) -> tuple[Evaluation, Path]:
-    """`switchcraft evaluate RUN`: the report of a run's held-out predictions (no kNN: it needs the encoder)."""
+                 budget_per_million: float | None = None) -> tuple[Evaluation, Path, dict[str, dict[str, float]]]:
+    """`switchcraft evaluate RUN`: the report of a run's held-out predictions (no kNN: it needs the encoder),
+    and the τ and λ to deploy per target (`deployable_parameters`)."""
     from data.pool import load_pool
     from data.schema import read_examples, read_labels
     from training.recipe import OOF_FILE
@@ -118,13 +119,14 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     ex = {e.id: e for e in read_examples(examples)}
     ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, load_pool(pool).names,
                         target=target, budget_per_million=budget_per_million)
+    deploy = deployable_parameters(ev.data, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])
     context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target,
-               "deploy": deployable_parameters(ev.data, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])}
+               "deploy": deploy}
     metrics = run / "router" / "metrics.json"
     if metrics.exists():
         m = json.loads(metrics.read_text())
         context["train"] = {k: m.get(k) for k in ("mode", "macro_auc", "macro_ece", "folds_run", "n_examples")}
-    return ev, write_report(ev, Path(out) if out else run / "report", context=context)
+    return ev, write_report(ev, Path(out) if out else run / "report", context=context), deploy
 
 
 def deployable_parameters(data: RoutingData, probs: np.ndarray) -> dict[str, dict[str, float]]:

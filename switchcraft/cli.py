@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -144,12 +143,11 @@ def evaluate(
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
     try:
-        ev, report = evaluate_run(run_dir, labels=labels, examples=examples, pool=pool, out=out, target=target,
+        ev, report, deploy = evaluate_run(run_dir, labels=labels, examples=examples, pool=pool, out=out, target=target,
                                   budget_per_million=budget)
     except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
         fail(str(e))
     console.print(_md(headline(ev)), highlight=False, markup=False)
-    deploy = json.loads((report.parent / "metrics.json").read_text())["context"]["deploy"]
     for t, label in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
         console.print(f"to serve for {label}: router.rule=lambda router.lam={deploy[t]['lambda']:.4g} "
                       f"(or the threshold rule at τ = {deploy[t]['tau']:.2f})", highlight=False)
