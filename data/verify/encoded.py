@@ -137,28 +137,16 @@ def _mapping(s: str) -> Any:
     return UNREADABLE
 
 
-def _split_pair(item: str) -> tuple[str, str, str]:
-    depth, quote = 0, ""
-    for i, ch in enumerate(item):
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch in "'\"`":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch in ":=" and depth == 0:
-            return item[:i], ch, item[i + 1 :]
-    return item, "", ""
-
-
-def split_top(s: str) -> list[str]:
-    """Split on commas outside quotes and brackets."""
-    parts, depth, quote, start = [], 0, "", 0
+def _top_level(s: str):
+    """(index, char) of the characters outside quotes and brackets (backslash escapes honoured in quotes)."""
+    depth, quote, escaped = 0, "", False
     for i, ch in enumerate(s):
         if quote:
-            if ch == quote and s[i - 1] != "\\":
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
                 quote = ""
         elif ch in "'\"`":
             quote = ch
@@ -166,8 +154,19 @@ def split_top(s: str) -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(s[start:i])
-            start = i + 1
-    parts.append(s[start:])
-    return [p.strip() for p in parts]
+        elif depth == 0:
+            yield i, ch
+
+
+def _split_pair(item: str) -> tuple[str, str, str]:
+    """`key: value` or `key=value` at the top level, else (item, "", "")."""
+    for i, ch in _top_level(item):
+        if ch in ":=":
+            return item[:i], ch, item[i + 1 :]
+    return item, "", ""
+
+
+def split_top(s: str) -> list[str]:
+    """Split on commas outside quotes and brackets."""
+    cuts = [i for i, ch in _top_level(s) if ch == ","]
+    return [s[a + 1 : b].strip() for a, b in zip([-1, *cuts], [*cuts, len(s)])]
