@@ -99,21 +99,43 @@ def chat_messages(example: Example) -> list[dict[str, Any]]:
     return out
 
 
-def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
-    """The JSON body of POST {base_url}/chat/completions for this example and model."""
-    messages = chat_messages(example)
-    body: dict[str, Any] = {"model": model.endpoint_model}
-    if model.prompt_style == "prompt" and example.tools:
-        system = PROMPT_SYSTEM.format(functions=prompt_functions(example.tools))
-        if messages and messages[0]["role"] == "system":
+def styled_request(
+    messages: list[dict[str, Any]], tools: list[Tool], prompt_style: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(messages, `tools` parameter or None) as a model of this prompt style is asked.
+
+    `prompt`: the function docs go in the system prompt (merged in front of the
+    caller's own system message) and no `tools` parameter is sent; `native`: the
+    messages as given and the tools with OpenAI-legal names. The pool runner and
+    the gateway both build requests here, so a model is served the way it was labelled.
+    """
+    if prompt_style == "prompt" and tools:
+        messages = list(messages)
+        system = PROMPT_SYSTEM.format(functions=prompt_functions(tools))
+        if messages and messages[0].get("role") in ("system", "developer"):
             messages[0] = {
                 "role": "system",
-                "content": system + "\n" + (messages[0].get("content") or ""),
+                "content": system + "\n" + _text_of(messages[0].get("content")),
             }
         else:
             messages.insert(0, {"role": "system", "content": system})
-    elif example.tools:
-        body["tools"] = native_tools(example.tools)
+        return messages, None
+    return messages, native_tools(tools) if tools else None
+
+
+def _text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, list):
+        return "\n".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content or ""
+
+
+def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
+    """The JSON body of POST {base_url}/chat/completions for this example and model."""
+    messages, tools = styled_request(chat_messages(example), example.tools, model.prompt_style)
+    body: dict[str, Any] = {"model": model.endpoint_model}
+    if tools is not None:
+        body["tools"] = tools
     body["messages"] = messages
     if model.temperature is not None:
         body["temperature"] = model.temperature
