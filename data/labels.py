@@ -3,8 +3,11 @@
     switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
 
 For each (example, pool model): `correct` and `reason` from the verifier,
-`cost_usd` = recorded usage x the pool's prices (None when usage was not
-recorded: open-weight runs). Writes into the run directory `labels.parquet`,
+`cost_usd` from the pool's price of that model and the output: recorded token
+usage x per-token prices, GPU-seconds (per query, or the recorded latency) x
+the node's hourly price, or a flat price per query (`data.pool`); None when what
+the price needs was not recorded. A pool that could not be costed at all from
+these outputs is refused first (`data.pool.check_costable`). Writes into the run directory `labels.parquet`,
 `labels_summary.csv` (per model: outputs, accuracy, mean cost per query) and
 `labels.json` (what produced them).
 
@@ -23,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from data.errors import DataError
-from data.pool import Pool, load_pool
+from data.pool import Pool, check_costable, load_pool
 from data.schema import Example, Label, Output, write_labels
 from data.verify import language_of, prepare, verify
 from data.verify.batch import NATIVE_TEXT, is_text
@@ -85,7 +88,7 @@ def label_outputs(
                 correct=v.correct,
                 reason=v.reason,
                 detail=v.detail,
-                cost_usd=pm.prices.cost_usd(out.usage),
+                cost_usd=pm.prices.output_cost_usd(out),
             )
         )
     return labels
@@ -148,10 +151,18 @@ class LabelRun:
 
 
 def run_labels(
-    pool_path: str | Path, outputs_path: str | Path, examples_path: str | Path, run_dir: str | Path
+    pool_path: str | Path,
+    outputs_path: str | Path,
+    examples_path: str | Path,
+    run_dir: str | Path,
+    *,
+    price_file: str | Path | None = None,
 ) -> LabelRun:
+    """Label every output of the pool's models; `price_file` (BFCL's) only improves the
+    fix suggested when a model cannot be costed."""
     t0 = time.perf_counter()
     pool = load_pool(pool_path)
+    check_costable(pool, outputs_path, pool_path=pool_path, price_file=price_file)
     examples = load_examples(examples_path)
     labels = label_outputs(load_outputs(outputs_path, examples, pool), examples, pool)
     if not labels:

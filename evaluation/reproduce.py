@@ -26,7 +26,7 @@ from rich.console import Console
 from data.config import load_data_config
 from data.ingest import ingest
 from data.labels import run_labels
-from data.pool import load_pool
+from data.pool import check_costable, load_pool
 from data.recorded import import_recorded
 from data.schema import read_examples, read_labels, write_outputs
 from evaluation.report import run_evaluation, write_report
@@ -73,6 +73,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     data_cfg = load_data_config(opts.data_config)
     pool = load_pool(opts.pool)
+    check_costable(pool, data_cfg.output_path("bfcl_v1"), pool_path=opts.pool, price_file=data_cfg.output_path("prices"))
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
 
     def _ingest():

@@ -89,7 +89,7 @@ def label_command(
             "no outputs or examples given and none configured (outputs.bfcl_v1, sources.bfcl_v1 in the data config)"
         )
     try:
-        run = run_labels(pool, outputs, examples, run_dir)
+        run = run_labels(pool, outputs, examples, run_dir, price_file=cfg.output_path("prices"))
     except DataError as e:
         _fail(str(e))
     table = Table(title=f"Labels: {run.labels:,} (example x model)")
