@@ -87,7 +87,14 @@ def reference_usage(usages: Usages, priced: set[str]) -> Usage:
 def profile_costs(
     usages_by_model: Usages, prices: dict[str, Prices]
 ) -> tuple[list[ModelCost], Usage]:
-    """One row per priced model (unrecorded ones too, with empty columns), sorted by real cost per query."""
+    """One row per priced model (unrecorded ones too, with empty columns), sorted by real cost per query.
+
+    Per-token prices only: the profile sets token usage against a price sheet.
+    """
+    per_other = sorted(m for m, p in prices.items() if p.kind != "token")
+    if per_other:
+        raise ValueError(f"a cost profile compares per-token prices with token usage; {per_other} are not "
+                         "priced per token (their cost per query is their label cost: switchcraft label)")
     ref = reference_usage(usages_by_model, set(prices))
     rows = []
     for model, p in prices.items():

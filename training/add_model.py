@@ -57,7 +57,7 @@ def add_model(cfg: TrainConfig, name: str, router_dir: str | Path | None = None)
     if name not in pool.names:
         raise DataError(f"model {name!r} is not in the pool", path=cfg.pool,
                         hint=f"add it to the pool file first; pool: {', '.join(pool.names)}")
-    prices = pool.get(name).prices.model_dump()
+    prices = pool.get(name).prices.model_dump(exclude_none=True)
     examples, labels = load_training_data(cfg, [name])
     table = build_table(examples, labels, [name], router.tokenizer, router.packing)
     meta = router.scaler.transform(table.meta_raw)  # the router's scaling: serving computes exactly this

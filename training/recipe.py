@@ -88,7 +88,7 @@ class TrainRecipe:
         if unknown:
             raise DataError(f"model(s) {unknown} are not in the pool", path=cfg.pool, field="models",
                             hint=f"pool: {', '.join(pool.names)}")
-        self.prices = {m: pool.get(m).prices.model_dump() for m in self.models}
+        self.prices = {m: pool.get(m).prices.model_dump(exclude_none=True) for m in self.models}
         examples, labels = load_training_data(cfg, self.models)
         self.encoder, self.tokenizer = load_backbone(cfg.backbone)
         self.pad_id = self.tokenizer.pad_token_id or 0

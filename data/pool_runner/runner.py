@@ -132,8 +132,10 @@ class _Run:
         while queue and not self.budget.stopped:
             c = queue.popleft()
             est_out = self.budget.output_estimate(model.name, model.max_output_tokens)
+            # Per GPU-second, the timeout bounds the latency as max_output_tokens bounds the output.
             est = model.prices.cost_usd(
-                Usage(input_tokens=estimate_input_tokens(c.body), output_tokens=est_out)
+                Usage(input_tokens=estimate_input_tokens(c.body), output_tokens=est_out),
+                latency_s=model.timeout_s,
             )
             try:
                 await self.budget.reserve(est)
@@ -173,7 +175,7 @@ class _Run:
                 ms.errors.append(f"{c.example.id}: {e}")
             self.bars.failed(model.name)
             return
-        cost = model.prices.cost_usd(res.usage)
+        cost = model.prices.cost_usd(res.usage, res.latency_s)
         await self.store.record_done(
             c.example.id,
             model.name,
