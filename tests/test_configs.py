@@ -35,3 +35,30 @@ def test_pool_prices_and_bad_key(tmp_path):
     bad.write_text("models:\n  - name: m\n    api_key_env: sk-abc123\n    prices: {input_per_mtok: 1, output_per_mtok: 1}\n")
     with pytest.raises(DataError, match=r"models\.0\.api_key_env"):
         load_pool(bad)
+
+
+POOLS = sorted((CONFIGS / "pools").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", POOLS, ids=lambda p: p.name)
+def test_sample_pool_loads_and_can_be_costed(path, shared_data):
+    from data.pool import check_costable
+
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# Run: switchcraft") and str(path.relative_to(CONFIGS.parent)) in first
+    check_costable(load_pool(path), shared_data / "bfcl_v1_pool_outputs_2024-08-11", pool_path=path)
+
+
+def test_mixed_pool_prices_open_weight_models_as_bfcl_does(shared_data):
+    from data.pool import open_weight_prices
+
+    bfcl = open_weight_prices(shared_data / "bfcl_v1_prices_2024-08.json")
+    pool = load_pool(CONFIGS / "pools" / "mixed_open_weight.yaml")
+    assert len(pool.models) == 8
+    kinds = [m.prices.kind for m in pool.models]
+    assert kinds.count("token") == 4 and kinds.count("gpu_time") == 4
+    for m in pool.models:
+        if m.prices.kind == "gpu_time":
+            ref = bfcl[m.recording]
+            assert m.prices.gpu_usd_per_hour == ref.gpu_usd_per_hour
+            assert m.prices.gpu_seconds_per_query == pytest.approx(ref.gpu_seconds_per_query, rel=1e-5)
