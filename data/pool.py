@@ -26,8 +26,10 @@ Each model is priced one of three ways (exactly one per model, in `prices:`):
 - per query, `{usd_per_query}`: a flat price per call.
 
 A pool whose model cannot be costed from its recordings (a per-token price for a
-model whose recordings hold no token counts) is refused by `check_costable`
-before any work is done: a router cannot weigh a model whose cost it never sees.
+model whose recordings hold no token counts, a per-GPU-second price without
+`gpu_seconds_per_query` for one whose recordings hold no latencies) is refused by
+`check_costable` before any work is done: a router cannot weigh a model whose
+cost it never sees.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from data.yaml_config import line_of, load_yaml_model
 
 DEFAULT_POOL = Path("configs/pool.yaml")
 PriceKind = Literal["token", "gpu_time", "query"]
-# The fields of each kind of price; the first of each group is required for that kind.
+# The fields of each kind of price, and those a price of that kind must have.
 PRICE_FIELDS: dict[str, tuple[str, ...]] = {
     "token": ("input_per_mtok", "output_per_mtok", "reasoning_per_mtok"),
     "gpu_time": ("gpu_usd_per_hour", "gpu_seconds_per_query"),
@@ -80,7 +82,8 @@ class Prices(BaseModel):
     def _one_kind(self) -> Prices:
         given = {k for k, fields in PRICE_FIELDS.items() if any(getattr(self, f) is not None for f in fields)}
         if len(given) != 1:
-            what = "no price" if not given else f"prices of {len(given)} kinds ({', '.join(KIND_WORDS[k] for k in sorted(given))})"
+            kinds = ", ".join(KIND_WORDS[k] for k in sorted(given))
+            what = f"prices of {len(given)} kinds ({kinds})" if given else "no price"
             raise ValueError(f"{what}; give exactly one kind: {PRICE_FORMS}")
         (kind,) = given
         missing = [f for f in REQUIRED_FIELDS[kind] if getattr(self, f) is None]
