@@ -16,8 +16,27 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
+from serving.strategy import Strategy
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
+
+
+class CascadeSettings(BaseModel):
+    """A strategy the gateway runs instead of the decision's own (operators, tests): `{first: [a, b], escalate: [d]}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first: list[str] = Field(min_length=1, max_length=2, description="Called first (two: concurrently).")
+    tie_breaker: str | None = Field(default=None, description="Called when the first two disagree.")
+    escalate: list[str] = Field(default_factory=list, description="On disagreement, in order (a single: its fallbacks).")
+
+    @model_validator(mode="after")
+    def _a_strategy(self) -> CascadeSettings:
+        self.strategy()  # the same rules as serving.strategy.Strategy (ValueError names what is wrong)
+        return self
+
+    def strategy(self) -> Strategy:
+        return Strategy(tuple(self.first), self.tie_breaker, tuple(self.escalate))
 
 
 class RouterSettings(BaseModel):
@@ -34,6 +53,8 @@ class RouterSettings(BaseModel):
     pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")
     rule: Literal["threshold", "lambda"] | None = Field(default=None, description="Policy rule (default: router.json's, else threshold).")
     lam: float | None = Field(default=None, gt=0, description="λ of the lambda rule (switchcraft evaluate prints a calibrated one).")
+    cascade: CascadeSettings | None = Field(default=None, description="Run this strategy instead of the decision's "
+                                            "(models checked against the pool when the gateway starts).")
 
     @model_validator(mode="after")
     def _triton_needs_url(self) -> RouterSettings:

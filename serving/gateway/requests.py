@@ -17,6 +17,7 @@ from typing import Any
 
 from data.schema import Call, Message, Tool
 from serving.policy import Constraints
+from serving.strategy import Strategy
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
          "function": "tool"}
@@ -205,10 +206,10 @@ def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | N
         return None, None
     if not isinstance(extra, dict):
         raise bad("must be an object", "switchcraft")
-    unknown = set(extra) - {"allowed_models", "max_cost_usd", "min_probability", "caller"}
+    unknown = set(extra) - {"allowed_models", "max_cost_usd", "min_probability", "caller", "strategy"}
     if unknown:
-        raise bad(f"unknown field(s) {sorted(unknown)}; known: allowed_models, max_cost_usd, min_probability, caller",
-                  "switchcraft")
+        raise bad(f"unknown field(s) {sorted(unknown)}; known: allowed_models, max_cost_usd, min_probability, caller, "
+                  "strategy", "switchcraft")
     allowed = extra.get("allowed_models")
     if allowed is not None:
         if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
@@ -232,3 +233,43 @@ def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | N
     except ValueError as e:
         raise bad(str(e), "switchcraft") from None
     return c, caller
+
+
+def check_strategy(strategy: Strategy, pool_names: list[str], where: str) -> Strategy:
+    """`strategy` when every model it names is in the pool; else ValueError naming the field."""
+    named = [("first", i, m) for i, m in enumerate(strategy.first)] + [("escalate", i, m) for i, m in enumerate(strategy.escalate)]
+    if strategy.tie_breaker is not None:
+        named.append(("tie_breaker", None, strategy.tie_breaker))
+    for key, i, m in named:
+        if m not in pool_names:
+            field = f"{where}.{key}" + (f"[{i}]" if i is not None else "")
+            raise ValueError(f"{field}: {m!r} is not in the pool; pool: {', '.join(pool_names)}")
+    return strategy
+
+
+def strategy_from(value: Any, pool_names: list[str], where: str) -> Strategy | None:
+    """A strategy a request asks for: `{first: [a, b], tie_breaker?: c, escalate: [d, …]}` (or `{first: [a]}`)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise bad("must be an object {first: [a, b], tie_breaker: c, escalate: [d]}", where)
+    unknown = set(value) - {"first", "tie_breaker", "escalate"}
+    if unknown:
+        raise bad(f"unknown field(s) {sorted(unknown)}; known: first, tie_breaker, escalate", where)
+    for key in ("first", "escalate"):
+        v = value.get(key)
+        if (v is None and key == "first") or (v is not None and (not isinstance(v, list)
+                                                                 or not all(isinstance(m, str) for m in v))):
+            raise bad("must be a list of pool model names", f"{where}.{key}")
+    tie = value.get("tie_breaker")
+    if tie is not None and not isinstance(tie, str):
+        raise bad("must be a pool model name", f"{where}.tie_breaker")
+    try:
+        strategy = Strategy(tuple(value["first"]), tie, tuple(value.get("escalate") or ()))
+    except ValueError as e:
+        raise bad(str(e), where) from None
+    try:
+        return check_strategy(strategy, pool_names, where)
+    except ValueError as e:
+        field, _, message = str(e).partition(": ")
+        raise bad(message, field) from None

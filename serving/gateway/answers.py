@@ -1,0 +1,145 @@
+"""Each pool model served the way it was labelled: its request per prompt style, its answer as OpenAI tool_calls.
+
+    payload = upstream_body(caller_body, tools, pool.get(model))   # prompt style: functions in the system prompt
+    answer = read_answer(upstream_json, pool.get(model), tools)    # answer.body carries OpenAI `tool_calls`
+    answer.raw, answer.calls, answer.decoder, answer.usage          # what the model said, what it means
+
+Requests come from the pool runner's own builder (`data.pool_runner.request.styled_request`):
+a `prompt` model gets BFCL's system prompt listing the functions and no
+`tools` (nor `tool_choice`), a `native` model gets the tools under OpenAI-legal
+names (`math.factorial` → `math_factorial`; earlier calls in the conversation
+and a named `tool_choice` renamed alike). The caller's other fields (temperature,
+max_tokens, metadata, …) pass through.
+
+Answers are decoded with the decoders that labelled the recorded outputs
+(`data.decoders.decode`), names mapped back to the caller's tools. A prompt
+model's text that reads as calls (`[f(a=1)]`) becomes `tool_calls`; a native
+model's `tool_calls` pass as they came, only renamed back; a native model's
+text is no call (the labelling rule: `data.labels`), returned as text.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from data.decoders import decode
+from data.decoders.names import tool_name_index
+from data.pool import PoolModel
+from data.pool_runner.request import openai_function_name, styled_request
+from data.pool_runner.wire import raw_from_message, usage_from_wire
+from data.schema import Call, Tool, Usage
+from data.verify.batch import is_text
+
+# Fields that only mean something next to native `tools`: a prompt-style model was labelled without them.
+NATIVE_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
+
+
+def upstream_body(body: dict[str, Any], tools: list[Tool], model: PoolModel) -> dict[str, Any]:
+    """What goes to `model`'s endpoint for the caller's `body` (whose tools, parsed, are `tools`)."""
+    payload = {k: v for k, v in body.items() if k != "switchcraft" and k not in NATIVE_ONLY}
+    messages = body.get("messages") or []
+    if model.prompt_style == "native":
+        messages = [_legal_history(m) for m in messages]
+    messages, native = styled_request(messages, tools, model.prompt_style)
+    if model.prompt_style == "native":
+        if native is not None:
+            # The builder's name, description and parameters; the caller's other fields (e.g. `strict`) kept.
+            payload["tools"] = [{"type": "function", "function": {**(t.original or {}), **n["function"]}}
+                                for t, n in zip(tools, native)]
+        for key in ("tool_choice", "parallel_tool_calls"):
+            if key in body:
+                payload[key] = _legal_tool_choice(body[key]) if key == "tool_choice" else body[key]
+    else:
+        payload.pop("stream_options", None)
+        payload.pop("stream", None)  # read whole: its calls exist only once the text is complete
+    payload["model"] = model.endpoint_model
+    payload["messages"] = messages
+    return payload
+
+
+def _legal_history(message: Any) -> Any:
+    """An assistant turn's earlier tool calls under the names the native model is offered."""
+    if not isinstance(message, dict) or not message.get("tool_calls"):
+        return message
+    calls = []
+    for tc in message["tool_calls"]:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            tc = {**tc, "function": {**fn, "name": openai_function_name(fn["name"])}}
+        calls.append(tc)
+    return {**message, "tool_calls": calls}
+
+
+def _legal_tool_choice(choice: Any) -> Any:
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+        return {**choice, "function": {**fn, "name": openai_function_name(fn["name"])}}
+    return choice
+
+
+@dataclass
+class Answer:
+    """One model's answer: the chat completion to return, and what it said and means."""
+
+    body: dict[str, Any]  # the completion with OpenAI `tool_calls`, under the caller's tool names
+    raw: Any  # exactly what the model said (text, or its calls as sent)
+    calls: list[Call]  # what it means as calls (agreement): [] for no call
+    decoder: str | None
+    decode_error: str | None
+    usage: Usage
+
+    def calls_json(self) -> list[dict[str, Any]]:
+        return [{"name": c.name, "arguments": c.arguments} for c in self.calls]
+
+
+def read_answer(data: dict[str, Any], model: PoolModel, tools: list[Tool]) -> Answer:
+    """Decode the upstream's chat completion `data`; raises `WireError` when its message is unreadable."""
+    choices = []
+    first: tuple[Any, list[Call], str | None, str | None] | None = None
+    for choice in data.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        raw = raw_from_message(message)
+        res = decode(raw, tools)
+        calls = list(res.calls or [])
+        if model.prompt_style == "native":
+            calls = [] if is_text(raw) else calls
+            message = _names_back(message, tools)
+        elif calls:
+            message = {"role": "assistant", "content": None, "tool_calls": tool_calls(calls)}
+            choice = {**choice, "finish_reason": "tool_calls"}
+        choices.append({**choice, "message": message})
+        if first is None:
+            first = (raw, calls, res.decoder if calls else None, res.error)
+    raw, calls, decoder, error = first or ("", [], None, "no_call: no choices")
+    return Answer({**data, "choices": choices}, raw, calls, decoder, error, usage_from_wire(data.get("usage")))
+
+
+def tool_calls(calls: list[Call]) -> list[dict[str, Any]]:
+    """Decoded calls as OpenAI `tool_calls` (arguments as a JSON string, fresh call ids)."""
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for c in calls]
+
+
+def _names_back(message: dict[str, Any], tools: list[Tool]) -> dict[str, Any]:
+    """A native answer as it came, its tool names mapped back to the caller's (`math_factorial` → `math.factorial`)."""
+    if not message.get("tool_calls") or not tools:
+        return message
+    index = tool_name_index(tools)
+    out = []
+    for tc in message["tool_calls"]:
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            tc = {**tc, "function": {**fn, "name": index.resolve(fn["name"]) or fn["name"]}}
+        out.append(tc)
+    return {**message, "tool_calls": out}
+
+
+def caller_name(name: str, tools: list[Tool]) -> str:
+    """The caller's name for a tool name a native model streamed (unchanged when no tool matches)."""
+    if not tools:
+        return name
+    return tool_name_index(tools).resolve(name) or name
