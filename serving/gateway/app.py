@@ -6,9 +6,12 @@
 Endpoints: POST /v1/route (the decision only), POST /v1/chat/completions
 (OpenAI-compatible: `model: "router"` or `"router-<τ>"` routes, a pool model
 name passes through; streaming passes through), GET /healthz, /readyz, /metrics.
-The chosen model is in the body (`model`, `switchcraft`) and in the
-`x-switchcraft-model` header, streaming included. Logs are one JSON object per
-request, without message text or keys.
+Each model is asked the way it was labelled and its answer decoded into OpenAI
+`tool_calls` (serving/gateway/answers.py); the decision's strategy runs
+(serving/gateway/cascade.py: one model, or an agreement cascade); a stream takes
+the single-model path. The answering model, the strategy and the cost of every
+call are in the body (`model`, `switchcraft`) and the `x-switchcraft-*`
+headers. Logs are one JSON object per request, without message text or keys.
 """
 
 from __future__ import annotations
@@ -17,33 +20,37 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import anyio
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from data.pool import Pool
+from data.schema import Tool
 from serving.backends import BackendError
 from serving.client import RouterClient
+from serving.gateway.answers import upstream_body
+from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import (
     GatewayError,
+    check_strategy,
     constraints_from,
     model_mode,
     parse_body,
+    strategy_from,
     to_schema,
 )
+from serving.gateway.streams import json_as_sse, sse_passthrough
 from serving.gateway.tools import GatewayTools, ToolRouted, caller_from
-from serving.gateway.upstream import UpstreamResult, Upstreams
-from serving.policy import NoEligibleModel
+from serving.gateway.upstream import Attempt, UpstreamResult, Upstreams
+from serving.policy import Decision, NoEligibleModel
+from serving.strategy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
-MODEL_HEADER = "x-switchcraft-model"
 
 
 class ToolSelector(Protocol):
@@ -63,6 +70,9 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     unknown = [m for m in client.models if m not in pool.names]
     if unknown:
         raise ValueError(f"the router routes to {unknown}, which the pool file does not list; add them to the pool")
+    cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts)
+    forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
+                                                                    "router.cascade")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -88,9 +98,24 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         who = caller_from(caller, f"{constraints_field}.caller")
         return await anyio.to_thread.run_sync(lambda: tools.route(messages, who))
 
-    async def route(body: dict, constraints_field: str, threshold: float | None) -> tuple[Any, ToolRouted | None]:
+    def pick_strategy(decision: Decision, requested: Strategy | None, field: str) -> tuple[str, str | None]:
+        """(source, note): the request's strategy, else router.cascade, else the decision's own."""
+        wanted, source = (requested, "request") if requested else (forced, "config") if forced else (None, "decision")
+        if wanted is None:
+            return source, None
+        barred = {m: decision.excluded[m] for m in wanted.models if m in decision.excluded}
+        if barred and source == "request":
+            raise GatewayError(422, f"{field}.strategy calls models the constraints exclude: {barred}", param=field)
+        if barred:  # the operator's cascade never overrides what a caller may use
+            return "decision", f"router.cascade {wanted.name} not run: it calls excluded models {barred}"
+        decision.strategy = wanted
+        return source, None
+
+    async def route(body: dict, constraints_field: str, threshold: float | None) -> tuple[Any, ToolRouted | None, list[Tool]]:
         messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
         constraints, caller = constraints_from(body.get(constraints_field), pool.names)
+        requested = strategy_from((body.get(constraints_field) or {}).get("strategy"), pool.names,
+                                  f"{constraints_field}.strategy")
         tooled = None
         if tools is not None:  # tools first: the model router packs and costs the reduced set
             tooled = await route_tools(messages, caller, constraints_field)
@@ -104,12 +129,16 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             raise GatewayError(503, f"router backend unavailable: {e}", type="router_unavailable") from None
         metrics.routing_latency.observe(time.perf_counter() - t0)
         metrics.decisions.labels(model=routed.decision.chosen, rule=routed.decision.rule).inc()
+        source, note = pick_strategy(routed.decision, requested, constraints_field)
+        routed.extra["strategy_source"] = source
+        if note:
+            routed.extra["strategy_note"] = note
         if tooled is not None:
             routed.tools = tooled.decision.exposed_names
             routed.extra["tool_routing"] = tooled.trace()
         if tool_selector is not None:
             routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, caller))
-        return routed, tooled
+        return routed, tooled, req_tools
 
     def finish(endpoint: str, status: int, started: float, rid: str, **fields) -> None:
         metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
@@ -133,7 +162,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
                                           or not 0 <= threshold <= 1):
                 raise GatewayError(400, "threshold: must be a number within [0, 1]", param="threshold")
-            routed, _ = await route(body, "constraints", threshold)
+            routed, _, _ = await route(body, "constraints", threshold)
         except GatewayError as e:
             finish("route", e.status, started, rid, error=e.message if e.status >= 500 else e.param)
             return error_response(e, rid)
@@ -153,42 +182,94 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             if not isinstance(stream, bool):
                 raise GatewayError(400, "stream: must be true or false", param="stream")
             if mode == "route":
-                routed, tooled = await route(body, "switchcraft", arg)
-                candidates = routed.decision.ranking
-                meta = {"routed": True, "chosen": routed.decision.chosen, "decision": routed.to_dict()}
+                routed, tooled, req_tools = await route(body, "switchcraft", arg)
+                decision = routed.decision
+                strategy, source = decision.strategy, routed.extra["strategy_source"]
+                ranking, costs = decision.ranking, decision.costs
+                meta = {"routed": True, "chosen": decision.chosen, "decision": routed.to_dict()}
             else:
-                messages, _ = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
+                messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
+                _, caller = constraints_from(body.get("switchcraft"), pool.names)
+                if (body.get("switchcraft") or {}).get("strategy") is not None:
+                    raise GatewayError(400, f"switchcraft.strategy: applies to model 'router', not to the named model {arg!r}",
+                                       param="switchcraft.strategy")
                 tooled = None
                 if tools is not None:  # a named model still sees only what the caller may see
-                    _, caller = constraints_from(body.get("switchcraft"), pool.names)
                     tooled = await route_tools(messages, caller, "switchcraft")
-                candidates = [arg]  # the caller named this model: no silent substitution
+                    req_tools = tooled.tools
+                # The caller named this model: no silent substitution, no cascade.
+                strategy, source, ranking, costs = Strategy.single(arg), "model", [arg], {}
                 meta = {"routed": False, "chosen": arg}
             if tooled is not None:
                 body = {**body, "tools": tooled.openai}
                 meta["tool_routing"] = tooled.trace()  # once, here: not again inside `decision`
                 meta.get("decision", {}).pop("tool_routing", None)
-            result = await upstreams.call(body, candidates, cfg.upstream.max_attempts, stream=stream)
+            payloads: dict[str, dict] = {}
+
+            def body_for(model: str) -> dict:
+                if model not in payloads:
+                    payloads[model] = upstream_body(body, req_tools, pool.get(model))
+                return payloads[model]
+
+            if stream:  # streams take the single-model path: the decision's ranking (or a forced single)
+                candidates = list(strategy.models) if strategy.kind == "single" else ranking
+                ran = Strategy.single(candidates[0], tuple(candidates[1:]))
+            else:
+                ran = strategy
+            meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
+            metrics.strategies.labels(kind=ran.kind, source=source).inc()
+            if stream:
+                result, run = await stream_single(ran, body_for, req_tools)
+            else:
+                result, run = None, await cascade.run(strategy, CascadeRequest(body_for, req_tools, ranking, costs))
         except GatewayError as e:
+            if getattr(e, "run", None) is not None:
+                meta.update(e.run.trace())
             finish("chat", e.status, started, rid, error=e.message if e.status >= 500 else e.param,
                    attempts=getattr(e, "attempts", None))
             return error_response(e, rid, meta or None)
-        meta.update(answered_by=result.model, fallback=result.model != meta["chosen"],
-                    attempts=result.attempts_json())
-        if tooled is not None and result.body is not None:  # streamed answers are not read here
-            meta["tool_routing"]["rejected_calls"] = tools.rejected_calls(tooled, result.body)
-        headers = {MODEL_HEADER: result.model, "x-request-id": rid}
-        finish("chat", 200, started, rid, routed=meta["routed"], chosen=meta["chosen"], answered_by=result.model,
-               attempts=[(a.model, a.outcome) for a in result.attempts], stream=stream,
+        meta.update(run.trace())
+        answer = run.returned.answer
+        if tooled is not None and answer is not None:  # streamed answers are not read here
+            meta["tool_routing"]["rejected_calls"] = tools.rejected_calls(tooled, answer.body)
+        headers = {**run.headers(), "x-request-id": rid}
+        finish("chat", 200, started, rid, routed=meta["routed"], chosen=meta["chosen"], answered_by=run.returned.model,
+               strategy=ran.name, verdict=run.verdict, cost_usd=run.cost_usd,
+               attempts=[(c.model, c.outcome) for c in run.calls], stream=stream,
                n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
                **({"catalog_version": meta["tool_routing"]["catalog_version"],
                    "n_exposed": len(meta["tool_routing"]["exposed"])} if "tool_routing" in meta else {}))
         if stream:
-            events = sse_passthrough(result, meta) if result.response is not None else json_as_sse(result, meta)
+            events = (sse_passthrough(result, meta, req_tools) if answer is None
+                      else json_as_sse(answer.body, run.returned.model, meta))
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        answer = dict(result.body)
-        answer["model"], answer["switchcraft"] = result.model, meta
-        return JSONResponse(answer, headers=headers)
+        out = dict(answer.body)
+        out["model"], out["switchcraft"] = run.returned.model, meta
+        return JSONResponse(out, headers=headers)
+
+    async def stream_single(ran: Strategy, body_for, req_tools: list[Tool]) -> tuple[UpstreamResult, Run]:
+        """Today's streaming path: the first model that answers; a prompt-style one answers whole, decoded."""
+        run = Run(ran)
+        try:
+            result = await upstreams.call(body_for, list(ran.models), cfg.upstream.max_attempts)
+        except GatewayError as e:
+            run.calls = [CallRecord(a["model"], "first" if i == 0 else "fallback", Attempt(**a))
+                         for i, a in enumerate(getattr(e, "attempts", None) or [])]
+            e.run = run  # type: ignore[attr-defined]
+            raise
+        run.calls = [CallRecord(a.model, "first" if i == 0 else "fallback", a) for i, a in enumerate(result.attempts)]
+        run.returned = run.calls[-1]
+        run.rule = "single" if len(run.calls) == 1 else "fallback"
+        if result.body is not None:  # a JSON answer (prompt style, or an upstream that does not stream)
+            cascade.read(run.returned, result.body, req_tools)
+            if not run.returned.ok:
+                run.returned = None
+                e = GatewayError(502, f"upstream {result.model} sent a completion without a readable message",
+                                 type="upstream_error")
+                e.run = run  # type: ignore[attr-defined]
+                raise e
+        cascade.record(run)
+        return result, run
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -212,46 +293,3 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                             status_code=500)
 
     return app
-
-
-async def sse_passthrough(result: UpstreamResult, meta: dict) -> AsyncIterator[bytes]:
-    """The upstream's SSE events as they come, each chunk's `model` set to the answering model."""
-    response, first = result.response, True
-    try:
-        async for line in response.aiter_lines():
-            if line.startswith("data:"):
-                data = line[5:].strip()
-                if data and data != "[DONE]":
-                    try:
-                        chunk = json.loads(data)
-                    except json.JSONDecodeError:
-                        chunk = None
-                    if isinstance(chunk, dict):
-                        chunk["model"] = result.model
-                        if first:
-                            chunk["switchcraft"], first = meta, False
-                        line = "data: " + json.dumps(chunk, separators=(",", ":"))
-            yield (line + "\n").encode()
-    except httpx.TransportError as e:
-        # Bytes already reached the caller: no fallback now, but say so in-band.
-        error = {"error": {"message": f"upstream {result.model} stream broke: {type(e).__name__}", "type": "upstream_error"}}
-        yield f"data: {json.dumps(error)}\n\n".encode()
-    finally:
-        await response.aclose()
-
-
-async def json_as_sse(result: UpstreamResult, meta: dict) -> AsyncIterator[bytes]:
-    """An upstream that answered a stream request with one JSON body: the same answer as one SSE chunk."""
-    body = result.body
-    choices = []
-    for i, choice in enumerate(body.get("choices") or []):
-        message = dict(choice.get("message") or {})
-        if message.get("tool_calls"):
-            message["tool_calls"] = [{**tc, "index": k} for k, tc in enumerate(message["tool_calls"])]
-        choices.append({"index": choice.get("index", i), "delta": message, "finish_reason": choice.get("finish_reason")})
-    chunk = {"id": body.get("id"), "object": "chat.completion.chunk", "created": body.get("created"),
-             "model": result.model, "choices": choices, "switchcraft": meta}
-    if body.get("usage") is not None:
-        chunk["usage"] = body["usage"]
-    yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-    yield b"data: [DONE]\n\n"

@@ -18,6 +18,8 @@ from prometheus_client import (
 # Routing is milliseconds; upstream calls are seconds. One bucket set each.
 ROUTING_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8)
+COST_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1)
 
 
 class GatewayMetrics:
@@ -34,6 +36,21 @@ class GatewayMetrics:
                                          buckets=ROUTING_BUCKETS, registry=r)
         self.upstream_latency = Histogram("switchcraft_upstream_latency_seconds", "Upstream call until headers (streams) "
                                           "or the whole body", ["model"], buckets=UPSTREAM_BUCKETS, registry=r)
+        # Strategies (serving/gateway/cascade.py): what ran, how the agreement check went, what it cost.
+        self.strategies = Counter("switchcraft_strategies", "Strategies run, by kind (single | agree) and source "
+                                  "(decision | config | request | model)", ["kind", "source"], registry=r)
+        self.agreements = Counter("switchcraft_agreements", "Agreement verdicts of cascades (agree | disagree | tie_broken)",
+                                  ["verdict"], registry=r)
+        self.escalations = Counter("switchcraft_escalations", "Cascades answered by escalation, by the model that answered",
+                                   ["to_model"], registry=r)
+        self.calls_per_request = Histogram("switchcraft_upstream_calls_per_request", "Upstream calls made for one request",
+                                           buckets=CALL_BUCKETS, registry=r)
+        self.call_cost = Counter("switchcraft_upstream_cost_usd", "Cost of upstream calls (usage × the pool's prices)",
+                                 ["model"], registry=r)
+        self.request_cost = Histogram("switchcraft_request_cost_usd", "Cost of every call made for one request",
+                                      buckets=COST_BUCKETS, registry=r)
+        self.decoded = Counter("switchcraft_answers_decoded", "Upstream answers by what they decoded to "
+                               "(tool_calls | no_call | malformed)", ["model", "result"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

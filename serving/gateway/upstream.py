@@ -1,11 +1,13 @@
 """Forwarding to the pool's upstream endpoints, falling back down the policy's ranking on failure.
 
     upstreams = Upstreams(pool, metrics, timeout_s=None, max_connections=64)
-    result = await upstreams.complete(body, ["gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06-FC"], max_attempts=3)
-    result.body, result.model, result.attempts
-    stream = await upstreams.open_stream(body, candidates, max_attempts=3)    # headers received, body not yet read
+    result = await upstreams.attempt(model, payload, attempts)        # one try: a result, or None to move on
+    result = await upstreams.call(body_for, ["gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06-FC"], max_attempts=3)
+    result.body, result.model, result.attempts                         # a stream: result.response, headers read
 
-One `httpx.AsyncClient` (a connection pool) serves every upstream. A failure
+`body_for(model)` is that model's payload (serving/gateway/answers.py builds it
+per prompt style); a payload with `stream: true` is sent as a stream. One
+`httpx.AsyncClient` (a connection pool) serves every upstream. A failure
 that another model may not share (connection refused or dropped, timeout, 429,
 5xx, an upstream that refuses our key or does not know the model) moves to the
 next model; an error in the request itself (400, 413, 422) goes back to the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,14 +63,12 @@ class Upstreams:
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    def _request(self, model: str, body: dict[str, Any], stream: bool) -> httpx.Request:
+    def _request(self, model: str, payload: dict[str, Any]) -> httpx.Request:
         m = self.pool.get(model)
         headers = {"content-type": "application/json"}
         key = os.environ.get(m.api_key_env) if m.api_key_env else None
         if key:
             headers["authorization"] = f"Bearer {key}"
-        payload = {k: v for k, v in body.items() if k != "switchcraft"}
-        payload["model"] = m.endpoint_model
         timeout = self.timeout_s or m.timeout_s
         return self.http.build_request("POST", m.base_url.rstrip("/") + "/chat/completions", json=payload,
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
@@ -76,11 +77,12 @@ class Upstreams:
         attempts.append(Attempt(model, outcome, status, (time.perf_counter() - t0) * 1e3))
         self.metrics.upstream_errors.labels(model=model, reason=outcome).inc()
 
-    async def _attempt(self, model: str, body: dict, stream: bool, attempts: list[Attempt]) -> UpstreamResult | None:
-        """One try; None when the next model should be tried."""
+    async def attempt(self, model: str, payload: dict, attempts: list[Attempt]) -> UpstreamResult | None:
+        """One try, recorded in `attempts`; None when the next model should be tried, GatewayError for a caller error."""
         t0 = time.perf_counter()
+        stream = payload.get("stream") is True
         try:
-            response = await self.http.send(self._request(model, body, stream), stream=stream)
+            response = await self.http.send(self._request(model, payload), stream=stream)
         except httpx.TimeoutException:
             return self._failed(attempts, model, "timeout", None, t0)
         except httpx.ConnectError:
@@ -112,20 +114,25 @@ class Upstreams:
         attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
         return UpstreamResult(model, attempts, body=data)
 
-    async def call(self, body: dict[str, Any], candidates: list[str], max_attempts: int,
-                   stream: bool = False) -> UpstreamResult:
+    async def call(self, body_for: Callable[[str], dict[str, Any]], candidates: list[str],
+                   max_attempts: int) -> UpstreamResult:
         """The first model in `candidates` that answers; GatewayError(502) listing every attempt if none does."""
         attempts: list[Attempt] = []
         for i, model in enumerate(candidates[:max_attempts]):
-            result = await self._attempt(model, body, stream, attempts)
+            result = await self.attempt(model, body_for(model), attempts)
             if result is not None:
                 return result
             if i + 1 < min(max_attempts, len(candidates)):
                 self.metrics.fallbacks.labels(from_model=model, reason=attempts[-1].outcome).inc()
-        tried = "; ".join(f"{a.model}: {a.outcome}" for a in attempts)
-        err = GatewayError(502, f"no upstream answered ({tried})", type="upstream_error")
-        err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
-        raise err
+        raise no_answer(attempts)
+
+
+def no_answer(attempts: list[Attempt]) -> GatewayError:
+    """The 502 when no upstream answered, listing every attempt."""
+    tried = "; ".join(f"{a.model}: {a.outcome}" for a in attempts)
+    err = GatewayError(502, f"no upstream answered ({tried})", type="upstream_error")
+    err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
+    return err
 
 
 def _upstream_message(text: str) -> str:

@@ -7,11 +7,14 @@ that answers every request: what was forwarded is asserted exactly.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from fastapi import FastAPI, Request
 
 from data.pool import load_pool
+from data.pool_runner.request import openai_function_name
 from data.schema import Tool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
@@ -79,6 +82,17 @@ def gateway(client, upstream, tool_index, monkeypatch):  # noqa: F811
     servers[0].__exit__()
 
 
+def offered(body: dict, exposed: list[str]) -> list[dict]:
+    """The function definitions an upstream was offered, under the catalog's names: a native model's `tools`
+    (OpenAI-legal names, mapped back), or the functions a prompt-style model's system prompt lists."""
+    if "tools" in body:
+        back = {openai_function_name(n): n for n in exposed}
+        return [{**t["function"], "name": back.get(t["function"]["name"], t["function"]["name"])} for t in body["tools"]]
+    system = body["messages"][0]
+    assert system["role"] == "system" and "tools" not in body
+    return json.loads(system["content"].split("that you can invoke.\n", 1)[1])
+
+
 def chat(question: str, caller=None, model: str = "router", **extra) -> dict:
     body = {"model": model, "messages": [{"role": "user", "content": question}], **extra}
     if caller is not None:
@@ -95,7 +109,8 @@ def test_forwarded_request_carries_only_the_routed_tools(gateway, client):  # no
     assert r.status_code == 200, r.text
     meta = r.json()["switchcraft"]
     trace = meta["tool_routing"]
-    forwarded = [t["function"]["name"] for t in seen[-1]["tools"]]
+    functions = offered(seen[-1], trace["exposed"])
+    forwarded = [f["name"] for f in functions]
     assert forwarded == trace["exposed"] == meta["decision"]["tools"]
     assert forwarded[0] == "payments.get_payment_status" and forwarded[-1] == REQUEST_GROUP
     assert "payments.refund_payment" not in forwarded and "switchcraft" not in seen[-1]
@@ -105,8 +120,8 @@ def test_forwarded_request_carries_only_the_routed_tools(gateway, client):  # no
     assert trace["asks"] >= 1
     assert trace["schema_tokens"]["exposed"] > 0
     # The model router packed the reduced set: the same decision as routing those tools directly.
-    reduced = [Tool(name=t["function"]["name"], description=t["function"].get("description", ""),
-                    parameters=t["function"]["parameters"], original=t["function"]) for t in seen[-1]["tools"]]
+    reduced = [Tool(name=f["name"], description=f.get("description", ""), parameters=f["parameters"], original=f)
+               for f in functions]
     direct = client.route(to_messages(chat("what's the status of payment pay_123?")["messages"]), reduced)
     assert meta["decision"]["n_tokens"] == direct.n_tokens
     assert meta["decision"]["probabilities"] == pytest.approx(direct.decision.to_dict()["probabilities"])
@@ -142,7 +157,8 @@ def test_an_unauthorised_tool_is_never_exposed(gateway):
             exposures += len(FORBIDDEN_FOR_SUPPORT & set(trace["exposed"]))
             assert [e["group"] for e in trace["expansions"]] == ["payments", "invoices", "ops", "weather"]
             if endpoint != "/v1/route":
-                exposures += len(FORBIDDEN_FOR_SUPPORT & {t["function"]["name"] for t in seen[-1]["tools"]})
+                names = {f["name"] for f in offered(seen[-1], trace["exposed"])}  # legal names too: never mapped back
+                exposures += len((FORBIDDEN_FOR_SUPPORT | {openai_function_name(n) for n in FORBIDDEN_FOR_SUPPORT}) & names)
     assert exposures == 0
     # An admin asking the same does see the refund tool: the filter, not the retrieval, hid it.
     r = httpx.post(url + "/v1/route", json={"messages": chat(ADVERSARIAL[0])["messages"], "constraints": {"caller": ADMIN}})

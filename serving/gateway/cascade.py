@@ -1,0 +1,274 @@
+"""Running a routing strategy in the gateway: one model with its fallbacks, or an agreement cascade.
+
+    cascade = Cascade(upstreams, pool, metrics, max_attempts=3)
+    run = await cascade.run(strategy, CascadeRequest(body_for, tools, ranking, costs))
+    run.returned.answer.body        # the completion to return (OpenAI tool_calls)
+    run.trace()                     # every call: model, role, outcome, latency, usage, cost, raw, decoded calls
+
+An agreement cascade follows serving/strategy.py's rules exactly: the two
+`first` models are called concurrently; when their decoded calls agree in
+meaning (`data.verify.agree.calls_agree` with the request's tools; two
+non-calls agree) the cheaper one's answer is returned; otherwise the
+tie-breaker, if any, is called, and when it agrees with one of the first two
+the cheaper model of that pair answers; otherwise the answer comes from
+`escalate`, in order, then the rest of the decision's ranking: a model already
+called answers again at no cost, one that fails is skipped like a fallback
+(at most `max_attempts` new calls). A model that fails gives no answer and
+agrees with nothing. "Cheaper" is the decision's expected cost of the model for
+this request (`Decision.costs`); a model it does not price is never the cheaper.
+
+A single strategy is today's path: its model, then its fallbacks, one at a
+time (at most `max_attempts`); a request the upstream rejects (400/413/422)
+goes back to the caller. In a cascade such a rejection is one model's failure
+(requests differ per prompt style now); it reaches the caller only when no
+model answered.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import anyio
+
+from data.pool import Pool
+from data.pool_runner.wire import WireError
+from data.schema import Tool
+from data.verify.agree import calls_agree
+from serving.gateway.answers import Answer, read_answer
+from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.requests import GatewayError
+from serving.gateway.upstream import Attempt, Upstreams, no_answer
+from serving.strategy import Strategy
+
+MODEL_HEADER = "x-switchcraft-model"
+
+
+@dataclass
+class CascadeRequest:
+    """What a strategy needs of one request."""
+
+    body_for: Callable[[str], dict[str, Any]]  # model -> its upstream payload (non-streamed)
+    tools: list[Tool]  # the request's tools: decoding and the agreement check
+    ranking: list[str] = field(default_factory=list)  # the decision's order: fallbacks after `escalate`
+    costs: Mapping[str, float] = field(default_factory=dict)  # expected cost per model: which answer is cheaper
+
+
+@dataclass
+class CallRecord:
+    """One upstream call of a strategy and what came of it."""
+
+    model: str
+    role: str  # first | tie_breaker | escalate | fallback
+    attempt: Attempt | None = None
+    answer: Answer | None = None
+    cost_usd: float | None = None
+    rejected: GatewayError | None = None  # the upstream refused the request itself (400/413/422)
+
+    @property
+    def ok(self) -> bool:
+        return self.answer is not None
+
+    @property
+    def outcome(self) -> str:
+        return self.attempt.outcome if self.attempt else "not_sent"
+
+    def trace(self, returned: bool) -> dict[str, Any]:
+        a, u = self.answer, self.answer.usage if self.answer else None
+        return {"model": self.model, "role": self.role, "outcome": self.outcome,
+                "status": self.attempt.status if self.attempt else None,
+                "latency_ms": round(self.attempt.latency_ms, 2) if self.attempt else None,
+                "usage": ({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                           "reasoning_tokens": u.reasoning_tokens} if u is not None and u.known else None),
+                "cost_usd": self.cost_usd, "raw": a.raw if a else None, "calls": a.calls_json() if a else None,
+                "decoder": a.decoder if a else None, "decode_error": a.decode_error if a else None,
+                "returned": returned}
+
+
+@dataclass
+class Run:
+    """A strategy's run: every call, the agreement checks, and which answer goes back."""
+
+    strategy: Strategy
+    calls: list[CallRecord] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    verdict: str | None = None  # agree | disagree | tie_broken (cascades only)
+    returned: CallRecord | None = None
+    rule: str | None = None  # why that answer: single | fallback | agree | tie_broken | escalate
+    reused: bool = False  # the returned answer came from a call made earlier in the cascade
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd for c in self.calls if c.cost_usd is not None)
+
+    @property
+    def attempts(self) -> list[Attempt]:
+        return [c.attempt for c in self.calls if c.attempt is not None]
+
+    def trace(self) -> dict[str, Any]:
+        return {
+            "agreement": None if self.strategy.kind == "single" else {"verdict": self.verdict, "checks": self.checks},
+            "escalated": self.rule == "escalate",
+            "returned": None if self.returned is None else {"model": self.returned.model, "rule": self.rule,
+                                                            "reused": self.reused},
+            "calls": [c.trace(c is self.returned) for c in self.calls],
+            "cost_usd": self.cost_usd,
+            "cost_complete": all(c.cost_usd is not None for c in self.calls if c.outcome == "ok"),
+            "attempts": [asdict(a) for a in self.attempts],
+            **({} if self.returned is None else {
+                "answered_by": self.returned.model,
+                "fallback": any(not c.ok for c in self.calls[: self.calls.index(self.returned)])}),
+        }
+
+    def headers(self) -> dict[str, str]:
+        """The trace in headers (ASCII: `->` for the arrow in a strategy's name)."""
+        headers = {MODEL_HEADER: self.returned.model, "x-switchcraft-strategy": self.strategy.name.replace("→", "->"),
+                   "x-switchcraft-models-called": ",".join(c.model for c in self.calls),
+                   "x-switchcraft-cost-usd": f"{self.cost_usd:.8f}"}
+        if self.verdict is not None:
+            headers["x-switchcraft-agreement"] = self.verdict
+        return headers
+
+
+class Cascade:
+    def __init__(self, upstreams: Upstreams, pool: Pool, metrics: GatewayMetrics, *, max_attempts: int) -> None:
+        self.upstreams, self.pool, self.metrics, self.max_attempts = upstreams, pool, metrics, max_attempts
+
+    async def run(self, strategy: Strategy, req: CascadeRequest) -> Run:
+        """The strategy's answer; a GatewayError carrying `.run` (the calls made) when none came."""
+        run = Run(strategy)
+        try:
+            if strategy.kind == "single":
+                await self._single(run, req)
+            else:
+                await self._agree(run, req)
+        except GatewayError as e:
+            e.run = run  # type: ignore[attr-defined]
+            self.record(run)
+            raise
+        self.record(run)
+        return run
+
+    async def _call(self, model: str, role: str, req: CascadeRequest) -> CallRecord:
+        rec, attempts = CallRecord(model, role), []
+        try:
+            result = await self.upstreams.attempt(model, req.body_for(model), attempts)
+        except GatewayError as e:
+            rec.rejected, result = e, None
+        rec.attempt = attempts[-1] if attempts else None
+        if result is not None and result.body is not None:
+            self.read(rec, result.body, req.tools)
+        return rec
+
+    def read(self, rec: CallRecord, body: dict[str, Any], tools: list[Tool]) -> None:
+        """Decode a call's completion into `rec.answer` and cost it; an unreadable message is a bad body."""
+        model = rec.model
+        try:
+            rec.answer = read_answer(body, self.pool.get(model), tools)
+        except WireError:
+            rec.attempt.outcome = "bad_body"  # type: ignore[union-attr]
+            self.metrics.upstream_errors.labels(model=model, reason="bad_body").inc()
+            return
+        # The pool's price: per token (usage), per GPU-second (this call's latency) or per query.
+        rec.cost_usd = self.pool.cost_usd(model, rec.answer.usage, rec.attempt.latency_ms / 1e3)
+        if rec.cost_usd is not None:
+            self.metrics.call_cost.labels(model=model).inc(rec.cost_usd)
+        kind = "tool_calls" if rec.answer.calls else (rec.answer.decode_error or "no_call").split(":", 1)[0]
+        self.metrics.decoded.labels(model=model, result=kind if kind in ("tool_calls", "malformed") else "no_call").inc()
+
+    def _answer(self, run: Run, rec: CallRecord, rule: str, reused: bool = False) -> None:
+        run.returned, run.rule, run.reused = rec, rule, reused
+
+    async def _single(self, run: Run, req: CascadeRequest) -> None:
+        candidates = list(run.strategy.models)[: self.max_attempts]
+        for i, model in enumerate(candidates):
+            rec = await self._call(model, "first" if i == 0 else "fallback", req)
+            run.calls.append(rec)
+            if rec.rejected is not None:
+                raise rec.rejected
+            if rec.ok:
+                return self._answer(run, rec, "single" if i == 0 else "fallback")
+            if i + 1 < len(candidates):
+                self.metrics.fallbacks.labels(from_model=model, reason=rec.outcome).inc()
+        raise no_answer(run.attempts)
+
+    def _agree_check(self, run: Run, x: CallRecord, y: CallRecord, tools: list[Tool]) -> bool:
+        check: dict[str, Any] = {"models": [x.model, y.model]}
+        silent = [r for r in (x, y) if not r.ok]
+        if silent:
+            check.update(agree=False, why="; ".join(f"{r.model} gave no answer ({r.outcome})" for r in silent))
+        else:
+            check["agree"] = calls_agree(tools, x.answer.calls, y.answer.calls)
+        run.checks.append(check)
+        return check["agree"]
+
+    def _cheaper(self, req: CascadeRequest, *models: str) -> str:
+        return min(models, key=lambda m: req.costs.get(m, math.inf))  # ties: the first named
+
+    async def _agree(self, run: Run, req: CascadeRequest) -> None:
+        s = run.strategy
+        a, b = s.first
+        recs: dict[str, CallRecord] = {}
+
+        async def call_first(model: str) -> None:
+            recs[model] = await self._call(model, "first", req)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call_first, a)
+            tg.start_soon(call_first, b)
+        run.calls += [recs[a], recs[b]]
+        self._count_failures(recs[a], recs[b])
+        if self._agree_check(run, recs[a], recs[b], req.tools):
+            run.verdict = "agree"
+            return self._answer(run, recs[self._cheaper(req, a, b)], "agree")
+        if s.tie_breaker is not None:
+            t = recs[s.tie_breaker] = await self._call(s.tie_breaker, "tie_breaker", req)
+            run.calls.append(t)
+            self._count_failures(t)
+            agreeing = [m for m in (a, b) if self._agree_check(run, recs[m], t, req.tools)]
+            if agreeing:
+                run.verdict = "tie_broken"
+                winner = self._cheaper(req, *(self._cheaper(req, m, t.model) for m in agreeing))
+                return self._answer(run, recs[winner], "tie_broken")
+        run.verdict = "disagree"
+        await self._escalate(run, req, recs)
+
+    async def _escalate(self, run: Run, req: CascadeRequest, recs: dict[str, CallRecord]) -> None:
+        s, new_calls = run.strategy, 0
+        for model in [*s.escalate, *(m for m in req.ranking if m not in s.escalate)]:
+            rec, reused = recs.get(model), True
+            if rec is None:
+                if new_calls >= self.max_attempts:
+                    continue  # no new calls left; an answer already in hand may still come
+                rec, reused = await self._call(model, "escalate" if model in s.escalate else "fallback", req), False
+                recs[model], new_calls = rec, new_calls + 1
+                run.calls.append(rec)
+                self._count_failures(rec)
+            if rec.ok:
+                return self._answer(run, rec, "escalate", reused)
+        answered = [r for r in run.calls if r.ok]  # a cascade model the decision does not rank
+        if answered:
+            return self._answer(run, answered[0], "escalate", True)
+        rejected = [r.rejected for r in run.calls if r.rejected is not None]
+        if rejected:
+            rejected[0].attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
+            raise rejected[0]
+        raise no_answer(run.attempts)
+
+    def _count_failures(self, *recs: CallRecord) -> None:
+        """A failed call in a cascade is a fallback: the cascade goes on without its answer."""
+        for rec in recs:
+            if not rec.ok:
+                self.metrics.fallbacks.labels(from_model=rec.model, reason=rec.outcome).inc()
+
+    def record(self, run: Run) -> None:
+        """The run in the metrics: verdict, escalation, calls made, total cost."""
+        m = self.metrics
+        if run.verdict is not None:
+            m.agreements.labels(verdict=run.verdict).inc()
+        if run.rule == "escalate" and run.returned is not None:
+            m.escalations.labels(to_model=run.returned.model).inc()
+        m.calls_per_request.observe(len(run.calls))
+        m.request_cost.observe(run.cost_usd)
