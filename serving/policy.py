@@ -24,6 +24,8 @@ from typing import Literal
 
 import numpy as np
 
+from serving.strategy import Strategy
+
 Rule = Literal["cheapest_confident", "most_probable", "lambda"]
 
 
@@ -53,9 +55,16 @@ class Decision:
     costs: dict[str, float]
     ranking: list[str]  # the chosen model first, then the fallback order
     excluded: dict[str, str] = field(default_factory=dict)  # model -> why it was not eligible
+    # What to run: single(chosen) with the ranking as fallbacks, unless a strategy policy chose a cascade.
+    strategy: Strategy | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy is None:
+            self.strategy = Strategy.single(self.chosen, tuple(self.ranking[1:]))
 
     def to_dict(self) -> dict:
         return {
+            "strategy": self.strategy.to_dict(),
             "chosen": self.chosen,
             "rule": self.rule,
             "threshold": self.threshold,

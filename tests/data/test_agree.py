@@ -1,0 +1,60 @@
+"""calls_agree: two answers mean the same calls (the verifier both ways), or both make none."""
+
+from data.schema import Call, Tool
+from data.verify.agree import calls_agree, effective_calls
+
+TOOLS = [
+    Tool(name="get_weather", parameters={"type": "object", "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["c", "f"], "default": "c"},
+        "days": {"type": "integer"},
+    }, "required": ["city"]}),
+    Tool(name="math.factorial", parameters={"type": "object", "properties": {"n": {"type": "integer"}}}),
+]
+
+
+def c(name, **args):
+    return Call(name=name, arguments=args)
+
+
+def test_same_call_agrees_and_numbers_compare_by_value():
+    assert calls_agree(TOOLS, [c("get_weather", city="Paris", days=3)], [c("get_weather", city="Paris", days=3.0)])
+
+
+def test_string_canonical_forms_agree():
+    assert calls_agree(TOOLS, [c("get_weather", city="paris")], [c("get_weather", city="Paris")])
+
+
+def test_different_value_disagrees():
+    assert not calls_agree(TOOLS, [c("get_weather", city="Paris")], [c("get_weather", city="Rome")])
+
+
+def test_documented_default_spelled_out_agrees_other_value_does_not():
+    assert calls_agree(TOOLS, [c("get_weather", city="Paris", unit="c")], [c("get_weather", city="Paris")])
+    assert not calls_agree(TOOLS, [c("get_weather", city="Paris", unit="f")], [c("get_weather", city="Paris")])
+
+
+def test_parallel_calls_agree_in_any_order_and_count_matters():
+    a = [c("get_weather", city="Paris"), c("get_weather", city="Rome")]
+    assert calls_agree(TOOLS, a, list(reversed(a)))
+    assert not calls_agree(TOOLS, a, a[:1])
+
+
+def test_native_name_spelling_agrees():
+    assert calls_agree(TOOLS, [c("math_factorial", n=5)], [c("math.factorial", n=5)])
+
+
+def test_no_call_agrees_with_no_call_only():
+    assert calls_agree(TOOLS, [], None)
+    assert not calls_agree(TOOLS, [], [c("math.factorial", n=5)])
+    assert not calls_agree(TOOLS, [c("math.factorial", n=5)], None)
+
+
+def test_dict_calls_accepted():
+    assert calls_agree(TOOLS, [{"name": "math.factorial", "arguments": {"n": 5}}], [c("math.factorial", n=5)])
+
+
+def test_effective_calls_native_text_is_no_call():
+    assert effective_calls([c("math.factorial", n=5)], None, native_text=True) == []
+    assert effective_calls(None, "free text") == []
+    assert effective_calls([c("math.factorial", n=5)], None) == [c("math.factorial", n=5)]
