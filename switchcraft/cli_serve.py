@@ -3,8 +3,9 @@
     switchcraft export runs/default/router --out runs/default/router_onnx --int8 --triton
     switchcraft serve --config configs/serving.yaml router.backend=triton-grpc router.triton_url=127.0.0.1:8001
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router
+    switchcraft gateway-key --id acme-support --tenant acme --role support --out keys.yaml
 
-Wiring: `register(app)` adds export and serve; `register_bench(bench_app)` adds
+Wiring: `register(app)` adds export, serve and gateway-key; `register_bench(bench_app)` adds
 `serve` to the `bench` group.
 """
 
@@ -23,6 +24,8 @@ DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
 def register(app: typer.Typer) -> None:
     app.command("export", help="Export a trained router to ONNX (validated against PyTorch); --triton writes the model repository.")(export)
     app.command("serve", help="Run the routing gateway (OpenAI-compatible) from configs/serving.yaml.")(serve)
+    app.command("gateway-key", help="Make a gateway API key: prints it once, and the hashed entry for auth.keys_file.")(
+        gateway_key)
 
 
 def register_bench(bench_app: typer.Typer) -> None:
@@ -96,8 +99,9 @@ def serve(
     from data.errors import DataError
     from data.pool import load_pool
     from serving.client import RouterClient
-    from serving.gateway.app import create_app
+    from serving.gateway.app import UNAUTHENTICATED, create_app
     from serving.gateway.config import load_serving_config
+    from serving.gateway.errors import configure_json_logging
 
     try:
         cfg = load_serving_config(config, overrides or [])
@@ -108,10 +112,53 @@ def serve(
         app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
     except (FileNotFoundError, DataError, ValueError) as e:
         _fail(str(e))
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(message)s")
-    console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name})",
-                  highlight=False)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False)
+    configure_json_logging(cfg.log_level)  # every line on stderr is one JSON object (uvicorn's and httpx's too)
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    if cfg.auth.mode == "none":
+        err.print("[bold red]WARNING:[/] " + UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}"), highlight=False)
+    keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
+    console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
+                  f"{keys})", highlight=False)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, log_config=None)
+
+
+def gateway_key(
+    key_id: str = typer.Option(..., "--id", help="The key's name in logs and metrics (letters, digits, _ . -)."),
+    tenant: str = typer.Option("", help="The caller's tenant."),
+    role: list[str] = typer.Option([], "--role", help="A role (repeat for several)."),
+    permission: list[str] = typer.Option([], "--permission", help="A permission granted directly (repeatable)."),
+    environment: str = typer.Option("prod", help="The caller's environment."),
+    rpm: int = typer.Option(None, "--requests-per-minute", help="Limit: requests per minute."),
+    usd_per_day: float = typer.Option(None, help="Limit: USD per UTC day."),
+    model: list[str] = typer.Option([], "--model", help="Limit: a pool model this key may use (repeatable)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Append the entry to this keys file (auth.keys_file)."),
+) -> None:
+    """The key is printed once and never stored: the file holds its sha256 only."""
+    import yaml
+
+    from serving.gateway.auth import KeyEntry, hash_key, new_key
+
+    key = new_key()
+    limits = {k: v for k, v in (("requests_per_minute", rpm), ("usd_per_day", usd_per_day),
+                                ("models", list(model) or None)) if v is not None}
+    try:
+        entry = KeyEntry(id=key_id, sha256=hash_key(key), caller={"tenant": tenant, "roles": role,
+                                                                  "permissions": permission, "environment": environment},
+                         limits=limits)
+    except ValueError as e:
+        _fail(str(e))
+    data = entry.model_dump(mode="json", exclude_none=True, exclude={"key"})
+    text = yaml.safe_dump([data], sort_keys=False)
+    if out is not None:
+        existing = yaml.safe_load(out.read_text()) if out.exists() else None
+        keys = (existing or {}).get("keys") or []
+        if any(k.get("id") == key_id for k in keys):
+            _fail(f"{out} already has a key with id {key_id!r}; pick another --id")
+        out.write_text(yaml.safe_dump({"keys": [*keys, data]}, sort_keys=False))
+        console.print(f"appended {key_id} to {out}", highlight=False)
+    else:
+        console.print("# add under `keys:` in auth.keys_file\n" + text, highlight=False, markup=False)
+    err.print(f"API key (shown once; only its hash is kept): {key}", highlight=False, markup=False)
 
 
 def bench_serve(

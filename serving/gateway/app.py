@@ -12,10 +12,17 @@ Each model is asked the way it was labelled and its answer decoded into OpenAI
 the single-model path. The answering model, the strategy and the cost of every
 call are in the body (`model`, `switchcraft`) and the `x-switchcraft-*`
 headers. Logs are one JSON object per request, without message text or keys.
+
+Every request to /v1/* needs an API key (`Authorization: Bearer <key>`,
+serving/gateway/auth.py) unless `auth.mode: none`; the key decides the caller
+identity (which tools it may see) and its limits, and the body's caller field
+may only narrow that identity. An unexpected exception answers 500 with
+`connection: close` (serving/gateway/errors.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -32,11 +39,15 @@ from data.schema import Tool
 from serving.backends import BackendError
 from serving.client import RouterClient
 from serving.gateway.answers import upstream_body
+from serving.gateway.auth import Guard, Identity, KeyStore, forbidden, narrow, restrict_models
 from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
+from serving.gateway.errors import CatchAll
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import (
     GatewayError,
+    check_chat_fields,
+    check_route_fields,
     check_strategy,
     constraints_from,
     model_mode,
@@ -45,42 +56,59 @@ from serving.gateway.requests import (
     to_schema,
 )
 from serving.gateway.streams import json_as_sse, sse_passthrough
-from serving.gateway.tools import GatewayTools, ToolRouted, caller_from
+from serving.gateway.tools import GatewayTools, ToolRouted
 from serving.gateway.upstream import Attempt, UpstreamResult, Upstreams
-from serving.policy import Decision, NoEligibleModel
+from serving.policy import Constraints, Decision, NoEligibleModel
+from serving.tools.policy import Caller
 from serving.strategy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 
 
 class ToolSelector(Protocol):
-    """The hook for tool routing (serving/tools): which tools this caller's request exposes."""
+    """The hook for tool routing (serving/tools): which tools this caller's request exposes.
 
-    def __call__(self, messages: list, tools: list, caller: str | None) -> list[str]: ...
+    `caller` is the request's identity: its API key's, narrowed by the body."""
+
+    def __call__(self, messages: list, tools: list, caller: Caller) -> list[str]: ...
+
+
+UNAUTHENTICATED = ("UNAUTHENTICATED gateway (auth.mode: none): no API key is asked for; anyone who can reach "
+                   "{where} spends the pool's provider keys. For local use only.")
 
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
-               tool_selector: ToolSelector | None = None, tools: GatewayTools | None = None) -> FastAPI:
-    """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured)."""
+               tool_selector: ToolSelector | None = None, tools: GatewayTools | None = None,
+               keys: KeyStore | None = None) -> FastAPI:
+    """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured).
+    `keys`: the API keys; when None they are read as `cfg.auth` says (ValueError when none are configured)."""
     if tools is None and cfg.tools is not None:
         tools = GatewayTools.from_settings(cfg.tools)
+    guard = Guard()
     metrics = GatewayMetrics()
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
-                          max_connections=cfg.upstream.max_connections)
+                          max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker)
     unknown = [m for m in client.models if m not in pool.names]
     if unknown:
         raise ValueError(f"the router routes to {unknown}, which the pool file does not list; add them to the pool")
-    cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts)
+    cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts,
+                      hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
+    keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        if keys.mode == "none":
+            log.warning(json.dumps({"event": "auth", "mode": "none",
+                                    "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
         yield
         await upstreams.aclose()
 
     app = FastAPI(title="switchcraft gateway", lifespan=lifespan)
-    app.state.metrics, app.state.client, app.state.tools = metrics, client, tools
+    app.state.metrics, app.state.client, app.state.tools, app.state.keys = metrics, client, tools, keys
+    app.state.upstreams, app.state.guard = upstreams, guard
+    app.add_middleware(CatchAll, metrics=metrics, log=log)
 
     async def read_body(request: Request) -> dict[str, Any]:
         declared = request.headers.get("content-length")
@@ -91,11 +119,45 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             raw += chunk
             if len(raw) > cfg.max_body_bytes:
                 raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes")
-        return parse_body(bytes(raw), cfg.max_body_bytes)
+        return parse_body(bytes(raw), cfg.max_body_bytes, cfg.max_json_depth)
 
-    async def route_tools(messages: list, caller: Any, constraints_field: str) -> ToolRouted:
+    def authenticate(request: Request) -> Identity:
+        """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 otherwise."""
+        ident = None
+        try:
+            ident = keys.authenticate(request.headers.get("authorization"))
+            guard.admit(ident)
+        except GatewayError as e:
+            metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=getattr(e, "reason", "")).inc()
+            raise
+        return ident
+
+    def who_asks(ident: Identity, asked: Any, field: str) -> Caller:
+        """The key's identity narrowed by the body's caller field (403 if it would widen it)."""
+        try:
+            who = narrow(ident.caller, asked, f"{field}.caller")
+            if tools is not None:
+                tools.check_narrowing(who, ident.caller, f"{field}.caller")
+        except GatewayError as e:
+            if e.status == 403:
+                metrics.auth_rejections.labels(key=ident.key_id, reason="caller").inc()
+            raise
+        return who
+
+    def keyed_constraints(constraints: Constraints | None, ident: Identity, field: str) -> Constraints | None:
+        """The request's constraints within the key's allowed models."""
+        allowed = constraints.allowed_models if constraints else None
+        try:
+            keyed = restrict_models(allowed, ident, f"{field}.allowed_models")
+        except GatewayError:
+            metrics.auth_rejections.labels(key=ident.key_id, reason="model").inc()
+            raise
+        if keyed is allowed:
+            return constraints
+        return dataclasses.replace(constraints or Constraints(), allowed_models=keyed)
+
+    async def route_tools(messages: list, who: Caller) -> ToolRouted:
         """The catalog's tools for this caller and request: they replace the request's own."""
-        who = caller_from(caller, f"{constraints_field}.caller")
         return await anyio.to_thread.run_sync(lambda: tools.route(messages, who))
 
     def pick_strategy(decision: Decision, requested: Strategy | None, field: str) -> tuple[str, str | None]:
@@ -111,14 +173,17 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         decision.strategy = wanted
         return source, None
 
-    async def route(body: dict, constraints_field: str, threshold: float | None) -> tuple[Any, ToolRouted | None, list[Tool]]:
+    async def route(body: dict, constraints_field: str, threshold: float | None,
+                    ident: Identity) -> tuple[Any, ToolRouted | None, list[Tool]]:
         messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
-        constraints, caller = constraints_from(body.get(constraints_field), pool.names)
+        constraints, caller = constraints_from(body.get(constraints_field), pool.names, constraints_field)
         requested = strategy_from((body.get(constraints_field) or {}).get("strategy"), pool.names,
                                   f"{constraints_field}.strategy")
+        who = who_asks(ident, caller, constraints_field)
+        constraints = keyed_constraints(constraints, ident, constraints_field)
         tooled = None
         if tools is not None:  # tools first: the model router packs and costs the reduced set
-            tooled = await route_tools(messages, caller, constraints_field)
+            tooled = await route_tools(messages, who)
             req_tools = tooled.tools
         t0 = time.perf_counter()
         try:
@@ -137,13 +202,24 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             routed.tools = tooled.decision.exposed_names
             routed.extra["tool_routing"] = tooled.trace()
         if tool_selector is not None:
-            routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, caller))
+            routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, who))
         return routed, tooled, req_tools
 
-    def finish(endpoint: str, status: int, started: float, rid: str, **fields) -> None:
+    def finish(endpoint: str, status: int, started: float, rid: str, ident: Identity | None, **fields) -> None:
         metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
+        if ident is not None:
+            metrics.key_requests.labels(key=ident.key_id, status=str(status)).inc()
         log.info(json.dumps({"event": endpoint, "request_id": rid, "status": status,
-                             "ms": round((time.perf_counter() - started) * 1e3, 2), **fields}, default=str))
+                             "ms": round((time.perf_counter() - started) * 1e3, 2),
+                             "key": ident.key_id if ident else None, **fields}, default=str))
+
+    def spend(ident: Identity, run: Run | None) -> None:
+        """A request's cost on its key: every call's, abandoned ones at their estimate."""
+        if run is None:
+            return
+        usd = run.cost_usd + run.abandoned_usd
+        guard.spend(ident, usd)
+        metrics.key_spend.labels(key=ident.key_id).inc(usd)
 
     def error_response(e: GatewayError, rid: str, extra: dict | None = None) -> JSONResponse:
         body = e.body()
@@ -151,38 +227,38 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             body["error"]["attempts"] = e.attempts
         if extra:
             body["switchcraft"] = extra
-        return JSONResponse(body, status_code=e.status, headers={"x-request-id": rid})
+        return JSONResponse(body, status_code=e.status, headers={**(e.headers or {}), "x-request-id": rid})
 
     @app.post("/v1/route")
     async def route_only(request: Request) -> Response:
-        started, rid = time.perf_counter(), request.headers.get("x-request-id") or uuid.uuid4().hex
+        started, rid = time.perf_counter(), request_id(request)
+        ident = None
         try:
+            ident = authenticate(request)
             body = await read_body(request)
-            threshold = body.get("threshold")
-            if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
-                                          or not 0 <= threshold <= 1):
-                raise GatewayError(400, "threshold: must be a number within [0, 1]", param="threshold")
-            routed, _, _ = await route(body, "constraints", threshold)
+            check_route_fields(body)
+            routed, _, _ = await route(body, "constraints", body.get("threshold"), ident)
         except GatewayError as e:
-            finish("route", e.status, started, rid, error=e.message if e.status >= 500 else e.param)
+            finish("route", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param)
             return error_response(e, rid)
         out = routed.to_dict()
-        finish("route", 200, started, rid, chosen=routed.decision.chosen, rule=routed.decision.rule,
+        finish("route", 200, started, rid, ident, chosen=routed.decision.chosen, rule=routed.decision.rule,
                routing_ms=round(routed.latency_ms, 2), n_tokens=routed.n_tokens)
         return JSONResponse(out, headers={MODEL_HEADER: routed.decision.chosen, "x-request-id": rid})
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        started, rid = time.perf_counter(), request.headers.get("x-request-id") or uuid.uuid4().hex
+        started, rid = time.perf_counter(), request_id(request)
         meta: dict[str, Any] = {}
+        ident, run = None, None
         try:
+            ident = authenticate(request)
             body = await read_body(request)
             mode, arg = model_mode(body.get("model"), pool.names)
+            check_chat_fields(body)
             stream = body.get("stream", False)
-            if not isinstance(stream, bool):
-                raise GatewayError(400, "stream: must be true or false", param="stream")
             if mode == "route":
-                routed, tooled, req_tools = await route(body, "switchcraft", arg)
+                routed, tooled, req_tools = await route(body, "switchcraft", arg, ident)
                 decision = routed.decision
                 strategy, source = decision.strategy, routed.extra["strategy_source"]
                 ranking, costs = decision.ranking, decision.costs
@@ -193,12 +269,19 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 if (body.get("switchcraft") or {}).get("strategy") is not None:
                     raise GatewayError(400, f"switchcraft.strategy: applies to model 'router', not to the named model {arg!r}",
                                        param="switchcraft.strategy")
+                who = who_asks(ident, caller, "switchcraft")
+                if ident.limits.models is not None and arg not in ident.limits.models:
+                    metrics.auth_rejections.labels(key=ident.key_id, reason="model").inc()
+                    raise forbidden("model", f"{arg!r} is not allowed for this API key (it may use: "
+                                    f"{', '.join(ident.limits.models)})", "model")
                 tooled = None
                 if tools is not None:  # a named model still sees only what the caller may see
-                    tooled = await route_tools(messages, caller, "switchcraft")
+                    tooled = await route_tools(messages, who)
                     req_tools = tooled.tools
-                # The caller named this model: no silent substitution, no cascade.
-                strategy, source, ranking, costs = Strategy.single(arg), "model", [arg], {}
+                # The caller named this model: no silent substitution, no cascade. Its profiled cost prices an
+                # abandoned call.
+                strategy, source, ranking = Strategy.single(arg), "model", [arg]
+                costs = {arg: client.policy.costs[arg]} if arg in client.policy.costs else {}
                 meta = {"routed": False, "chosen": arg}
             if tooled is not None:
                 body = {**body, "tools": tooled.openai}
@@ -219,21 +302,23 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
             metrics.strategies.labels(kind=ran.kind, source=source).inc()
             if stream:
-                result, run = await stream_single(ran, body_for, req_tools)
+                result, run = await stream_single(ran, body_for, req_tools, costs)
             else:
                 result, run = None, await cascade.run(strategy, CascadeRequest(body_for, req_tools, ranking, costs))
         except GatewayError as e:
             if getattr(e, "run", None) is not None:
                 meta.update(e.run.trace())
-            finish("chat", e.status, started, rid, error=e.message if e.status >= 500 else e.param,
+                spend(ident, e.run)
+            finish("chat", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param,
                    attempts=getattr(e, "attempts", None))
             return error_response(e, rid, meta or None)
+        spend(ident, run)
         meta.update(run.trace())
         answer = run.returned.answer
         if tooled is not None and answer is not None:  # streamed answers are not read here
             meta["tool_routing"]["rejected_calls"] = tools.rejected_calls(tooled, answer.body)
         headers = {**run.headers(), "x-request-id": rid}
-        finish("chat", 200, started, rid, routed=meta["routed"], chosen=meta["chosen"], answered_by=run.returned.model,
+        finish("chat", 200, started, rid, ident, routed=meta["routed"], chosen=meta["chosen"], answered_by=run.returned.model,
                strategy=ran.name, verdict=run.verdict, cost_usd=run.cost_usd,
                attempts=[(c.model, c.outcome) for c in run.calls], stream=stream,
                n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
@@ -247,11 +332,12 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         out["model"], out["switchcraft"] = run.returned.model, meta
         return JSONResponse(out, headers=headers)
 
-    async def stream_single(ran: Strategy, body_for, req_tools: list[Tool]) -> tuple[UpstreamResult, Run]:
+    async def stream_single(ran: Strategy, body_for, req_tools: list[Tool],
+                            costs: dict[str, float]) -> tuple[UpstreamResult, Run]:
         """Today's streaming path: the first model that answers; a prompt-style one answers whole, decoded."""
         run = Run(ran)
         try:
-            result = await upstreams.call(body_for, list(ran.models), cfg.upstream.max_attempts)
+            result = await upstreams.call(body_for, list(ran.models), cfg.upstream.max_attempts, costs)
         except GatewayError as e:
             run.calls = [CallRecord(a["model"], "first" if i == 0 else "fallback", Attempt(**a))
                          for i, a in enumerate(getattr(e, "attempts", None) or [])]
@@ -277,19 +363,21 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        ready = await anyio.to_thread.run_sync(client.ready)
-        body = {"ready": ready, "backend": client.backend.name, "router_version": client.version}
+        """Ready: the router answers and at least one upstream endpoint's breaker is not open."""
+        router_ready = await anyio.to_thread.run_sync(client.ready)
+        circuits = upstreams.breakers.states()
+        ready = router_ready and any(state != "open" for state in circuits.values())
+        body = {"ready": ready, "router": router_ready, "backend": client.backend.name,
+                "router_version": client.version, "upstreams": circuits}
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The router never crashes on a request: log the type (not the body) and answer 500.
-        log.error(json.dumps({"event": "unhandled", "path": request.url.path, "error": type(exc).__name__}))
-        return JSONResponse(GatewayError(500, f"internal error ({type(exc).__name__})", type="server_error").body(),
-                            status_code=500)
-
     return app
+
+
+def request_id(request: Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    return given if given.isascii() and given.isprintable() and 0 < len(given) <= 128 else uuid.uuid4().hex

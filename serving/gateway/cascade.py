@@ -26,7 +26,9 @@ model answered.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,7 +42,7 @@ from data.verify.agree import calls_agree
 from serving.gateway.answers import Answer, read_answer
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import GatewayError
-from serving.gateway.upstream import Attempt, Upstreams, no_answer
+from serving.gateway.upstream import ABANDONED, Attempt, Upstreams
 from serving.strategy import Strategy
 
 MODEL_HEADER = "x-switchcraft-model"
@@ -54,6 +56,7 @@ class CascadeRequest:
     tools: list[Tool]  # the request's tools: decoding and the agreement check
     ranking: list[str] = field(default_factory=list)  # the decision's order: fallbacks after `escalate`
     costs: Mapping[str, float] = field(default_factory=dict)  # expected cost per model: which answer is cheaper
+    down: set[str] = field(default_factory=set)  # endpoints that refused a connection during this request
 
 
 @dataclass
@@ -61,7 +64,7 @@ class CallRecord:
     """One upstream call of a strategy and what came of it."""
 
     model: str
-    role: str  # first | tie_breaker | escalate | fallback
+    role: str  # first | tie_breaker | escalate | fallback | hedge
     attempt: Attempt | None = None
     answer: Answer | None = None
     cost_usd: float | None = None
@@ -75,6 +78,14 @@ class CallRecord:
     def outcome(self) -> str:
         return self.attempt.outcome if self.attempt else "not_sent"
 
+    @property
+    def sent(self) -> bool:
+        return self.attempt is not None and self.attempt.sent
+
+    @property
+    def abandoned_usd(self) -> float | None:
+        return self.attempt.estimated_cost_usd if self.attempt else None
+
     def trace(self, returned: bool) -> dict[str, Any]:
         a, u = self.answer, self.answer.usage if self.answer else None
         return {"model": self.model, "role": self.role, "outcome": self.outcome,
@@ -84,7 +95,8 @@ class CallRecord:
                            "reasoning_tokens": u.reasoning_tokens} if u is not None and u.known else None),
                 "cost_usd": self.cost_usd, "raw": a.raw if a else None, "calls": a.calls_json() if a else None,
                 "decoder": a.decoder if a else None, "decode_error": a.decode_error if a else None,
-                "returned": returned}
+                "returned": returned, "abandoned": self.outcome in ABANDONED,
+                "estimated_cost_usd": self.abandoned_usd}
 
 
 @dataclass
@@ -104,6 +116,14 @@ class Run:
         return sum(c.cost_usd for c in self.calls if c.cost_usd is not None)
 
     @property
+    def abandoned(self) -> list[CallRecord]:
+        return [c for c in self.calls if c.outcome in ABANDONED]
+
+    @property
+    def abandoned_usd(self) -> float:
+        return sum(c.abandoned_usd or 0.0 for c in self.abandoned)
+
+    @property
     def attempts(self) -> list[Attempt]:
         return [c.attempt for c in self.calls if c.attempt is not None]
 
@@ -116,6 +136,8 @@ class Run:
             "calls": [c.trace(c is self.returned) for c in self.calls],
             "cost_usd": self.cost_usd,
             "cost_complete": all(c.cost_usd is not None for c in self.calls if c.outcome == "ok"),
+            # Sent, then given up (timeout, dropped, a lost hedge): the provider may bill them; not in cost_usd.
+            "abandoned": {"calls": len(self.abandoned), "estimated_cost_usd": self.abandoned_usd},
             "attempts": [asdict(a) for a in self.attempts],
             **({} if self.returned is None else {
                 "answered_by": self.returned.model,
@@ -125,7 +147,7 @@ class Run:
     def headers(self) -> dict[str, str]:
         """The trace in headers (ASCII: `->` for the arrow in a strategy's name)."""
         headers = {MODEL_HEADER: self.returned.model, "x-switchcraft-strategy": self.strategy.name.replace("→", "->"),
-                   "x-switchcraft-models-called": ",".join(c.model for c in self.calls),
+                   "x-switchcraft-models-called": ",".join(c.model for c in self.calls if c.sent),
                    "x-switchcraft-cost-usd": f"{self.cost_usd:.8f}"}
         if self.verdict is not None:
             headers["x-switchcraft-agreement"] = self.verdict
@@ -133,8 +155,10 @@ class Run:
 
 
 class Cascade:
-    def __init__(self, upstreams: Upstreams, pool: Pool, metrics: GatewayMetrics, *, max_attempts: int) -> None:
+    def __init__(self, upstreams: Upstreams, pool: Pool, metrics: GatewayMetrics, *, max_attempts: int,
+                 hedge_after_s: float | None = None) -> None:
         self.upstreams, self.pool, self.metrics, self.max_attempts = upstreams, pool, metrics, max_attempts
+        self.hedge_after_s = hedge_after_s
 
     async def run(self, strategy: Strategy, req: CascadeRequest) -> Run:
         """The strategy's answer; a GatewayError carrying `.run` (the calls made) when none came."""
@@ -151,10 +175,11 @@ class Cascade:
         self.record(run)
         return run
 
-    async def _call(self, model: str, role: str, req: CascadeRequest) -> CallRecord:
-        rec, attempts = CallRecord(model, role), []
+    async def _call(self, model: str, role: str, req: CascadeRequest, rec: CallRecord | None = None) -> CallRecord:
+        rec, attempts = rec or CallRecord(model, role), []
         try:
-            result = await self.upstreams.attempt(model, req.body_for(model), attempts)
+            result = await self.upstreams.attempt(model, req.body_for(model), attempts, down=req.down,
+                                                  estimate=req.costs.get(model))
         except GatewayError as e:
             rec.rejected, result = e, None
         rec.attempt = attempts[-1] if attempts else None
@@ -182,17 +207,68 @@ class Cascade:
         run.returned, run.rule, run.reused = rec, rule, reused
 
     async def _single(self, run: Run, req: CascadeRequest) -> None:
-        candidates = list(run.strategy.models)[: self.max_attempts]
-        for i, model in enumerate(candidates):
-            rec = await self._call(model, "first" if i == 0 else "fallback", req)
+        """The model, then its fallbacks one at a time: at most `max_attempts` calls sent (skipped endpoints do not
+        count). With `hedge_after_s`, the second is also asked when the first is that slow; the first answer wins."""
+        candidates, sent, start = list(run.strategy.models), 0, 0
+        if self.hedge_after_s is not None and len(candidates) > 1 and self.max_attempts > 1:
+            recs = await self._hedge(req, candidates[0], candidates[1])
+            start = len(recs)
+            for rec in recs:
+                run.calls.append(rec)
+                sent += rec.sent
+                if rec.rejected is not None:
+                    raise rec.rejected
+            answered = [r for r in recs if r.ok]
+            if answered:
+                return self._answer(run, answered[0], "single" if answered[0] is recs[0] else "hedge")
+            for rec in recs:
+                self.metrics.fallbacks.labels(from_model=rec.model, reason=rec.outcome).inc()
+        counted = len(run.calls)  # failed calls already counted as fallbacks
+        for model in candidates[start:]:
+            if sent >= self.max_attempts:
+                break
+            if len(run.calls) > counted:  # the previous call failed: this one is a fallback
+                self.metrics.fallbacks.labels(from_model=run.calls[-1].model, reason=run.calls[-1].outcome).inc()
+                counted = len(run.calls)
+            rec = await self._call(model, "first" if not run.calls else "fallback", req)
             run.calls.append(rec)
+            sent += rec.sent
             if rec.rejected is not None:
                 raise rec.rejected
             if rec.ok:
-                return self._answer(run, rec, "single" if i == 0 else "fallback")
-            if i + 1 < len(candidates):
-                self.metrics.fallbacks.labels(from_model=model, reason=rec.outcome).inc()
-        raise no_answer(run.attempts)
+                return self._answer(run, rec, "single" if len(run.calls) == 1 else "fallback")
+        raise self.upstreams.no_answer(run.attempts)
+
+    async def _hedge(self, req: CascadeRequest, first: str, second: str) -> list[CallRecord]:
+        """`first`; if it has not answered after `hedge_after_s`, `second` as well. The first answer (or caller
+        error) wins; the call still running is cancelled: abandoned, at its estimated cost."""
+        a = CallRecord(first, "first")
+        task_a = asyncio.ensure_future(self._call(first, "first", req, a))
+        t0 = time.perf_counter()
+        done, _ = await asyncio.wait({task_a}, timeout=self.hedge_after_s)
+        if done:
+            task_a.result()
+            return [a]
+        b = CallRecord(second, "hedge")
+        self.metrics.hedges.labels(model=second).inc()
+        task_b = asyncio.ensure_future(self._call(second, "hedge", req, b))
+        tasks, pending = {task_a: a, task_b: b}, {task_a, task_b}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    t.result()  # an unexpected error surfaces here
+                if any(tasks[t].ok or tasks[t].rejected is not None for t in done):
+                    break
+        finally:
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for t in pending:
+            rec, estimate = tasks[t], req.costs.get(tasks[t].model)
+            rec.attempt = Attempt(rec.model, "hedge_lost", None, (time.perf_counter() - t0) * 1e3, estimate)
+            self.upstreams.abandoned(rec.model, "hedge_lost", estimate)
+        return [a, b]
 
     def _agree_check(self, run: Run, x: CallRecord, y: CallRecord, tools: list[Tool]) -> bool:
         check: dict[str, Any] = {"models": [x.model, y.model]}
@@ -243,7 +319,7 @@ class Cascade:
                 if new_calls >= self.max_attempts:
                     continue  # no new calls left; an answer already in hand may still come
                 rec, reused = await self._call(model, "escalate" if model in s.escalate else "fallback", req), False
-                recs[model], new_calls = rec, new_calls + 1
+                recs[model], new_calls = rec, new_calls + rec.sent
                 run.calls.append(rec)
                 self._count_failures(rec)
             if rec.ok:
@@ -255,7 +331,7 @@ class Cascade:
         if rejected:
             rejected[0].attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
             raise rejected[0]
-        raise no_answer(run.attempts)
+        raise self.upstreams.no_answer(run.attempts)
 
     def _count_failures(self, *recs: CallRecord) -> None:
         """A failed call in a cascade is a fallback: the cascade goes on without its answer."""
@@ -270,5 +346,5 @@ class Cascade:
             m.agreements.labels(verdict=run.verdict).inc()
         if run.rule == "escalate" and run.returned is not None:
             m.escalations.labels(to_model=run.returned.model).inc()
-        m.calls_per_request.observe(len(run.calls))
+        m.calls_per_request.observe(sum(c.sent for c in run.calls))
         m.request_cost.observe(run.cost_usd)

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
+from serving.gateway.auth import AuthSettings
 from serving.strategy import Strategy
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
@@ -63,6 +64,16 @@ class RouterSettings(BaseModel):
         return self
 
 
+class BreakerSettings(BaseModel):
+    """A circuit breaker per upstream endpoint (base_url): consecutive failures open it, a probe closes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    failures: int = Field(default=5, ge=1, description="Consecutive failures (connection, timeout, 5xx) that open it.")
+    open_s: float = Field(default=5.0, gt=0, description="How long it stays open before half-open probes.")
+    probes: int = Field(default=1, ge=1, description="Requests let through at once while half-open.")
+
+
 class UpstreamSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +81,10 @@ class UpstreamSettings(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0, description="Overrides every pool model's timeout_s.")
     max_attempts: int = Field(default=3, ge=1, description="The chosen model plus this many minus one fallbacks.")
     max_connections: int = Field(default=64, ge=1)
+    breaker: BreakerSettings = Field(default_factory=lambda: BreakerSettings())
+    hedge_after_s: float | None = Field(default=None, gt=0, description="Single strategies: when the first model has "
+                                        "not answered after this long, also ask the next; the slower call is abandoned "
+                                        "and still billed (up to 2x the cost of a request that hedges).")
 
 
 class ToolRoutingSettings(BaseModel):
@@ -91,11 +106,13 @@ class ServingConfig(BaseModel):
     router: RouterSettings = Field(default_factory=RouterSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     max_body_bytes: int = Field(default=2_000_000, ge=1024, description="Larger request bodies get 413.")
+    max_json_depth: int = Field(default=100, ge=8, le=512, description="Deeper-nested request bodies get 400.")
     max_messages: int = Field(default=512, ge=1)
     max_tools: int = Field(default=512, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
     tools: ToolRoutingSettings | None = Field(default=None, description="Route tools from a catalog first (off: null).")
+    auth: AuthSettings = Field(default_factory=AuthSettings, description="Inbound API keys (on by default).")
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

@@ -11,6 +11,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -51,6 +52,27 @@ class GatewayMetrics:
                                       buckets=COST_BUCKETS, registry=r)
         self.decoded = Counter("switchcraft_answers_decoded", "Upstream answers by what they decoded to "
                                "(tool_calls | no_call | malformed)", ["model", "result"], registry=r)
+
+        # Callers (serving/gateway/auth.py): by key id, never the key.
+        self.key_requests = Counter("switchcraft_key_requests", "Requests by API key id and status", ["key", "status"],
+                                    registry=r)
+        self.key_spend = Counter("switchcraft_key_spend_usd", "Spend by API key id (every call, abandoned ones at "
+                                 "their estimate)", ["key"], registry=r)
+        self.auth_rejections = Counter("switchcraft_auth_rejections", "Requests refused by authentication or a key's "
+                                       "limits (key empty when none was valid)", ["key", "reason"], registry=r)
+        # Upstream resilience (serving/gateway/breaker.py, upstream.py).
+        self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
+                                   "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r)
+        self.circuit_opens = Counter("switchcraft_circuit_opens", "Times an endpoint's breaker opened", ["endpoint"],
+                                     registry=r)
+        self.circuit_skips = Counter("switchcraft_circuit_skips", "Calls not sent because the endpoint's breaker was "
+                                     "open (or it failed earlier in the same request)", ["endpoint", "model"], registry=r)
+        self.abandoned = Counter("switchcraft_abandoned_calls", "Calls sent then given up (timeout, dropped, hedge lost): "
+                                 "the provider may bill them", ["model", "reason"], registry=r)
+        self.abandoned_cost = Counter("switchcraft_abandoned_cost_usd", "Estimated cost of abandoned calls (the "
+                                      "router's expected cost of the model for that request)", ["model"], registry=r)
+        self.hedges = Counter("switchcraft_hedges", "Hedged calls started (upstream.hedge_after_s), by model",
+                              ["model"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

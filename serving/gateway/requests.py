@@ -11,9 +11,12 @@ caller's own messages and tools, intact; these are only what the router reads.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from data.schema import Call, Message, Tool
 from serving.policy import Constraints
@@ -23,6 +26,13 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
          "function": "tool"}
 SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 ROUTER_MODEL = re.compile(r"^router(?:-(?P<tau>[0-9.]+))?$")
+MAX_INT_DIGITS = 64
+STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+# Tokens the strict reader marks: NaN, Infinity, exponents (1e999) and long digit runs.
+BAD_TOKENS = re.compile(rb"NaN|Infinity|[eE][+-]?[0-9]{3}|[0-9]{%d}" % (MAX_INT_DIGITS + 1))
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass
@@ -33,6 +43,7 @@ class GatewayError(Exception):
     message: str
     type: str = "invalid_request_error"
     param: str | None = None
+    headers: dict[str, str] | None = None  # e.g. Retry-After on a 429 or 503, WWW-Authenticate on a 401
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
@@ -42,19 +53,119 @@ def bad(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, f"{param}: {message}" if param else message, param=param)
 
 
-def parse_body(raw: bytes, max_bytes: int) -> dict[str, Any]:
+class _Bad:
+    """A JSON token Python would accept but JSON (RFC 8259) or a forwarded request cannot carry: NaN, ±Infinity,
+    a number out of float range, an integer of absurd length. Kept as a marker until its field is known."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _bad_constant(token: str) -> _Bad:
+    return _Bad(token)
+
+
+def _float(token: str) -> float | _Bad:
+    value = float(token)
+    return value if math.isfinite(value) else _Bad(token)
+
+
+def _int(token: str) -> int | _Bad:
+    return int(token) if len(token) <= MAX_INT_DIGITS else _Bad(token)
+
+
+def _json_depth(raw: bytes) -> int:
+    """How deeply containers nest in `raw` (strings skipped), without parsing: C-speed scans only."""
+    skeleton = STRINGS.sub(b"", raw).translate(None, NOT_BRACKETS)
+    if not skeleton:
+        return 0
+    steps = np.frombuffer(skeleton, dtype=np.uint8)
+    return int(np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)).max())
+
+
+def _walk(value: Any, path: str = "") -> Any:
+    """Depth-first (path, value) over a parsed body, iteratively: bodies here may be deeper than Python's stack."""
+    stack = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        yield where, v
+        if isinstance(v, dict):
+            stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+
+
+def _deepest(value: Any, limit: int) -> str:
+    """The path of the first value nested deeper than `limit` containers."""
+    stack = [("", value, 1)]
+    while stack:
+        where, v, depth = stack.pop()
+        if isinstance(v, dict | list) and depth > limit:
+            return where or "body"
+        children = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in children:
+            stack.append((f"{where}.{k}" if isinstance(v, dict) and where else str(k) if isinstance(v, dict)
+                          else f"{where}[{k}]", x, depth + 1))
+    return "body"
+
+
+def _clean_surrogates(value: Any) -> Any:
+    """Lone UTF-16 surrogates (`"\\ud800"`) replaced by U+FFFD, in keys and values: the tokenizer and the
+    forwarded request cannot carry them; a valid pair was already joined into one character by the parser."""
+    if isinstance(value, str):
+        return SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_clean_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean_surrogates(k): _clean_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _why(token: str) -> str:
+    if token.lstrip("-").isdigit():
+        return f"has more than {MAX_INT_DIGITS} digits"
+    if token.lstrip("-") in ("NaN", "Infinity"):
+        return "is not a JSON number (JSON has no NaN or Infinity)"
+    return "is beyond the range of a double"
+
+
+def _short(path: str, keep: int = 6) -> str:
+    """A path cut after `keep` steps (`a[0][0][0]…`): a nesting error names where it starts."""
+    steps = re.findall(r"\[\d+\]|\.?[^.\[]+", path)
+    return path if len(steps) <= keep else "".join(steps[:keep]) + "…"
+
+
+def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, Any]:
+    """The request body as a JSON object; GatewayError(400/413) naming what is wrong (and where, when known)."""
     if len(raw) > max_bytes:
         raise GatewayError(413, f"request body is {len(raw):,} bytes; the limit is {max_bytes:,}")
     if not raw.strip():
-        raise bad("request body is empty; send a JSON object")
+        raise bad("request body is empty; send a JSON object", "body")
+    depth = _json_depth(raw)
+    if depth > max_depth:
+        where = "body"
+        try:  # the parser's own recursion limit is ~1,000 levels: within it the path can be named
+            where = _deepest(json.loads(raw), max_depth)
+        except (ValueError, RecursionError):
+            pass
+        raise bad(f"JSON nested {depth} levels deep; the limit is {max_depth}", _short(where))
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_bad_constant, parse_float=_float, parse_int=_int)
     except json.JSONDecodeError as e:
-        raise bad(f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise bad(f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", "body") from None
     except UnicodeDecodeError:
-        raise bad("request body is not UTF-8") from None
+        raise bad("request body is not UTF-8", "body") from None
+    except (ValueError, RecursionError) as e:
+        raise bad(f"request body cannot be read as JSON ({type(e).__name__})", "body") from None
     if not isinstance(body, dict):
-        raise bad(f"request body must be a JSON object, not {type(body).__name__}")
+        raise bad(f"request body must be a JSON object, not {type(body).__name__}", "body")
+    if BAD_TOKENS.search(raw):  # only then is a walk worth its time
+        for where, v in _walk(body):
+            if isinstance(v, _Bad):
+                raise bad(f"{v.token[:20]}{'…' if len(v.token) > 20 else ''} {_why(v.token)}; send a finite number "
+                          "or null", where)
+    if SURROGATE_ESCAPE.search(raw):
+        body = _clean_surrogates(body)
     return body
 
 
@@ -102,21 +213,44 @@ def to_messages(messages: Any, max_messages: int = 512) -> list[Message]:
     if len(messages) > max_messages:
         raise bad(f"has {len(messages)} messages; the limit is {max_messages}", "messages")
     out = []
+    open_calls: set[str] | None = None  # ids of the last assistant turn's calls that a tool message may answer
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise bad("must be an object", where)
         role = m.get("role")
-        if role not in ROLES:
-            raise bad(f"role {role!r} is not one of {sorted(ROLES)}", f"{where}.role")
-        role = ROLES[role]
+        if not isinstance(role, str) or role not in ROLES:
+            raise bad(f"role {str(role)[:40]!r} is not one of {sorted(ROLES)}", f"{where}.role")
         name = m.get("name")
-        out.append(Message(role=role, content=_text(m.get("content"), f"{where}.content"),
-                           tool_calls=_calls(m.get("tool_calls"), f"{where}.tool_calls") if role == "assistant" else [],
-                           name=name if isinstance(name, str) and role == "tool" else None))
+        if name is not None and not isinstance(name, str):
+            raise bad("must be a string", f"{where}.name")
+        calls = _calls(m.get("tool_calls"), f"{where}.tool_calls") if ROLES[role] == "assistant" else []
+        if ROLES[role] == "tool":
+            _check_answers_a_call(m, role, open_calls, where)
+        elif ROLES[role] == "assistant":
+            ids = {tc.get("id") for tc in m.get("tool_calls") or [] if isinstance(tc.get("id"), str)}
+            open_calls = ids if calls or m.get("function_call") else None
+        else:
+            open_calls = None
+        role = ROLES[role]
+        out.append(Message(role=role, content=_text(m.get("content"), f"{where}.content"), tool_calls=calls,
+                           name=name if role == "tool" else None))
     if not any(m.role == "user" for m in out):
         raise bad("needs at least one user message", "messages")
     return out
+
+
+def _check_answers_a_call(m: dict, role: str, open_calls: set[str] | None, where: str) -> None:
+    """A tool (or legacy function) message answers a call of the assistant turn before it, as OpenAI requires."""
+    if open_calls is None:
+        raise bad(f"a {role!r} message must follow an assistant message with tool_calls (it answers one of them)",
+                  f"{where}.role")
+    call_id = m.get("tool_call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise bad("must be a string: the id of the call this message answers", f"{where}.tool_call_id")
+    if role == "tool" and open_calls and call_id not in open_calls:
+        raise bad(f"{str(call_id)[:64]!r} is not the id of a call in the assistant message before it "
+                  f"(ids: {', '.join(sorted(open_calls))})", f"{where}.tool_call_id")
 
 
 def _check_schema(schema: Any, where: str, depth: int = 0) -> None:
@@ -128,8 +262,9 @@ def _check_schema(schema: Any, where: str, depth: int = 0) -> None:
     t = schema.get("type")
     types = t if isinstance(t, list) else [t] if t is not None else []
     for x in types:
-        if x not in SCHEMA_TYPES:
-            raise bad(f"type {x!r} is not a JSON Schema type ({', '.join(sorted(SCHEMA_TYPES))})", f"{where}.type")
+        if not isinstance(x, str) or x not in SCHEMA_TYPES:
+            raise bad(f"type {str(x)[:40]!r} is not a JSON Schema type ({', '.join(sorted(SCHEMA_TYPES))})",
+                      f"{where}.type")
     props = schema.get("properties")
     if props is not None:
         if not isinstance(props, dict):
@@ -139,8 +274,23 @@ def _check_schema(schema: Any, where: str, depth: int = 0) -> None:
     req = schema.get("required")
     if req is not None and (not isinstance(req, list) or not all(isinstance(r, str) for r in req)):
         raise bad("must be a list of property names", f"{where}.required")
-    if "items" in schema and isinstance(schema["items"], dict):
-        _check_schema(schema["items"], f"{where}.items", depth + 1)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        _check_schema(items, f"{where}.items", depth + 1)
+    elif isinstance(items, list):  # the tuple form: one schema per position
+        for i, item in enumerate(items):
+            _check_schema(item, f"{where}.items[{i}]", depth + 1)
+    elif items is not None and not isinstance(items, bool):
+        raise bad(f"must be a schema or a list of schemas, not {type(items).__name__}", f"{where}.items")
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            if not isinstance(schema[key], list):
+                raise bad("must be a list of schemas", f"{where}.{key}")
+            for i, sub in enumerate(schema[key]):
+                _check_schema(sub, f"{where}.{key}[{i}]", depth + 1)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        _check_schema(extra, f"{where}.additionalProperties", depth + 1)
     if "enum" in schema and not isinstance(schema["enum"], list):
         raise bad("must be a list", f"{where}.enum")
 
@@ -200,39 +350,91 @@ def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | No
     return "pass", model
 
 
-def constraints_from(extra: Any, pool_names: list[str]) -> tuple[Constraints | None, str | dict | None]:
-    """The optional `switchcraft` object: allowed_models, max_cost_usd, min_probability, caller."""
+def constraints_from(extra: Any, pool_names: list[str],
+                     where: str = "switchcraft") -> tuple[Constraints | None, str | dict | None]:
+    """The optional `switchcraft` object (`constraints` on /v1/route): allowed_models, max_cost_usd,
+    min_probability, caller, strategy."""
     if extra is None:
         return None, None
     if not isinstance(extra, dict):
-        raise bad("must be an object", "switchcraft")
+        raise bad("must be an object", where)
     unknown = set(extra) - {"allowed_models", "max_cost_usd", "min_probability", "caller", "strategy"}
     if unknown:
-        raise bad(f"unknown field(s) {sorted(unknown)}; known: allowed_models, max_cost_usd, min_probability, caller, "
-                  "strategy", "switchcraft")
+        raise bad(f"unknown field(s) {sorted(unknown)[:10]}; known: allowed_models, max_cost_usd, min_probability, "
+                  "caller, strategy", where)
     allowed = extra.get("allowed_models")
     if allowed is not None:
         if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
-            raise bad("must be a list of model names", "switchcraft.allowed_models")
+            raise bad("must be a list of model names", f"{where}.allowed_models")
         missing = [a for a in allowed if a not in pool_names]
         if missing:
-            raise bad(f"not in the pool: {missing}", "switchcraft.allowed_models")
+            raise bad(f"not in the pool: {missing[:10]}", f"{where}.allowed_models")
     numbers = {}
     for key in ("max_cost_usd", "min_probability"):
         v = extra.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise bad("must be a number", f"switchcraft.{key}")
+            raise bad("must be a number", f"{where}.{key}")
         numbers[key] = v
     caller = extra.get("caller")
     if caller is not None and not isinstance(caller, str | dict):
         raise bad("must be a string (tenant) or an object {tenant, roles, permissions, environment}: the caller "
-                  "identity, for tool permissions", "switchcraft.caller")
+                  "identity, for tool permissions", f"{where}.caller")
     try:
         c = Constraints(frozenset(allowed) if allowed is not None else None, numbers["max_cost_usd"],
                         numbers["min_probability"])
     except ValueError as e:
-        raise bad(str(e), "switchcraft") from None
+        field = next((k for k in ("max_cost_usd", "min_probability") if k in str(e)), None)
+        raise bad(str(e), f"{where}.{field}" if field else where) from None
     return c, caller
+
+
+def _number(body: dict, key: str, lo: float, hi: float, integer: bool = False) -> None:
+    v = body.get(key)
+    if v is None:
+        return
+    kind = "an integer" if integer else "a number"
+    if isinstance(v, bool) or not isinstance(v, int if integer else int | float) or not lo <= v <= hi:
+        raise bad(f"must be {kind} within [{lo:g}, {hi:g}]", key)
+
+
+def check_chat_fields(body: dict) -> None:
+    """The OpenAI fields the gateway forwards, checked before any model is paid to refuse them."""
+    if not isinstance(body.get("stream", False), bool):
+        raise bad("must be true or false", "stream")
+    _number(body, "temperature", 0, 2)
+    _number(body, "top_p", 0, 1)
+    _number(body, "presence_penalty", -2, 2)
+    _number(body, "frequency_penalty", -2, 2)
+    for key in ("max_tokens", "max_completion_tokens"):
+        _number(body, key, 1, 2**31 - 1, integer=True)
+    _number(body, "n", 1, 128, integer=True)
+    _number(body, "seed", -(2**63), 2**63 - 1, integer=True)
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and len(stop) <= 4
+                                                           and all(isinstance(x, str) for x in stop))):
+        raise bad("must be a string or a list of at most 4 strings", "stop")
+    for key in ("user",):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise bad("must be a string", key)
+    for key in ("parallel_tool_calls", "logprobs"):
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise bad("must be true or false", key)
+    for key in ("metadata", "stream_options", "response_format", "logit_bias"):
+        if body.get(key) is not None and not isinstance(body[key], dict):
+            raise bad("must be an object", key)
+    choice = body.get("tool_choice")
+    if choice is not None and choice not in ("none", "auto", "required"):
+        fn = choice.get("function") if isinstance(choice, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad("must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": …}}",
+                      "tool_choice")
+
+
+def check_route_fields(body: dict) -> None:
+    threshold = body.get("threshold")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
+                                  or not 0 <= threshold <= 1):
+        raise bad("must be a number within [0, 1]", "threshold")
 
 
 def check_strategy(strategy: Strategy, pool_names: list[str], where: str) -> Strategy:

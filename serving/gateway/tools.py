@@ -7,9 +7,10 @@ The catalog (configured, server side) is the only source of exposed tools: a
 request's own `tools` are replaced by the routed set before packing, costing
 and forwarding, so a caller cannot bypass the permission filter by sending a
 catalog tool's definition itself. The query is the last user message; the
-caller (tenant, roles, permissions, environment) comes from the request's
-`caller` (a string is a tenant); `request_group` calls already in the
-conversation are replayed as expansions, through the same filter.
+caller (tenant, roles, permissions, environment) is the request's API key's
+identity, narrowed by the request's `caller` (serving/gateway/auth.py; a
+string is a tenant); `request_group` calls already in the conversation are
+replayed as expansions, through the same filter.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from data.schema import Message, Tool
 from serving.gateway.config import ToolRoutingSettings
 from serving.gateway.requests import bad
+from serving.tools.cards import RISK_ORDER
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from serving.tools.router import RoutingDecision, ToolRouter
@@ -86,6 +88,17 @@ class GatewayTools:
     @property
     def catalog_version(self) -> str:
         return self.router.catalog.version
+
+    def check_narrowing(self, who: Caller, key: Caller, where: str) -> None:
+        """403 when `who` (the key's identity narrowed by the body) may see riskier tools than the key: dropping
+        roles can fall back to the policy's default risk, which may be above the key's roles' own."""
+        policy = self.router.policy
+        if RISK_ORDER[policy.max_risk(who)] > RISK_ORDER[policy.max_risk(key)]:
+            from serving.gateway.auth import forbidden
+
+            raise forbidden("caller", f"these roles would raise the risk of the tools shown from "
+                            f"{policy.max_risk(key)} to {policy.max_risk(who)}; keep a role that limits it",
+                            f"{where}.roles")
 
     def rejected_calls(self, routed: ToolRouted, answer: dict[str, Any]) -> list[str]:
         """Tool calls in a model's answer naming a tool that was not exposed (never mapped to a near name)."""

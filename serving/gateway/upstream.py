@@ -12,12 +12,18 @@ that another model may not share (connection refused or dropped, timeout, 429,
 5xx, an upstream that refuses our key or does not know the model) moves to the
 next model; an error in the request itself (400, 413, 422) goes back to the
 caller, since every model would refuse it. Every attempt is recorded and
-returned, so a fallback never hides what happened.
+returned, so a fallback never hides what happened. A circuit breaker per
+endpoint (serving/gateway/breaker.py) keeps calls off a dead endpoint, and an
+endpoint that refused a connection is skipped for the rest of that request;
+when nothing was reachable the answer is a 503 with Retry-After (seconds) and
+retry-after-ms. A call that timed out or dropped after it was sent is
+*abandoned*: counted with its estimated cost, since the provider may bill it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -27,18 +33,28 @@ from typing import Any
 import httpx
 
 from data.pool import Pool
+from serving.gateway.breaker import Breakers
+from serving.gateway.config import BreakerSettings
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import GatewayError
 
 CALLER_ERRORS = {400, 413, 422}
+SKIPPED = {"circuit_open", "endpoint_down"}  # not sent: the endpoint's breaker is open, or it refused us this request
+UNREACHABLE = SKIPPED | {"connect_error"}
+ABANDONED = {"timeout", "dropped"}  # sent, then given up: the provider may have generated (and billed) an answer
 
 
 @dataclass
 class Attempt:
     model: str
-    outcome: str  # ok | http_<status> | timeout | connect_error | dropped | bad_body
+    outcome: str  # ok | http_<status> | timeout | connect_error | dropped | bad_body | circuit_open | endpoint_down | hedge_lost
     status: int | None
     latency_ms: float
+    estimated_cost_usd: float | None = None  # abandoned calls: what the router expected this call to cost
+
+    @property
+    def sent(self) -> bool:
+        return self.outcome not in SKIPPED
 
 
 @dataclass
@@ -55,8 +71,9 @@ class UpstreamResult:
 
 class Upstreams:
     def __init__(self, pool: Pool, metrics: GatewayMetrics, *, timeout_s: float | None = None,
-                 max_connections: int = 64) -> None:
+                 max_connections: int = 64, breaker: BreakerSettings | None = None) -> None:
         self.pool, self.metrics, self.timeout_s = pool, metrics, timeout_s
+        self.breakers = Breakers(pool, breaker or BreakerSettings(), metrics)
         self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections,
                                                           max_keepalive_connections=max_connections))
 
@@ -66,37 +83,91 @@ class Upstreams:
     def _request(self, model: str, payload: dict[str, Any]) -> httpx.Request:
         m = self.pool.get(model)
         headers = {"content-type": "application/json"}
-        key = os.environ.get(m.api_key_env) if m.api_key_env else None
+        key = self._key(model)
         if key:
             headers["authorization"] = f"Bearer {key}"
         timeout = self.timeout_s or m.timeout_s
         return self.http.build_request("POST", m.base_url.rstrip("/") + "/chat/completions", json=payload,
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
-    def _failed(self, attempts: list[Attempt], model: str, outcome: str, status: int | None, t0: float) -> None:
-        attempts.append(Attempt(model, outcome, status, (time.perf_counter() - t0) * 1e3))
-        self.metrics.upstream_errors.labels(model=model, reason=outcome).inc()
+    def _key(self, model: str) -> str | None:
+        m = self.pool.get(model)
+        return os.environ.get(m.api_key_env) if m.api_key_env else None
 
-    async def attempt(self, model: str, payload: dict, attempts: list[Attempt]) -> UpstreamResult | None:
-        """One try, recorded in `attempts`; None when the next model should be tried, GatewayError for a caller error."""
+    def _failed(self, attempts: list[Attempt], model: str, outcome: str, status: int | None, t0: float,
+                estimate: float | None = None) -> None:
+        abandoned = outcome in ABANDONED
+        attempts.append(Attempt(model, outcome, status, (time.perf_counter() - t0) * 1e3,
+                                estimate if abandoned else None))
+        self.metrics.upstream_errors.labels(model=model, reason=outcome).inc()
+        if abandoned:
+            self.abandoned(model, outcome, estimate)
+
+    def abandoned(self, model: str, reason: str, estimate: float | None) -> None:
+        self.metrics.abandoned.labels(model=model, reason=reason).inc()
+        if estimate is not None:
+            self.metrics.abandoned_cost.labels(model=model).inc(estimate)
+
+    def skip(self, model: str, attempts: list[Attempt], down: set[str] | None) -> bool:
+        """True (and the skip recorded) when `model`'s endpoint is not to be called now."""
+        breaker = self.breakers.of(model)
+        if down is not None and breaker.endpoint in down:
+            outcome = "endpoint_down"
+        elif not breaker.allow():
+            outcome = "circuit_open"
+        else:
+            return False
+        attempts.append(Attempt(model, outcome, None, 0.0))
+        self.metrics.circuit_skips.labels(endpoint=breaker.endpoint, model=model).inc()
+        return True
+
+    async def attempt(self, model: str, payload: dict, attempts: list[Attempt], *, down: set[str] | None = None,
+                      estimate: float | None = None) -> UpstreamResult | None:
+        """One try, recorded in `attempts`; None when the next model should be tried, GatewayError for a caller error.
+
+        Not sent when the endpoint's breaker is open or it refused a connection earlier in this request (`down`:
+        the request's set of such endpoints, updated here). `estimate`: the call's expected cost, booked as
+        abandoned when it times out or drops."""
+        if self.skip(model, attempts, down):
+            return None
+        breaker, verdict = self.breakers.of(model), None
+        try:
+            result = await self._send(model, payload, attempts, estimate)
+            outcome = attempts[-1].outcome
+            status = attempts[-1].status
+            verdict = outcome in ("timeout", "connect_error", "dropped", "bad_body") or (status or 0) >= 500
+            if outcome == "connect_error" and down is not None:
+                down.add(breaker.endpoint)
+            return result
+        except GatewayError:
+            verdict = False  # the endpoint answered: it is up
+            raise
+        finally:
+            if verdict is None:
+                breaker.release()  # cancelled (a hedge lost): no verdict on the endpoint
+            else:
+                breaker.record(failed=verdict)
+
+    async def _send(self, model: str, payload: dict, attempts: list[Attempt],
+                    estimate: float | None) -> UpstreamResult | None:
         t0 = time.perf_counter()
         stream = payload.get("stream") is True
         try:
             response = await self.http.send(self._request(model, payload), stream=stream)
         except httpx.TimeoutException:
-            return self._failed(attempts, model, "timeout", None, t0)
+            return self._failed(attempts, model, "timeout", None, t0, estimate)
         except httpx.ConnectError:
             return self._failed(attempts, model, "connect_error", None, t0)
         except httpx.TransportError:
-            return self._failed(attempts, model, "dropped", None, t0)
+            return self._failed(attempts, model, "dropped", None, t0, estimate)
         status = response.status_code
         if status != 200:
             text = (await response.aread()).decode(errors="replace")[:2000]
             await response.aclose()
             if status in CALLER_ERRORS:
                 attempts.append(Attempt(model, f"http_{status}", status, (time.perf_counter() - t0) * 1e3))
-                raise GatewayError(status, f"upstream {model} rejected the request: {_upstream_message(text)}",
-                                   type="upstream_rejected")
+                raise GatewayError(status, f"upstream {model} rejected the request: "
+                                   f"{_upstream_message(text, self._key(model))}", type="upstream_rejected")
             return self._failed(attempts, model, f"http_{status}", status, t0)
         if stream and "text/event-stream" in response.headers.get("content-type", ""):
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
@@ -105,6 +176,8 @@ class Upstreams:
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
             data = json.loads(await response.aread())
             valid = isinstance(data, dict) and isinstance(data.get("choices"), list)
+        except httpx.TimeoutException:
+            return self._failed(attempts, model, "timeout", 200, t0, estimate)
         except (ValueError, httpx.TransportError):
             valid = False
         if not valid:
@@ -114,17 +187,38 @@ class Upstreams:
         attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
         return UpstreamResult(model, attempts, body=data)
 
-    async def call(self, body_for: Callable[[str], dict[str, Any]], candidates: list[str],
-                   max_attempts: int) -> UpstreamResult:
-        """The first model in `candidates` that answers; GatewayError(502) listing every attempt if none does."""
+    async def call(self, body_for: Callable[[str], dict[str, Any]], candidates: list[str], max_attempts: int,
+                   costs: dict[str, float] | None = None) -> UpstreamResult:
+        """The first model in `candidates` that answers (at most `max_attempts` calls sent; skipped endpoints do
+        not count); GatewayError(502, or 503 when no endpoint was reachable) listing every attempt if none does."""
         attempts: list[Attempt] = []
-        for i, model in enumerate(candidates[:max_attempts]):
-            result = await self.attempt(model, body_for(model), attempts)
+        down: set[str] = set()
+        sent = 0
+        for model in candidates:
+            if sent >= max_attempts:
+                break
+            if attempts:  # the previous model failed: this is a fallback
+                self.metrics.fallbacks.labels(from_model=attempts[-1].model, reason=attempts[-1].outcome).inc()
+            result = await self.attempt(model, body_for(model), attempts, down=down,
+                                        estimate=(costs or {}).get(model))
             if result is not None:
                 return result
-            if i + 1 < min(max_attempts, len(candidates)):
-                self.metrics.fallbacks.labels(from_model=model, reason=attempts[-1].outcome).inc()
-        raise no_answer(attempts)
+            sent += attempts[-1].sent
+        raise self.no_answer(attempts)
+
+    def no_answer(self, attempts: list[Attempt]) -> GatewayError:
+        """502 when no upstream answered; 503 with Retry-After when none was even reachable."""
+        if attempts and all(a.outcome in UNREACHABLE for a in attempts):
+            wait = self.breakers.retry_after_s(a.model for a in attempts)
+            ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
+            endpoints = sorted({self.breakers.of(a.model).endpoint for a in attempts})
+            err = GatewayError(503, f"no upstream is reachable now (endpoints down: {', '.join(endpoints)}); "
+                               f"retry after {ms} ms", type="upstream_unavailable",
+                               headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+        else:
+            err = no_answer(attempts)
+        err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
+        return err
 
 
 def no_answer(attempts: list[Attempt]) -> GatewayError:
@@ -135,8 +229,10 @@ def no_answer(attempts: list[Attempt]) -> GatewayError:
     return err
 
 
-def _upstream_message(text: str) -> str:
+def _upstream_message(text: str, key: str | None = None) -> str:
     try:
-        return str(json.loads(text)["error"]["message"])[:500]
+        message = str(json.loads(text)["error"]["message"])[:500]
     except (ValueError, KeyError, TypeError):
-        return text[:500] or "(empty body)"
+        message = text[:500] or "(empty body)"
+    # Providers quote the key they got ("Incorrect API key provided: sk-…"): ours never reaches the caller.
+    return message.replace(key, "[redacted]") if key else message

@@ -28,10 +28,32 @@ from data.replay_serve import ReplayServer, build_state
 from serving.client import RouterClient
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
+from serving.tools.policy import Caller
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration
-SECRET = "sk-test-gateway-0123456789-never-log-me"
+SECRET = "sk-test-gateway-0123456789-never-log-me"  # the pool's provider key (upstream)
+KEY = "sk-sc-test-gateway-key-0123456789abcdef"  # the gateway's own API key (inbound): anonymous caller, no limits
+AUTH = {"authorization": f"Bearer {KEY}"}
+KEYS_ENV = "SWITCHCRAFT_GATEWAY_KEYS"
+
+
+def use_keys(monkeypatch, *entries: dict) -> None:
+    """The gateway's API keys given by environment, as an operator would (plain keys there, hashed when read)."""
+    monkeypatch.setenv(KEYS_ENV, json.dumps([{"id": "test", "key": KEY}, *entries]))
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def post(url: str, **kw) -> httpx.Response:
+    """httpx.post with the test key (a `headers` authorization wins)."""
+    return httpx.post(url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
+
+
+def stream(method: str, url: str, **kw):
+    return httpx.stream(method, url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
 
 
 class Loopback:
@@ -96,6 +118,7 @@ def gateway(replay, client, monkeypatch):
     base = load_pool(REPO / "configs" / "pool.yaml")
     for m in base.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
+    use_keys(monkeypatch)
     servers = []
 
     def make(failing: set[str] = frozenset(), tool_selector=None, **cfg) -> str:
@@ -117,7 +140,7 @@ def test_routes_then_forwards_with_tools_intact(gateway, examples, client, caplo
     ex = examples[1]
     expected = routed_as(client, openai_body(ex))
     with caplog.at_level(logging.INFO, logger="switchcraft.gateway"):
-        r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+        r = post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
     assert r.status_code == 200, r.text
     body = r.json()
     assert r.headers["x-switchcraft-model"] == expected.chosen == body["model"] == body["switchcraft"]["answered_by"]
@@ -136,7 +159,7 @@ def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway,
     ex = examples[2]
     ranking = routed_as(client, openai_body(ex)).ranking
     url = make(failing={ranking[0]})
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
     assert r.status_code == 200, r.text
     meta = r.json()["switchcraft"]
     assert meta["chosen"] == ranking[0] and meta["answered_by"] == ranking[1] and meta["fallback"] is True
@@ -147,7 +170,7 @@ def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway,
     assert f'switchcraft_fallbacks_total{{from_model="{ranking[0]}",reason="http_500"}} 1.0' in metrics
     # Every model failing: a 502 that lists every attempt, no more than max_attempts.
     url = make(failing=set(ranking), upstream={"max_attempts": 2})
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30)
     assert r.status_code == 502 and len(r.json()["error"]["attempts"]) == 2
     assert "no upstream answered" in r.json()["error"]["message"]
 
@@ -156,7 +179,7 @@ def test_pass_through_threshold_model_names_and_route_endpoint(gateway, examples
     make, _, _ = gateway
     ex = examples[0]
     url = make(failing={"gpt-4-0613"})
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="claude-3-haiku-20240307"), timeout=30)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex, model="claude-3-haiku-20240307"), timeout=30)
     meta = r.json()["switchcraft"]
     assert r.status_code == 200 and {k: meta[k] for k in ("routed", "chosen", "answered_by", "fallback")} == {
         "routed": False, "chosen": "claude-3-haiku-20240307", "answered_by": "claude-3-haiku-20240307",
@@ -164,17 +187,17 @@ def test_pass_through_threshold_model_names_and_route_endpoint(gateway, examples
     # A named model runs alone: no cascade, no fallback to another model.
     assert (meta["strategy"]["kind"], meta["strategy"]["source"]) == ("single", "model") and "decision" not in meta
     assert [c["model"] for c in meta["calls"]] == ["claude-3-haiku-20240307"] and meta["agreement"] is None
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="gpt-4-0613"), timeout=30)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex, model="gpt-4-0613"), timeout=30)
     assert r.status_code == 502  # a named model is never silently swapped for another
-    strict = httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"],
+    strict = post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"],
                                                 "threshold": 0.9999}, timeout=30).json()
     assert strict["rule"] == "most_probable" and strict["threshold"] == 0.9999
     assert strict["chosen"] == routed_as(client, openai_body(ex), threshold=0.9999).chosen
     assert set(strict) >= {"probabilities", "costs", "ranking", "router_version", "latency_ms", "tools"}
-    r = httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
+    r = post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
                                             "constraints": {"allowed_models": ["open-mistral-nemo-2407-FC-Auto"]}})
     assert r.json()["chosen"] == "open-mistral-nemo-2407-FC-Auto"
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, model="router-0.95"), timeout=30)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex, model="router-0.95"), timeout=30)
     assert r.json()["switchcraft"]["decision"]["threshold"] == 0.95
 
 
@@ -182,7 +205,7 @@ def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, cli
     make, _, _ = gateway
     ex = examples[3]
     url = make()
-    with httpx.stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r:
+    with stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         chosen = r.headers["x-switchcraft-model"]
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
@@ -207,7 +230,7 @@ def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, cli
         base = load_pool(REPO / "configs" / "pool.yaml")
         pool = base.model_copy(update={"models": [m.model_copy(update={"base_url": sse_url + "/v1"}) for m in base.models]})
         with (Loopback(create_app(ServingConfig(), client=client, pool=pool)) as gw,
-              httpx.stream("POST", gw + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r):
+              stream("POST", gw + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r):
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
             header = r.headers["x-switchcraft-model"]
     assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "Hello world"
@@ -240,7 +263,7 @@ def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, cli
 def test_bad_input_gets_a_precise_4xx(gateway, body, status, fragment):
     make, good, _ = gateway
     url = make(max_body_bytes=4096)
-    r = httpx.post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=30)
+    r = post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == status, r.text
     assert fragment in r.json()["error"]["message"]
     assert good.state.stats()["requests"] == 0  # nothing reached an upstream
@@ -254,7 +277,7 @@ def test_health_readiness_and_metrics(gateway, examples, client):
     assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["router_version"] == client.version
     ex = examples[4]
     for _ in range(2):
-        httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"]})
+        post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"]})
     text = httpx.get(url + "/metrics").text
     chosen = routed_as(client, openai_body(ex)).chosen
     assert f'switchcraft_decisions_total{{model="{chosen}"' in text
@@ -262,7 +285,7 @@ def test_health_readiness_and_metrics(gateway, examples, client):
     assert 'switchcraft_requests_total{endpoint="route",status="200"} 2.0' in text
 
 
-def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(gateway, examples):
+def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(gateway, examples, monkeypatch):
     make, _, _ = gateway
     seen = []
 
@@ -270,11 +293,16 @@ def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(gateway, exampl
         seen.append(caller)
         return [t.name for t in tools[:1]]
 
+    acme = "sk-sc-test-acme-support-0123456789abcdef"
+    use_keys(monkeypatch, {"id": "acme", "key": acme, "caller": {"tenant": "acme", "roles": ["support"]}})
     url = make(tool_selector=first_tool_only)
     ex = next(e for e in examples if len(e.tools) > 1)
     body = {"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"], "constraints": {"caller": "acme"}}
-    r = httpx.post(url + "/v1/route", json=body, timeout=30)
-    assert r.status_code == 200 and r.json()["tools"] == [ex.tools[0].name] and seen == ["acme"]
+    r = post(url + "/v1/route", json=body, timeout=30, headers=bearer(acme))
+    # The hook gets the key's identity narrowed by the body: a string is the tenant alone, without the key's roles.
+    assert r.status_code == 200 and r.json()["tools"] == [ex.tools[0].name] and seen == [Caller(tenant="acme")]
+    r = post(url + "/v1/route", json=body, timeout=30)  # the anonymous test key may not claim a tenant
+    assert r.status_code == 403 and r.json()["error"]["param"] == "constraints.caller" and len(seen) == 1
 
 
 def test_serving_config_loads_with_overrides_and_names_bad_fields():

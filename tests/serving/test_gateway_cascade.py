@@ -24,7 +24,7 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_tools
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
-from tests.serving.test_gateway import SECRET, Loopback, client, openai_body  # noqa: F401
+from tests.serving.test_gateway import SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration
 A, B = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514"  # prompt style, native
@@ -95,6 +95,7 @@ def gateway(replay, client, monkeypatch):  # noqa: F811
     good, bad, _ = replay
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
+    use_keys(monkeypatch)
     servers = []
 
     def make(cascade: dict | None = None, failing: set[str] = frozenset(), prices: dict | None = None, **cfg) -> str:
@@ -111,7 +112,7 @@ def gateway(replay, client, monkeypatch):  # noqa: F811
 
 
 def chat(url: str, ex, **extra) -> httpx.Response:
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, **extra), timeout=60)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex, **extra), timeout=60)
     assert r.status_code == 200, r.text
     return r
 
@@ -237,7 +238,7 @@ def test_a_model_failing_mid_cascade_agrees_with_nothing_and_escalation_falls_ba
     assert bad.state.stats()["outcomes"] == {"500": 2}
     # Nothing answers at all: a 502 whose trace still lists every call.
     url = make({"first": [A, B], "escalate": [TOP]}, failing=set(POOL.names), upstream={"max_attempts": 2})
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex), timeout=60)
+    r = post(url + "/v1/chat/completions", json=openai_body(ex), timeout=60)
     assert r.status_code == 502 and "no upstream answered" in r.json()["error"]["message"]
     calls = r.json()["switchcraft"]["calls"]
     assert [c["model"] for c in calls[:3]] == [A, B, TOP] and len(calls) == 4  # 2 first + at most 2 new escalations
@@ -277,19 +278,19 @@ def test_a_request_may_ask_for_a_strategy_and_streams_take_the_single_model_path
     meta = chat(url, ex, switchcraft={"strategy": asked}).json()["switchcraft"]
     assert meta["strategy"]["source"] == "request" and meta["decision"]["strategy"]["first"] == [A, B]
     assert meta["answered_by"] == TOP and len(meta["calls"]) == 3
-    r = httpx.post(url + "/v1/chat/completions", timeout=60, json=openai_body(
+    r = post(url + "/v1/chat/completions", timeout=60, json=openai_body(
         ex, switchcraft={"strategy": asked, "allowed_models": [A, TOP]}))
     assert r.status_code == 422 and B in r.json()["error"]["message"]
-    r = httpx.post(url + "/v1/chat/completions", json=openai_body(ex, switchcraft={"strategy": {**asked, "first": [A, "x"]}}))
+    r = post(url + "/v1/chat/completions", json=openai_body(ex, switchcraft={"strategy": {**asked, "first": [A, "x"]}}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "switchcraft.strategy.first[1]"
     # /v1/route shows the strategy the chat endpoint would run.
-    route = httpx.post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
+    route = post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
                                                 "constraints": {"strategy": asked}}).json()
     assert route["strategy"]["kind"] == "agree" and route["strategy_source"] == "request"
 
     # A stream with a cascade configured: one model, the decision's ranking (the replay answers whole).
     url = make({"first": [A, B], "escalate": [TOP]})
-    with httpx.stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=60) as r:
+    with stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=60) as r:
         assert r.status_code == 200
         headers = dict(r.headers)
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
@@ -27,12 +26,16 @@ from serving.tools.loaders import load_cards
 from serving.tools.router import ToolRouter
 from tests.serving.conftest import CARDS_YAML
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
-from tests.serving.test_gateway import SECRET, Loopback, client  # noqa: F401
+from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
 from tests.serving.test_tool_router import POLICY
 
 pytestmark = pytest.mark.integration
 SUPPORT = {"tenant": "acme", "roles": ["support"]}
 ADMIN = {"tenant": "acme", "roles": ["admin"]}
+# One API key per identity: the key decides who a request is; the body's caller may only narrow it.
+KEYS = {"support": "sk-sc-test-support-0123456789abcdef", "admin": "sk-sc-test-admin-0123456789abcdefgh",
+        "acme": "sk-sc-test-acme-tenant-0123456789abcdef"}
+AS_SUPPORT, AS_ADMIN, AS_ACME = bearer(KEYS["support"]), bearer(KEYS["admin"]), bearer(KEYS["acme"])
 FORBIDDEN_FOR_SUPPORT = {"payments.refund_payment", "payments.charge_card", "invoices.issue_invoice",
                          "ops.restart_service", "ops.service_status"}
 
@@ -73,6 +76,9 @@ def gateway(client, upstream, tool_index, monkeypatch):  # noqa: F811
     base = load_pool(REPO / "configs" / "pool.yaml")
     for m in base.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
+    use_keys(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT},
+             {"id": "admin", "key": KEYS["admin"], "caller": ADMIN}, {"id": "acme", "key": KEYS["acme"],
+                                                                     "caller": {"tenant": "acme"}})
     pool = base.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in base.models]})
     tools = GatewayTools(ToolRouter(tool_index, POLICY, RetrievalConfig(top_k=3)))
     servers = []
@@ -104,8 +110,8 @@ def test_forwarded_request_carries_only_the_routed_tools(gateway, client):  # no
     url, seen = gateway
     # The caller's own tools are replaced: a catalog tool's definition sent directly would bypass the filter.
     own = [{"type": "function", "function": {"name": "payments.refund_payment", "parameters": {"type": "object"}}}]
-    r = httpx.post(url + "/v1/chat/completions", json=chat("what's the status of payment pay_123?", SUPPORT, tools=own),
-                   timeout=60)
+    r = post(url + "/v1/chat/completions", json=chat("what's the status of payment pay_123?", SUPPORT, tools=own),
+             timeout=60, headers=AS_SUPPORT)
     assert r.status_code == 200, r.text
     meta = r.json()["switchcraft"]
     trace = meta["tool_routing"]
@@ -150,7 +156,7 @@ def test_an_unauthorised_tool_is_never_exposed(gateway):
             body["messages"] += [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"c{i}", "type": "function", "function": {"name": REQUEST_GROUP, "arguments": f'{{"group": "{g}"}}'}}
                 for i, g in enumerate(["payments", "invoices", "ops", "weather"])]}, {"role": "user", "content": q}]
-            r = httpx.post(url + endpoint, json=body, timeout=60)
+            r = post(url + endpoint, json=body, timeout=60, headers=AS_SUPPORT)
             assert r.status_code == 200, r.text
             out = r.json()
             trace = out["tool_routing"] if endpoint == "/v1/route" else out["switchcraft"]["tool_routing"]
@@ -161,21 +167,22 @@ def test_an_unauthorised_tool_is_never_exposed(gateway):
                 exposures += len((FORBIDDEN_FOR_SUPPORT | {openai_function_name(n) for n in FORBIDDEN_FOR_SUPPORT}) & names)
     assert exposures == 0
     # An admin asking the same does see the refund tool: the filter, not the retrieval, hid it.
-    r = httpx.post(url + "/v1/route", json={"messages": chat(ADVERSARIAL[0])["messages"], "constraints": {"caller": ADMIN}})
+    r = post(url + "/v1/route", json={"messages": chat(ADVERSARIAL[0])["messages"], "constraints": {"caller": ADMIN}},
+             headers=AS_ADMIN)
     assert "payments.refund_payment" in r.json()["tools"]
 
 
 def test_anonymous_and_bad_callers(gateway):
     url, _ = gateway
     # No caller: no tenant, no roles — the tenant-only weather tool stays hidden.
-    r = httpx.post(url + "/v1/route", json={"messages": chat("weather forecast in Paris")["messages"]})
+    r = post(url + "/v1/route", json={"messages": chat("weather forecast in Paris")["messages"]})
     assert r.status_code == 200 and "weather.forecast" not in r.json()["tools"]
-    r = httpx.post(url + "/v1/route", json={"messages": chat("weather forecast in Paris")["messages"],
-                                            "constraints": {"caller": "acme"}})  # a string is the tenant
+    r = post(url + "/v1/route", json={"messages": chat("weather forecast in Paris")["messages"],
+                                      "constraints": {"caller": "acme"}}, headers=AS_ACME)  # a string is the tenant
     assert "weather.forecast" in r.json()["tools"]
-    r = httpx.post(url + "/v1/chat/completions", json=chat("hi", {"tenant": "acme", "role": "admin"}))
+    r = post(url + "/v1/chat/completions", json=chat("hi", {"tenant": "acme", "role": "admin"}))
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("switchcraft.caller")
-    r = httpx.post(url + "/v1/chat/completions", json=chat("hi", 7))
+    r = post(url + "/v1/chat/completions", json=chat("hi", 7))
     assert r.status_code == 400 and r.json()["error"]["param"] == "switchcraft.caller"
 
 
@@ -187,12 +194,13 @@ def test_tool_routing_from_the_serving_config(client, tmp_path, monkeypatch):  #
                           "retrieval: {query_precision: fp32}\npolicy: {role_permissions: {support: [payments.read]}}\n")
     cfg = ServingConfig(tools={"config": str(tools_yaml), "catalog": [str(cards)], "top_k": 2})
     base = load_pool(REPO / "configs" / "pool.yaml")
+    use_keys(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT})
     app = create_app(cfg, client=client, pool=base)
     router = app.state.tools.router
     assert router.retrieval.top_k == 2 and len(router.catalog) == 8
     with Loopback(app) as url:
-        r = httpx.post(url + "/v1/route", json={"messages": chat("status of payment pay_9")["messages"],
-                                                "constraints": {"caller": SUPPORT}})
+        r = post(url + "/v1/route", json={"messages": chat("status of payment pay_9")["messages"]},
+                 headers=AS_SUPPORT)
     assert r.status_code == 200 and r.json()["tools"][0] == "payments.get_payment_status"
     assert r.json()["tool_routing"]["catalog_version"] == router.catalog.version
     assert ServingConfig().tools is None  # off by default
@@ -202,6 +210,6 @@ def test_a_model_call_outside_the_exposed_set_is_flagged(gateway):
     url, seen = gateway
     for name, rejected in (("payments.get_payment_status", []), ("payments.refund_payment", ["payments.refund_payment"]),
                            ("get_payment_status", ["get_payment_status"])):
-        r = httpx.post(url + "/v1/chat/completions", json=chat(f"CALL {name}", SUPPORT), timeout=60)
+        r = post(url + "/v1/chat/completions", json=chat(f"CALL {name}", SUPPORT), timeout=60, headers=AS_SUPPORT)
         assert r.status_code == 200, r.text
         assert r.json()["switchcraft"]["tool_routing"]["rejected_calls"] == rejected

@@ -1,0 +1,312 @@
+"""Inbound authentication: API keys (stored hashed) → a caller identity and its limits.
+
+    keys = KeyStore.from_settings(cfg.auth, pool.names)          # keys_file (hashed) + keys_env (JSON)
+    ident = keys.authenticate(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
+    who = narrow(ident.caller, body_caller, "switchcraft.caller")     # the body may only narrow it (403 otherwise)
+    guard.admit(ident)                                                # 429: requests per minute, USD per day
+    guard.spend(ident, usd)
+
+A key file (YAML; `switchcraft gateway-key` makes a key and prints its entry):
+
+    keys:
+      - id: acme-support              # the name in logs and metrics (the key itself never is)
+        sha256: 3f1c…                 # sha256 (hex) of the key
+        caller: {tenant: acme, roles: [support], permissions: [], environment: prod}
+        limits: {requests_per_minute: 120, usd_per_day: 5.0, models: [gpt-4o-mini-2024-07-18]}
+
+The environment variable (`auth.keys_env`) holds a JSON list of the same
+entries; there an entry may give the key itself (`key`) instead of its hash: it
+is hashed when read and only the hash is kept. Keys are 256-bit random strings
+(`sk-sc-…`), which is why an unsalted sha256 is enough to store them: there is
+no dictionary to guess from. `auth.mode: none` serves without keys (local use
+only, announced at start): every request then has the identity
+`auth.local_caller`, which a body may narrow like a key's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from serving.gateway.requests import GatewayError
+from serving.tools.policy import Caller
+
+KEY_PREFIX = "sk-sc-"
+MIN_KEY_CHARS = 24  # a key given in the environment: long enough that its unsalted hash cannot be guessed
+
+
+class KeyLimits(BaseModel):
+    """What one key may spend: none of these set means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests_per_minute: int | None = Field(default=None, ge=1, description="Over the last 60 s; then 429.")
+    usd_per_day: float | None = Field(default=None, gt=0, description="Spend per UTC day (every call's cost, "
+                                      "abandoned ones at their estimate); once reached, 429 until midnight UTC.")
+    models: list[str] | None = Field(default=None, min_length=1, description="The pool models this key may use.")
+
+
+class KeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$", description="The key's name in logs and metrics.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the key.")
+    key: str | None = Field(default=None, min_length=MIN_KEY_CHARS, description="The key itself (environment only).")
+    caller: Caller = Field(default_factory=Caller, description="The identity requests with this key have.")
+    limits: KeyLimits = Field(default_factory=KeyLimits)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> KeyEntry:
+        if (self.sha256 is None) == (self.key is None):
+            raise ValueError("give exactly one of sha256 (the key's hash) or key (the key, environment only)")
+        return self
+
+    def digest(self) -> str:
+        return self.sha256 or hash_key(self.key or "")
+
+
+class AuthSettings(BaseModel):
+    """`auth:` in configs/serving.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["keys", "none"] = Field(default="keys", description="keys: every request needs a valid key; "
+                                          "none: unauthenticated, for local use only (announced at start).")
+    keys_file: str | None = Field(default=None, description="YAML with `keys: [{id, sha256, caller, limits}]`.")
+    keys_env: str | None = Field(default="SWITCHCRAFT_GATEWAY_KEYS", description="Environment variable with a "
+                                 "JSON list of key entries (sha256 or key).")
+    local_caller: Caller = Field(default_factory=Caller, description="mode none: every request's identity.")
+    local_limits: KeyLimits = Field(default_factory=KeyLimits, description="mode none: its limits.")
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a request is: the key's name (never the key), its caller identity and limits."""
+
+    key_id: str
+    caller: Caller
+    limits: KeyLimits
+
+
+class KeyStore:
+    def __init__(self, entries: list[KeyEntry], *, mode: str = "keys", local: Identity | None = None) -> None:
+        self.mode, self.local = mode, local
+        self.by_digest: dict[str, Identity] = {}
+        seen: set[str] = set()
+        for e in entries:
+            if e.id in seen:
+                raise ValueError(f"auth: key id {e.id!r} is listed twice; give each key its own id")
+            seen.add(e.id)
+            self.by_digest[e.digest()] = Identity(e.id, e.caller, e.limits)
+
+    @classmethod
+    def from_settings(cls, settings: AuthSettings, pool_names: list[str] | None = None,
+                      environ: dict[str, str] | None = None) -> KeyStore:
+        """The keys of `settings` (file, then environment), checked; ValueError naming the source and field."""
+        if settings.mode == "none":
+            store = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits))
+        else:
+            entries = []
+            if settings.keys_file:
+                entries += read_key_file(settings.keys_file)
+            raw = (os.environ if environ is None else environ).get(settings.keys_env or "", "")
+            if raw.strip():
+                entries += parse_entries(raw, f"${settings.keys_env}")
+            if not entries:
+                raise ValueError("auth.mode is keys but no keys are configured: make one with `switchcraft gateway-key "
+                                 "--id NAME` and put its entry in auth.keys_file or $" + str(settings.keys_env)
+                                 + ", or set auth.mode=none to serve unauthenticated (local use only)")
+            store = cls(entries)
+        for ident in store.identities():
+            unknown = [m for m in ident.limits.models or [] if pool_names is not None and m not in pool_names]
+            if unknown:
+                raise ValueError(f"auth: key {ident.key_id!r} limits.models names {unknown}, not in the pool; "
+                                 f"pool: {', '.join(pool_names or [])}")
+        return store
+
+    def identities(self) -> list[Identity]:
+        return [self.local] if self.local else list(self.by_digest.values())
+
+    def authenticate(self, authorization: str | None) -> Identity:
+        """The identity of `Authorization: Bearer <key>`; GatewayError(401) without a valid key."""
+        if self.mode == "none":
+            return self.local  # type: ignore[return-value]
+        scheme, _, key = (authorization or "").partition(" ")
+        if not authorization:
+            raise unauthorized("missing_key", "no API key: send the header `Authorization: Bearer <key>`")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise unauthorized("missing_key", "the Authorization header must be `Bearer <key>`")
+        ident = self.by_digest.get(hash_key(key.strip()))
+        if ident is None:
+            raise unauthorized("invalid_key", "the API key is not valid (keys are not echoed back); ask the operator "
+                               "for one made with `switchcraft gateway-key`")
+        return ident
+
+
+def unauthorized(reason: str, message: str) -> GatewayError:
+    e = GatewayError(401, message, type="authentication_error", headers={"www-authenticate": "Bearer"})
+    e.reason = reason  # type: ignore[attr-defined]
+    return e
+
+
+def forbidden(reason: str, message: str, param: str) -> GatewayError:
+    e = GatewayError(403, f"{param}: {message}", type="permission_error", param=param)
+    e.reason = reason  # type: ignore[attr-defined]
+    return e
+
+
+def parse_entries(text: str, source: str) -> list[KeyEntry]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{source}: not JSON ({e.msg}); give a list of key entries "
+                         '[{"id": …, "sha256": …, "caller": {…}, "limits": {…}}]') from None
+    return _entries(data, source, allow_plain=True)
+
+
+def read_key_file(path: str | Path) -> list[KeyEntry]:
+    from data.yaml_config import read_yaml
+
+    data = read_yaml(path, hint="set auth.keys_file to a file made with `switchcraft gateway-key --out FILE`")
+    keys = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(keys, list):
+        raise ValueError(f"{path}: needs `keys:` with a list of key entries (id, sha256, caller, limits)")
+    return _entries(keys, str(path), allow_plain=False)
+
+
+def _entries(data: Any, source: str, *, allow_plain: bool) -> list[KeyEntry]:
+    if not isinstance(data, list):
+        raise ValueError(f"{source}: must be a list of key entries")
+    out = []
+    for i, raw in enumerate(data):
+        try:
+            entry = KeyEntry.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise ValueError(f"{source}: keys[{i}]{'.' + where if where else ''}: {first['msg']}") from None
+        if entry.key is not None and not allow_plain:
+            raise ValueError(f"{source}: keys[{i}] ({entry.id}) holds the key itself; a file stores only its hash: "
+                             f"sha256: {hash_key(entry.key)}")
+        out.append(entry)
+    return out
+
+
+def narrow(base: Caller, asked: Any, where: str) -> Caller:
+    """The identity a request runs as: the key's `base`, narrowed by the body's caller field (`asked`).
+
+    Fields the body leaves out keep the key's values. The body may drop the
+    tenant (""), drop roles and permissions, never add any, and never change
+    the environment; anything else is a 403 naming the field.
+    """
+    from serving.gateway.tools import caller_from
+
+    if asked is None:
+        return base
+    given = {"tenant": asked} if isinstance(asked, str) else asked if isinstance(asked, dict) else None
+    parsed = caller_from(asked, where)  # 400 for a malformed caller, before any permission check
+    if given is None:
+        return base
+    update: dict[str, Any] = {}
+    if "tenant" in given:
+        if parsed.tenant not in ("", base.tenant):
+            raise forbidden("caller", f"tenant {parsed.tenant!r} is not this API key's (its tenant: "
+                            f"{base.tenant or 'none'}); the body may only narrow the key's identity", f"{where}.tenant"
+                            if isinstance(asked, dict) else where)
+        update["tenant"] = parsed.tenant
+    for key in ("roles", "permissions"):
+        if key in given:
+            extra = sorted(set(getattr(parsed, key)) - set(getattr(base, key)))
+            if extra:
+                raise forbidden("caller", f"{extra} not granted to this API key (its {key}: "
+                                f"{', '.join(getattr(base, key)) or 'none'}); the body may only narrow the key's "
+                                "identity", f"{where}.{key}")
+            update[key] = getattr(parsed, key)
+    if "environment" in given and parsed.environment != base.environment:
+        raise forbidden("caller", f"{parsed.environment!r} is not this API key's environment ({base.environment}); "
+                        "the body may only narrow the key's identity", f"{where}.environment")
+    if isinstance(asked, str):  # a string names only the tenant: no roles, no permissions (as before keys)
+        update.update(roles=(), permissions=())
+    return base.model_copy(update=update)
+
+
+def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str) -> frozenset[str] | None:
+    """The request's allowed models within the key's: a model the key may not use is a 403."""
+    keyed = ident.limits.models
+    if keyed is None:
+        return allowed
+    if allowed is None:
+        return frozenset(keyed)
+    outside = sorted(allowed - set(keyed))
+    if outside:
+        raise forbidden("model", f"{outside} not allowed for this API key (it may use: {', '.join(keyed)})", where)
+    return allowed
+
+
+@dataclass
+class Usage:
+    requests: deque = field(default_factory=deque)  # monotonic times of the last minute's requests
+    day: int = -1  # UTC day number of `spent`
+    spent: float = 0.0
+
+
+class Guard:
+    """Per-key limits, in this process: requests per minute (sliding 60 s) and USD per UTC day."""
+
+    def __init__(self, clock=time.monotonic, wall=time.time) -> None:
+        self.clock, self.wall = clock, wall
+        self.usage: dict[str, Usage] = {}
+
+    def _usage(self, key_id: str) -> Usage:
+        u = self.usage.setdefault(key_id, Usage())
+        today = int(self.wall() // 86400)
+        if u.day != today:
+            u.day, u.spent = today, 0.0
+        return u
+
+    def admit(self, ident: Identity) -> None:
+        """Count the request, or GatewayError(429) with Retry-After when a limit is reached."""
+        lim, u, now = ident.limits, self._usage(ident.key_id), self.clock()
+        if lim.usd_per_day is not None and u.spent >= lim.usd_per_day:
+            wait = 86400 - self.wall() % 86400
+            raise too_many("budget", f"API key {ident.key_id!r} has spent {u.spent:.6f} of its {lim.usd_per_day:g} "
+                           "USD for today (UTC); it resets at 00:00 UTC", wait)
+        while u.requests and now - u.requests[0] >= 60:
+            u.requests.popleft()
+        if lim.requests_per_minute is not None and len(u.requests) >= lim.requests_per_minute:
+            wait = 60 - (now - u.requests[0])
+            raise too_many("rate_limit", f"API key {ident.key_id!r} is limited to {lim.requests_per_minute} requests "
+                           "per minute", wait)
+        u.requests.append(now)
+
+    def spend(self, ident: Identity, usd: float) -> None:
+        self._usage(ident.key_id).spent += usd
+
+    def spent(self, key_id: str) -> float:
+        return self._usage(key_id).spent
+
+
+def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
+    ms = max(1, math.ceil(wait_s * 1e3))
+    e = GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error",
+                     headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+    e.reason = reason  # type: ignore[attr-defined]
+    return e
