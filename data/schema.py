@@ -281,13 +281,14 @@ def write_records(path: str | Path, records: Iterable[Record], kind: type[Record
     return path
 
 
-def read_records(path: str | Path, kind: type[Record]) -> list[Record]:
+def read_records(path: str | Path, kind: type[Record], *, models: Iterable[str] | None = None) -> list[Record]:
+    """Records of a parquet file; `models`: only the rows whose `model` column is one of them."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (expected a {kind.__name__} parquet file)")
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    table = pq.read_table(path, filters=[("model", "in", sorted(set(models)))] if models is not None else None)
     missing = [f for f in kind.model_fields if f not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing column(s) {missing} for {kind.__name__}")
@@ -307,8 +308,9 @@ def write_outputs(path: str | Path, outputs: Iterable[Output]) -> Path:
     return write_records(path, outputs, Output)
 
 
-def read_outputs(path: str | Path) -> list[Output]:
-    return read_records(path, Output)
+def read_outputs(path: str | Path, *, models: Iterable[str] | None = None) -> list[Output]:
+    """Outputs of a parquet file, or only those of `models` (read with a filter: the rest is never decoded)."""
+    return read_records(path, Output, models=models)
 
 
 def write_labels(path: str | Path, labels: Iterable[Label]) -> Path:

@@ -3,8 +3,15 @@
     switchcraft evaluate runs/default          # reads labels.parquet, oof_predictions.parquet, examples.parquet
 
 Writes into `<run>/report/`: `report.md`, `metrics.json`, `headline.csv`,
-`singles.csv`, `per_category.csv`, `curves.csv`, `cost_accuracy_tau.png`,
-`cost_accuracy_lambda.png`. Definitions: docs/metrics.md.
+`singles.csv`, `per_category.csv`, `curves.csv`, `strategies.csv`, `cost_accuracy_tau.png`,
+`cost_accuracy_lambda.png`, `cost_accuracy_strategies.png`. Definitions: docs/metrics.md.
+
+Every headline row carries 95% bootstrap intervals (over queries, paired with
+the best single model) for accuracy and cost, whether its difference from the
+best single model is significant, latency P50/P95 from the recorded latencies,
+and calls and escalations per request. Strategy rows (`switchcraft strategies`)
+need the recorded outputs (the agreement checks); without them only single-model
+rows are reported.
 """
 
 from __future__ import annotations
@@ -32,9 +39,22 @@ from evaluation.routing_eval import (  # noqa: E402
     per_category,
     references,
 )
-from evaluation.routing_metrics import gap_closed, savings  # noqa: E402
+from evaluation.routing_metrics import gap_closed, oracle_choice, savings  # noqa: E402
+from evaluation.stats import RowIntervals, paired_bootstrap  # noqa: E402
+from evaluation.strategies import CascadeData, menu_of  # noqa: E402
+from evaluation.strategy_eval import (  # noqa: E402
+    RowOutcome,
+    best_fixed_strategy,
+    evaluate_strategy_policies,
+    fold_simulations,
+    row_of_choice,
+)
 
 ROUTER = "switchcraft router"
+STRATEGIES = "switchcraft strategies"
+# The strategy rows' targets: (target, cost fraction, what the row name says).
+STRATEGY_TARGETS = (("match_best", None, "best-single accuracy"), ("cost_fraction", 0.2, "≤ 20% of best-single cost"),
+                    ("cost_fraction", 0.1, "≤ 10% of best-single cost"))
 
 
 @dataclass
@@ -47,6 +67,9 @@ class Evaluation:
     scores: dict[str, dict[str, float]]
     # The λ rule (argmax λ·p − cost, serving.policy rule="lambda"), λ calibrated for each target.
     lambda_rule: dict[str, dict[str, RouterResult]] = field(default_factory=dict)  # target → name → result
+    cascade: CascadeData | None = None  # agreement and latency: strategy rows and latency columns need it
+    strategies: dict[str, RowOutcome] = field(default_factory=dict)  # headline name → held-out outcome
+    references_extra: dict[str, dict[str, RouterResult]] = field(default_factory=dict)  # e.g. the category prior
 
 
 def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
@@ -68,7 +91,12 @@ def run_evaluation(
     embeddings: dict[str, np.ndarray] | None = None,
     target: str = "match_best",
     budget_per_million: float | None = None,
+    outputs: list | None = None,
+    pool=None,
+    progress: bool = False,
 ) -> Evaluation:
+    """Every routing row on the held-out folds. With `outputs` (the recorded outputs the labels were made
+    from) and `pool`, also the strategy rows (agreement cascades) and recorded latencies."""
     folds = oof.drop_duplicates("example_id").set_index("example_id")["fold"].astype(int).to_dict()
     folds = {e: f for e, f in folds.items() if f >= 0}
     data = RoutingData.from_labels(labels, examples, models, folds)
@@ -90,7 +118,28 @@ def run_evaluation(
     lam = {t: {name: evaluate_router(name, p, data, **{**kw, "target": t}, rule="lambda") for name, p in learned.items()
                if name != "kNN (encoder)"}
            for t in (target, "cost_fraction")}
-    return Evaluation(data, refs, routers, frugal, fixed, scores, lam)
+    ev = Evaluation(data, refs, routers, frugal, fixed, scores, lam)
+    from evaluation.category_prior import category_prior_probs
+
+    prior = category_prior_probs(data.categories, data.correct, data.folds)
+    ev.references_extra["category prior (reference: BFCL category known)"] = {
+        t: evaluate_router("category prior", prior, data, **{**kw, "target": t}, rule="lambda") for t in (target, "cost_fraction")}
+    if outputs is not None and pool is not None:
+        ev.cascade = CascadeData.from_outputs(outputs, examples, pool, data, progress=progress)
+        ev.strategies = strategy_rows(ev.cascade, probs)
+    return ev
+
+
+def strategy_rows(cd: CascadeData, probs: np.ndarray) -> dict[str, RowOutcome]:
+    """The strategy policy at each target, and the best fixed strategy (chosen on training folds) beside it."""
+    specs = menu_of(len(cd.data.models))
+    sims = fold_simulations(cd, specs)
+    out = evaluate_strategy_policies(cd, probs, [(t, f or 0.2) for t, f, _ in STRATEGY_TARGETS],
+                                     [f"{STRATEGIES}, λ for {what}" for _, _, what in STRATEGY_TARGETS], specs=specs, sims=sims)
+    for target, fraction, what in STRATEGY_TARGETS[:2]:
+        out[f"best fixed strategy on training folds, for {what}"] = best_fixed_strategy(
+            cd, target=target, cost_fraction=fraction or 0.2, specs=specs, sims=sims)
+    return out
 
 
 def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examples: str | Path | None = None,
@@ -99,7 +148,7 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     """`switchcraft evaluate RUN`: the report of a run's held-out predictions (no kNN: it needs the encoder),
     and the τ and λ to deploy per target (`deployable_parameters`)."""
     from data.pool import load_pool
-    from data.schema import read_examples, read_labels
+    from data.schema import read_examples, read_labels, read_outputs
     from training.recipe import OOF_FILE
 
     run = Path(run_dir)
@@ -117,8 +166,12 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     oof = pd.read_parquet(oof_path)
     held_out = set(oof.loc[oof["fold"] >= 0, "example_id"])
     ex = {e.id: e for e in read_examples(examples)}
-    ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, load_pool(pool).names,
-                        target=target, budget_per_million=budget_per_million)
+    pool_ = load_pool(pool)
+    # The strategy rows need the recorded outputs the labels came from (beside them, from `switchcraft reproduce`).
+    outputs_path = labels.parent / "outputs.parquet"
+    outputs = read_outputs(outputs_path, models=[m.recording for m in pool_.models]) if outputs_path.exists() else None
+    ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, pool_.names,
+                        target=target, budget_per_million=budget_per_million, outputs=outputs, pool=pool_)
     deploy = deployable_parameters(ev.data, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])
     context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target,
                "deploy": deploy}
@@ -146,38 +199,115 @@ def deployable_parameters(data: RoutingData, probs: np.ndarray) -> dict[str, dic
     return out
 
 
+def headline_rows(ev: Evaluation) -> list[tuple[str, RowOutcome, str | None, dict | None]]:
+    """(name, held-out outcome per query, τ/λ text, curve scores) for every headline row, in table order."""
+    rows: list[tuple[str, RowOutcome, str | None, dict | None]] = []
+
+    def add(name, choice, tau=None, scores=None):
+        rows.append((name, _row(name, choice, ev), tau, scores))
+
+    for name, r in ev.strategies.items():
+        rows.append((name, r, ("λ " + ", ".join(f"{v:.2g}" for v in sorted(set(r.params.values())))) if r.params else None,
+                     None))
+    for name, r in ev.routers.items():
+        add(f"{name} (τ for best-single accuracy)", r.choice, _tau_text(r), ev.scores.get(name))
+    for name, r in ev.frugal.items():
+        add(f"{name} (τ for ≤ 10% of best-single cost)", r.choice, _tau_text(r))
+    for name, r in ev.fixed.items():
+        add(f"{name} (τ = 0.5)", r.choice, "0.5")
+    for t, results in ev.lambda_rule.items():
+        for name, r in results.items():
+            add(f"{name}, λ rule (λ for {_target_text(t)})", r.choice, "λ " + _tau_text(r, "{:.2g}"))
+    for name, by_target in ev.references_extra.items():
+        for t, r in by_target.items():
+            add(f"{name}, λ rule (λ for {_target_text(t)})", r.choice, "λ " + _tau_text(r, "{:.2g}"))
+    refs = ev.refs
+    # The model is chosen per fold on the training folds; the τ/λ column names it (the most common one).
+    add("best single model", refs.best_single.choice, ev.data.models[int(np.bincount(refs.best_single.choice).argmax())])
+    add("cheapest model", refs.cheapest.choice)
+    add("oracle", oracle_choice(ev.data.correct, ev.data.cost))
+    return rows
+
+
+def _target_text(t: str) -> str:
+    return "≤ 10% of best-single cost" if t == "cost_fraction" else ("best-single accuracy" if t == "match_best" else t)
+
+
+def _row(name: str, choice: np.ndarray, ev: Evaluation) -> RowOutcome:
+    if ev.cascade is not None:
+        return row_of_choice(name, choice, ev.cascade)
+    d = ev.data
+    rows = np.arange(len(choice))
+    n = len(choice)
+    return RowOutcome(name, d.correct[rows, choice], d.cost[rows, choice], np.full(n, np.nan), np.ones(n, int),
+                      np.zeros(n, bool))
+
+
+def row_intervals(ev: Evaluation) -> dict[str, RowIntervals]:
+    rows = headline_rows(ev)
+    return paired_bootstrap({name: (r.correct, r.cost) for name, r, *_ in rows}, reference="best single model")
+
+
 def headline(ev: Evaluation) -> pd.DataFrame:
     refs = ev.refs
     best, oracle = refs.best_single.outcome, refs.oracle
-    rows = []
-
-    def add(name, outcome, tau=None, scores=None):
-        rows.append({
+    rows = headline_rows(ev)
+    cis = row_intervals(ev)
+    out = []
+    for name, r, tau, scores in rows:
+        o, ci = r.outcome, cis[name]
+        summary = r.summary()
+        out.append({
             "routing": name,
-            "accuracy": outcome.accuracy,
-            "usd_per_million": outcome.usd_per_million,
-            "savings_vs_best": savings(outcome, best),
-            "gap_closed": gap_closed(outcome, best, oracle),
+            "accuracy": o.accuracy,
+            "accuracy_ci_low": ci.accuracy.low,
+            "accuracy_ci_high": ci.accuracy.high,
+            "usd_per_million": o.usd_per_million,
+            "usd_per_million_ci_low": ci.usd_per_million.low,
+            "usd_per_million_ci_high": ci.usd_per_million.high,
+            "savings_vs_best": savings(o, best),
+            "gap_closed": gap_closed(o, best, oracle),
+            "vs_best_single": "reference" if name == "best single model" else ci.verdict(),
+            "delta_accuracy_ci_low": ci.delta_accuracy.low,
+            "delta_accuracy_ci_high": ci.delta_accuracy.high,
+            "latency_p50_s": summary["latency_p50_s"],
+            "latency_p95_s": summary["latency_p95_s"],
+            "calls_per_request": summary["calls_per_request"],
+            "escalation_rate": summary["escalation_rate"],
             "tau": tau,
             "aiq": (scores or {}).get("aiq"),
             "apgr": (scores or {}).get("apgr"),
         })
+    out.append({"routing": "random (10 seeds)", "accuracy": refs.random.accuracy,
+                "usd_per_million": refs.random.usd_per_million, "savings_vs_best": savings(refs.random, best),
+                "gap_closed": gap_closed(refs.random, best, oracle)})
+    return pd.DataFrame(out)
 
-    for name, r in ev.routers.items():
-        add(f"{name} (τ for best-single accuracy)", r.outcome, _tau_text(r), ev.scores.get(name))
-    for name, r in ev.frugal.items():
-        add(f"{name} (τ for ≤ 10% of best-single cost)", r.outcome, _tau_text(r))
-    for name, r in ev.fixed.items():
-        add(f"{name} (τ = 0.5)", r.outcome, "0.5")
-    for t, results in ev.lambda_rule.items():
-        what = "≤ 10% of best-single cost" if t == "cost_fraction" else ("best-single accuracy" if t == "match_best" else t)
-        for name, r in results.items():
-            add(f"{name}, λ rule (λ for {what})", r.outcome, "λ " + _tau_text(r, "{:.2g}"))
-    add("best single model", best)
-    add("cheapest model", refs.cheapest.outcome)
-    add("random (10 seeds)", refs.random)
-    add("oracle", oracle)
-    return pd.DataFrame(rows)
+
+def headline_markdown(head: pd.DataFrame) -> str:
+    """The headline as people read it: intervals inline, the machine columns left to headline.csv."""
+    def iv(v, lo, hi, fmt):
+        if pd.isna(lo):
+            return fmt.format(v)
+        return f"{fmt.format(v)} [{fmt.format(lo)}, {fmt.format(hi)}]"
+
+    rows = []
+    for r in head.to_dict(orient="records"):
+        rows.append({
+            "routing": r["routing"],
+            "accuracy [95% CI]": iv(r["accuracy"], r.get("accuracy_ci_low"), r.get("accuracy_ci_high"), "{:.3f}"),
+            "$ / M queries [95% CI]": iv(r["usd_per_million"], r.get("usd_per_million_ci_low"),
+                                         r.get("usd_per_million_ci_high"), "{:,.0f}"),
+            "savings vs best single": r["savings_vs_best"],
+            "gap closed": r["gap_closed"],
+            "vs best single (paired)": r.get("vs_best_single") or "",
+            "latency P50 / P95 (s)": "" if pd.isna(r.get("latency_p50_s", np.nan)) else
+            f"{r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f}",
+            "calls / request": r.get("calls_per_request", np.nan),
+            "escalated": r.get("escalation_rate", np.nan),
+            "τ or λ": r.get("tau") or "",
+        })
+    return _md(pd.DataFrame(rows))
 
 
 def _tau_text(r: RouterResult, fmt: str = "{:.2f}") -> str:
@@ -194,11 +324,49 @@ def singles_table(ev: Evaluation) -> pd.DataFrame:
 def category_table(ev: Evaluation) -> pd.DataFrame:
     choices = {name: r.choice for name, r in ev.routers.items()}
     choices["best single model"] = ev.refs.best_single.choice
-    from evaluation.routing_metrics import oracle_choice
-
     choices["oracle"] = oracle_choice(ev.data.correct, ev.data.cost)
     table = per_category(choices, ev.data)
+    for name, r in ev.strategies.items():
+        if name.startswith(STRATEGIES):
+            for cat, row in table.items():
+                row[name] = float(r.correct[ev.data.categories == cat].mean())
     return pd.DataFrame([{"category": c, **v} for c, v in table.items()])
+
+
+def strategies_table(ev: Evaluation) -> pd.DataFrame:
+    """Which strategies each strategy row ran, on how many held-out queries."""
+    return pd.DataFrame([{"routing": name, "strategy": st, "queries": k}
+                         for name, r in ev.strategies.items() for st, k in r.chosen.most_common()])
+
+
+def plot_strategies(ev: Evaluation, head: pd.DataFrame, path: Path) -> Path:
+    """Every headline row at its held-out cost and accuracy, with both 95% intervals."""
+    fig, ax = plt.subplots(figsize=(13, 6))
+    for m, o in ev.refs.singles.items():
+        ax.scatter([o.usd_per_million], [o.accuracy], marker="o", s=24, color="lightgrey", zorder=2)
+        ax.annotate(m, (o.usd_per_million, o.accuracy), fontsize=6, color="grey", xytext=(3, 2), textcoords="offset points")
+    styles = [(STRATEGIES, "tab:red", "*", 170), ("best fixed strategy", "tab:orange", "P", 80), (ROUTER, "tab:blue", "o", 50),
+              ("TF-IDF", "tab:green", "s", 40), ("kNN", "tab:olive", "v", 40), ("category prior", "tab:purple", "d", 40),
+              ("best single", "black", "o", 70), ("oracle", "black", "D", 60), ("cheapest", "grey", "o", 50)]
+    for r in head.dropna(subset=["accuracy_ci_low"]).to_dict(orient="records"):
+        color, marker, size = next(((c, mk, sz) for key, c, mk, sz in styles if r["routing"].startswith(key)), ("grey", ".", 30))
+        x, y = r["usd_per_million"], r["accuracy"]
+        ax.errorbar([x], [y], xerr=[[x - r["usd_per_million_ci_low"]], [r["usd_per_million_ci_high"] - x]],
+                    yerr=[[y - r["accuracy_ci_low"]], [r["accuracy_ci_high"] - y]], fmt="none", ecolor=color, alpha=0.35, lw=1)
+        ax.scatter([x], [y], marker=marker, s=size, color=color, zorder=4, label=r["routing"])
+    best = head[head["routing"] == "best single model"].iloc[0]
+    ax.axhline(best["accuracy"], color="black", lw=0.7, ls=":")
+    ax.axvline(0.2 * best["usd_per_million"], color="tab:red", lw=0.7, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("mean cost, USD per million queries (log); dotted: 20% of the best single model's")
+    ax.set_ylabel("accuracy (held-out); dotted: the best single model's")
+    ax.set_title("Every routing row, held-out, with 95% bootstrap intervals")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
 
 
 def plot_curves(ev: Evaluation, kind: str, path: Path) -> Path:
@@ -235,11 +403,18 @@ def _md(df: pd.DataFrame) -> str:
     return head + "".join("| " + " | ".join(fmt(v) for v in row) + " |\n" for row in df.itertuples(index=False))
 
 
-def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcraft: oracle-gap report", context: dict | None = None) -> Path:
+def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcraft: oracle-gap report", context: dict | None = None,
+                 retest=None) -> Path:
+    """`retest`: an evaluation.retest.RetestResult, written beside the report and summarised in it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     head, singles, cats = headline(ev), singles_table(ev), category_table(ev)
     head.to_csv(out / "headline.csv", index=False)
+    strategies_table(ev).to_csv(out / "strategies.csv", index=False)
+    if ev.strategies:  # per held-out query: the strategy each strategy row ran (for re-checking by hand)
+        pd.DataFrame({"example_id": ev.data.example_ids, "fold": ev.data.folds,
+                      **{name: r.per_query for name, r in ev.strategies.items()}}).to_csv(out / "strategy_choices.csv", index=False)
+    plot_strategies(ev, head, out / "cost_accuracy_strategies.png")
     singles.to_csv(out / "singles.csv", index=False)
     cats.to_csv(out / "per_category.csv", index=False)
     curves = [
@@ -260,6 +435,9 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "calibrated_tau_per_fold": {n: r.taus for n, r in ev.routers.items()},
         "frugal_tau_per_fold": {n: r.taus for n, r in ev.frugal.items()},
         "lambda_per_fold": {t: {n: r.taus for n, r in rs.items()} for t, rs in ev.lambda_rule.items()},
+        "strategies_chosen": {n: dict(r.chosen.most_common()) for n, r in ev.strategies.items()},
+        "strategy_lambda_per_fold": {n: r.params for n, r in ev.strategies.items()},
+        "latency_recorded": ev.cascade.latency_known if ev.cascade is not None else None,
         "context": context or {},
     }
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=2, allow_nan=False))
@@ -269,11 +447,24 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "All numbers are held-out; definitions in docs/metrics.md."
         + (f" Calls without recorded usage, costed at their model's mean: {ev.data.imputed_costs}." if ev.data.imputed_costs else ""),
         "",
-        "## Headline", "", _md(head), "",
+        "## Headline", "",
+        "Intervals: 95% bootstrap over queries; 'vs best single' compares each row with the best single model on the "
+        "same resampled queries (n.s.: the interval of the difference includes 0). Latency from the recorded "
+        "latencies (concurrent calls: the slowest; sequential: the sum).", "",
+        headline_markdown(head), "",
+        "![every row](cost_accuracy_strategies.png)", "",
         "![τ sweep](cost_accuracy_tau.png)", "", "![λ sweep](cost_accuracy_lambda.png)", "",
         "## Every single model", "", _md(singles), "",
         "## Accuracy per category", "", _md(cats), "",
     ]
+    if ev.strategies:
+        lines += ["## Strategies each strategy row ran (held-out queries)", "", _md(strategies_table(ev)), ""]
+    if retest is not None:
+        from evaluation.retest import retest_markdown, write_retest
+
+        write_retest(retest, out / "retest")
+        lines += ["## How much of the oracle is luck: test–retest (BFCL's 2024-07-25 run vs 2024-08-11)", "",
+                  retest_markdown(retest), "", "![retest](retest/retest.png)", ""]
     if context:
         lines += ["## Run", "", "```json", json.dumps(context, indent=2, default=str), "```", ""]
     path = out / "report.md"

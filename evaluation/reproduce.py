@@ -28,7 +28,7 @@ from data.ingest import ingest
 from data.labels import run_labels
 from data.pool import check_costable, load_pool
 from data.recorded import import_recorded
-from data.schema import read_examples, read_labels, write_outputs
+from data.schema import read_examples, read_labels, read_outputs, write_outputs
 from evaluation.report import run_evaluation, write_report
 from training.config import load_train_config
 from training.recipe import OOF_FILE, run_training
@@ -115,8 +115,14 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
         elif opts.knn and train_cfg.mode == "frozen":
             # A fine-tuned final encoder has seen every label: its neighbours would leak. Frozen only.
             embeddings = encoder_embeddings(router_dir(train_cfg), [examples[e] for e in sorted(held_out)])
+        # The pool's recorded outputs: the strategy rows compare the models' decoded calls.
+        outputs = read_outputs(outputs_path, models=[m.recording for m in pool.models])
         ev = run_evaluation([lb for lb in labels if lb.example_id in held_out], examples, oof, pool.names,
-                            embeddings=embeddings, target=opts.target, budget_per_million=opts.budget_per_million)
+                            embeddings=embeddings, target=opts.target, budget_per_million=opts.budget_per_million,
+                            outputs=outputs, pool=pool, progress=opts.progress)
+        if router_dir(train_cfg).exists():
+            deploy_strategy_policy(router_dir(train_cfg), ev, oof)
+            console.print(f"strategy policy (≤ 20% of best-single cost) written into {router_dir(train_cfg) / 'router.json'}")
         context = {
             "command": "switchcraft reproduce",
             "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
@@ -128,11 +134,43 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
         return ev, context
 
     ev, context = step("evaluate", _evaluate)
-    report = write_report(ev, run / "report", context=context)
+
+    def _retest():
+        earlier = data_cfg.output_path("bfcl_v1_earlier")
+        if earlier is None or not Path(earlier).exists():
+            console.print("test–retest skipped: no earlier run (outputs.bfcl_v1_earlier in configs/data.yaml)")
+            return None
+        from evaluation.retest import earlier_models, retest
+
+        if not {m.recording for m in pool.models} & earlier_models(earlier):
+            console.print(f"test–retest skipped: no pool model is in the earlier run {earlier}")
+            return None
+        held = set(ev.data.example_ids)
+        return retest({k: v for k, v in examples.items() if k in held}, pool,
+                      [lb for lb in read_labels(labels_run.labels_path) if lb.example_id in held], earlier)
+
+    retest_result = step("test–retest", _retest)
+    report = write_report(ev, run / "report", context=context, retest=retest_result)
     (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report)}, indent=2))
     from evaluation.report import headline
 
     return ReproduceResult(report, headline(ev), timings)
+
+
+def deploy_strategy_policy(router: Path, ev, oof: pd.DataFrame, *, cost_fraction: float = 0.2) -> None:
+    """The strategy policy fitted on every held-out row, into router.json (export and Triton carry it along)."""
+    from evaluation.report import oof_matrix
+    from evaluation.strategy_eval import deployable_policy
+
+    if ev.cascade is None:
+        return
+    probs, _ = oof_matrix(oof, ev.data.example_ids, ev.data.models)
+    policy = deployable_policy(ev.cascade, probs, target="cost_fraction", cost_fraction=cost_fraction)
+    path = router / "router.json"
+    info = json.loads(path.read_text())
+    info["strategy_policy"] = {**policy.to_json(), "target": f"cost_fraction {cost_fraction}",
+                               "fitted_on": f"{len(probs)} held-out rows (out-of-fold router probabilities)"}
+    path.write_text(json.dumps(info, indent=2, default=str))
 
 
 def router_dir(cfg) -> Path:

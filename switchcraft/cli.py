@@ -110,7 +110,7 @@ def reproduce(
     """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
     from evaluation.reproduce import ReproduceOptions
     from evaluation.reproduce import reproduce as run_reproduce
-    from evaluation.report import _md
+    from evaluation.report import headline_markdown
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
@@ -122,7 +122,7 @@ def reproduce(
     except (DataError, UnknownNameError) as e:
         fail(str(e))
     console.rule("[bold]headline (held-out)")
-    console.print(_md(result.headline), highlight=False, markup=False)
+    console.print(headline_markdown(result.headline), highlight=False, markup=False)
     console.print(f"report: {result.report}", highlight=False)
     console.print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.timings.items()), highlight=False)
 
@@ -138,7 +138,7 @@ def evaluate(
     budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
 ) -> None:
     """The oracle-gap report of a run's held-out predictions (e.g. a fine-tuning run), without retraining."""
-    from evaluation.report import _md, evaluate_run, headline
+    from evaluation.report import evaluate_run, headline, headline_markdown
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
@@ -147,7 +147,7 @@ def evaluate(
                                   budget_per_million=budget)
     except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
         fail(str(e))
-    console.print(_md(headline(ev)), highlight=False, markup=False)
+    console.print(headline_markdown(headline(ev)), highlight=False, markup=False)
     for t, label in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
         console.print(f"to serve for {label}: router.rule=lambda router.lam={deploy[t]['lambda']:.4g} "
                       f"(or the threshold rule at τ = {deploy[t]['tau']:.2f})", highlight=False)

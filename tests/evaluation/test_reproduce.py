@@ -109,3 +109,74 @@ def test_evaluate_command_reports_a_run_again(tiny_run, tmp_path):
 
     res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nothing")])
     assert res.exit_code == 1 and "no held-out predictions" in res.output
+
+
+def test_strategy_rows_recomputed_from_the_recorded_outputs(tiny_run):
+    """Every strategy row's accuracy and cost, re-run by hand from strategy_choices.csv, the recorded outputs
+    (calls_agree on their decoded calls) and the labels."""
+    from data.schema import read_examples, read_outputs
+    from data.verify import language_of
+    from data.verify.agree import calls_agree, effective_calls
+    from data.verify.batch import is_text
+
+    run, _ = tiny_run
+    metrics = json.loads((run / "report" / "metrics.json").read_text())
+    rows = {r["routing"]: r for r in metrics["headline"]}
+    pool = load_pool(REPO / "configs/pool.yaml")
+    choices = pd.read_csv(run / "report" / "strategy_choices.csv")
+    names = [c for c in choices.columns if c not in ("example_id", "fold")]
+    assert any(n.startswith("switchcraft strategies") for n in names) and len(choices) == metrics["n_queries"]
+    ex = {e.id: e for e in read_examples(run / "examples.parquet")}
+    lab = {(lb.example_id, lb.model): lb for lb in read_labels(run / "labels.parquet")}
+    by_rec = {m.recording: m for m in pool.models}
+    calls = {}
+    for o in read_outputs(run / "outputs.parquet"):
+        if o.model in by_rec:
+            pm = by_rec[o.model]
+            calls[(o.example_id, pm.name)] = effective_calls(
+                o.calls, o.decode_error, native_text=pm.prompt_style == "native" and is_text(o.raw))
+    mean_cost = {m: np.nanmean([lab[(e, m)].cost_usd if lab[(e, m)].cost_usd is not None else np.nan
+                                for e in choices.example_id]) for m in pool.names}
+    cost_of = {(e, m): lab[(e, m)].cost_usd if lab[(e, m)].cost_usd is not None else mean_cost[m]
+               for e in choices.example_id for m in pool.names}
+
+    def parse(s):
+        if s.startswith("single("):
+            return [s[7:-1]], None, None
+        inner, esc = s[6:-1].split(" → ")
+        parts = inner.split(", ")
+        return parts[:2], (parts[2] if len(parts) == 3 else None), esc
+
+    for name in names:
+        ok, paid = [], []
+        for r in choices.itertuples(index=False):
+            e, strat = r.example_id, r[list(choices.columns).index(name)]
+            first, tb, esc = parse(strat)
+            if len(first) == 1:
+                ok.append(lab[(e, first[0])].correct)
+                paid.append(cost_of[(e, first[0])])
+                continue
+            a, b = first
+            tools, lang = ex[e].tools, language_of(ex[e])
+            # "cheaper" by the training folds' profiled costs, as the gateway orders by expected cost
+            train = choices.example_id[choices.fold != r.fold]
+            prof = {m: np.mean([cost_of[(x, m)] for x in train]) for m in pool.names}
+            spent = cost_of[(e, a)] + cost_of[(e, b)]
+            if calls_agree(tools, calls[(e, a)], calls[(e, b)], language=lang):
+                ok.append(lab[(e, min((a, b), key=prof.get))].correct)
+                paid.append(spent)
+                continue
+            if tb is not None:
+                spent += cost_of[(e, tb)]
+                side = next((x for x in (a, b) if calls_agree(tools, calls[(e, tb)], calls[(e, x)], language=lang)), None)
+                if side is not None:
+                    ok.append(lab[(e, min((side, tb), key=prof.get))].correct)
+                    paid.append(spent)
+                    continue
+            if esc not in (a, b, tb):
+                spent += cost_of[(e, esc)]
+            ok.append(lab[(e, esc)].correct)
+            paid.append(spent)
+        assert rows[name]["accuracy"] == pytest.approx(np.mean(ok)), name
+        assert rows[name]["usd_per_million"] == pytest.approx(np.mean(paid) * 1e6), name
+        assert rows[name]["accuracy_ci_low"] <= rows[name]["accuracy"] <= rows[name]["accuracy_ci_high"]
