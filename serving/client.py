@@ -27,6 +27,7 @@ import numpy as np
 
 from serving.backends import Backend, make_backend
 from serving.policy import Constraints, CostAwarePolicy, Decision
+from serving.strategy_policy import StrategyPolicy
 from training.export import Request, RequestEncoder, pad_batch
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class RouterClient:
     """Packing (client-side) + a backend + the cost-aware policy."""
 
     def __init__(self, encoder: RequestEncoder, backend: Backend, info: dict[str, Any], *, version: str,
-                 max_batch_size: int = 32, pad_multiple: int = 1, rule: str | None = None, lam: float | None = None) -> None:
+                 max_batch_size: int = 32, pad_multiple: int = 1, rule: str | None = None, lam: float | None = None,
+                 strategies: bool = True) -> None:
         if max_batch_size < 1 or pad_multiple < 1:
             raise ValueError("max_batch_size and pad_multiple must be ≥ 1")
         self.encoder, self.backend, self.info = encoder, backend, info
@@ -88,6 +90,11 @@ class RouterClient:
             from dataclasses import replace
 
             self.policy = replace(self.policy, rule=rule or self.policy.rule, lam=lam if lam is not None else self.policy.lam)
+        # The strategy policy `switchcraft reproduce` fitted (router.json's strategy_policy): cascades per request.
+        sp = info.get("strategy_policy") if strategies else None
+        self.strategy_policy = StrategyPolicy.from_json(sp, source="router.json strategy_policy") if sp else None
+        if self.strategy_policy is not None and self.strategy_policy.models != self.models:
+            raise ValueError(f"router.json: strategy_policy is over {self.strategy_policy.models}, the router over {self.models}")
         self.version = version
         self.max_batch_size = max_batch_size
         # Triton's ONNX backend batches only equal shapes: padding lengths to a multiple makes them meet.
@@ -96,7 +103,8 @@ class RouterClient:
     @classmethod
     def from_dir(cls, path: str | Path, *, backend: str = "ort", url: str | None = None, int8: bool = False,
                  threads: int | None = None, timeout_s: float = 2.0, max_batch_size: int = 32,
-                 pad_multiple: int = 1, spin: bool = False, rule: str | None = None, lam: float | None = None) -> RouterClient:
+                 pad_multiple: int = 1, spin: bool = False, rule: str | None = None, lam: float | None = None,
+                 strategies: bool = True) -> RouterClient:
         """From an exported folder (`switchcraft export`) or a model repository (both hold router.json + tokenizer/)."""
         path = Path(path)
         if not (path / "router.json").exists():
@@ -113,7 +121,7 @@ class RouterClient:
         name = f"{backend}{'-int8' if int8 else ''}"
         engine.name = name
         return cls(encoder, engine, info, version=router_version(info, raw), max_batch_size=max_batch_size,
-                   pad_multiple=pad_multiple, rule=rule, lam=lam)
+                   pad_multiple=pad_multiple, rule=rule, lam=lam, strategies=strategies)
 
     # --- probabilities -----------------------------------------------------------------------------
     def _pad_to(self, n: int) -> int:
@@ -152,8 +160,27 @@ class RouterClient:
         encoded = [self.encoder.encode(m, t) for m, t in requests]
         probs = self.infer_encoded(encoded)
         decisions = [self.policy.decide(p, constraints, threshold=threshold) for p in probs]
+        if self.strategy_policy is not None and threshold is None:
+            for d, p in zip(decisions, probs):
+                self._choose_strategy(d, p, constraints)
         ms = (time.perf_counter() - t0) * 1e3
         return [RoutedDecision(d, self.version, ms, self.backend.name, len(ids)) for d, (ids, _) in zip(decisions, encoded)]
+
+    def _choose_strategy(self, decision: Decision, probs: np.ndarray, constraints: Constraints | None) -> None:
+        """Replace the single decision's strategy with the strategy policy's, where the caller's constraints allow.
+
+        A caller's min_probability asks for per-model confidence, which a cascade does not give: the single
+        decision stands. allowed_models and max_cost_usd narrow the menu.
+        """
+        c = constraints or Constraints()
+        if c.min_probability is not None:
+            decision.strategy_why = {"rule": "single", "why": "min_probability asks for one model's confidence"}
+            return
+        chosen = self.strategy_policy.strategy_for(probs, allowed=c.allowed_models, max_cost_usd=c.max_cost_usd)
+        if chosen is None:
+            decision.strategy_why = {"rule": "single", "why": "no strategy on the menu fits the constraints"}
+            return
+        decision.strategy, decision.strategy_why = chosen
 
     def ready(self) -> bool:
         return self.backend.ready()

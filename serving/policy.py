@@ -57,6 +57,7 @@ class Decision:
     excluded: dict[str, str] = field(default_factory=dict)  # model -> why it was not eligible
     # What to run: single(chosen) with the ranking as fallbacks, unless a strategy policy chose a cascade.
     strategy: Strategy | None = None
+    strategy_why: dict | None = None  # set when a strategy policy chose the strategy (serving.strategy_policy)
 
     def __post_init__(self) -> None:
         if self.strategy is None:
@@ -65,6 +66,7 @@ class Decision:
     def to_dict(self) -> dict:
         return {
             "strategy": self.strategy.to_dict(),
+            **({"strategy_why": self.strategy_why} if self.strategy_why else {}),
             "chosen": self.chosen,
             "rule": self.rule,
             "threshold": self.threshold,

@@ -84,3 +84,54 @@ def test_triton_backend_down_fails_fast_and_says_where(cls, bfcl_requests, clien
         backend.infer(feed)
     assert time.monotonic() - t0 < 5
     backend.close()
+
+
+def _with_strategy_policy(exported, tmp_path):  # noqa: F811
+    """The exported router with a strategy policy in router.json, as `switchcraft reproduce` writes it."""
+    import json
+    import shutil
+
+    from serving.strategy import Strategy
+    from serving.strategy_policy import StrategyPolicy
+
+    out, _ = exported
+    dst = tmp_path / "router_onnx"
+    shutil.copytree(out, dst)
+    info = json.loads((dst / "router.json").read_text())
+    models = info["models"]
+    menu = [Strategy.single(models[0]), Strategy.agree(models[0], models[1], escalate=(models[2],))]
+    rng = np.random.default_rng(0)
+    probs = rng.uniform(0.05, 0.95, (200, len(models)))
+    # The cascade is right whenever the single is, and more often: with a large λ it is always worth its cost.
+    single_ok = rng.random(200) < 0.5
+    correct = np.stack([single_ok, single_ok | (rng.random(200) < 0.8)], axis=1)
+    cost = np.tile([1e-4, 3e-4], (200, 1))
+    info["strategy_policy"] = StrategyPolicy.fit(models, menu, probs, correct, cost, lam=10.0).to_json()
+    (dst / "router.json").write_text(json.dumps(info))
+    return dst, models
+
+
+def test_strategy_policy_in_router_json_chooses_the_cascade_within_constraints(exported, bfcl_requests, tmp_path):  # noqa: F811
+    path, models = _with_strategy_policy(exported, tmp_path)
+    c = RouterClient.from_dir(path, threads=1)
+    try:
+        messages, tools = bfcl_requests[0]
+        d = c.route(messages, tools).decision
+        assert d.strategy.kind == "agree" and d.strategy.first == (models[0], models[1])
+        assert d.strategy.escalate[0] == models[2] and set(d.strategy.models) == set(models)  # the rest as fallbacks
+        assert d.strategy_why["rule"] == "strategy_lambda" and d.to_dict()["strategy"]["kind"] == "agree"
+        # allowed_models without the cascade's models: the single strategy on the menu.
+        d = c.route(messages, tools, Constraints(allowed_models=frozenset({models[0]}))).decision
+        assert d.strategy.kind == "single" and d.strategy.first == (models[0],)
+        # min_probability asks for one model's confidence: the single decision stands.
+        d = c.route(messages, tools, Constraints(min_probability=0.01)).decision
+        assert d.strategy.kind == "single" and d.strategy_why["rule"] == "single"
+        # A threshold in the request (router-<τ>) is the threshold rule, single model.
+        assert c.route(messages, tools, threshold=0.5).decision.strategy.kind == "single"
+    finally:
+        c.close()
+    off = RouterClient.from_dir(path, threads=1, strategies=False)
+    try:
+        assert off.strategy_policy is None and off.route(*bfcl_requests[0]).decision.strategy.kind == "single"
+    finally:
+        off.close()
