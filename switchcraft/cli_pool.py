@@ -3,6 +3,7 @@
 switchcraft pool run --pool configs/pool.yaml --examples runs/default/examples.parquet --max-usd 20
 switchcraft pool replay-server --outputs ../shared/data/bfcl_v1_pool_outputs_2024-08-11 --port 8099
 switchcraft pool profile --out-dir runs/default/cost_profile
+switchcraft pool sample --n 8 --seed 3 --out /tmp/pool_3.yaml
 """
 
 from __future__ import annotations
@@ -240,6 +241,42 @@ def profile(
             f"priced but not recorded (no real cost): {', '.join(missing)}", highlight=False
         )
     console.print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+
+
+@pool_app.command("sample")
+def sample(
+    out: Path = typer.Option(..., help="The pool file to write (YAML)."),
+    n: int = typer.Option(8, help="Models in the pool."),
+    seed: int = typer.Option(0, help="Which draw."),
+    open_weight: int = typer.Option(None, help="How many of them open-weight (default: as drawn)."),
+    recordings: Path = typer.Option(None, help="BFCL result directory (default: BFCL v1's)."),
+    prices: Path = typer.Option(None, help="Price table JSON (default: BFCL v1's 2024 prices)."),
+    config: Path = typer.Option(Path("configs/data.yaml")),
+    data_root: str = typer.Option(None),
+) -> None:
+    """Draw a pool of recorded models (API and open-weight), priced and styled as they were recorded."""
+    import yaml
+
+    from data.config import load_data_config
+    from data.errors import DataError
+    from data.pool_sample import sample_pool
+    from switchcraft.cli import console
+
+    try:
+        cfg = load_data_config(config, data_root=data_root)
+        pool, skipped = sample_pool(recordings or cfg.output_path("bfcl_v1"), prices or cfg.output_path("prices"),
+                                    n=n, seed=seed, open_weight=open_weight)
+    except DataError as e:
+        _fail(str(e))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# Drawn by: switchcraft pool sample --n {n} --seed {seed}"
+              + (f" --open-weight {open_weight}" if open_weight is not None else "")
+              + f"\n# Run: switchcraft reproduce --pool {out} --run-dir runs/pool_{seed}\n")
+    out.write_text(header + yaml.safe_dump(pool, sort_keys=False))
+    for why, names in skipped.items():
+        if names:
+            console.print(f"skipped {len(names)} recorded models ({why}): {', '.join(names)}", highlight=False)
+    console.print(f"wrote {out}: " + ", ".join(f"{m['name']} ({m['prompt_style']})" for m in pool["models"]), highlight=False)
 
 
 def register(app: typer.Typer) -> None:
