@@ -172,7 +172,12 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     outputs = read_outputs(outputs_path, models=[m.recording for m in pool_.models]) if outputs_path.exists() else None
     ev = run_evaluation([lb for lb in read_labels(labels) if lb.example_id in held_out], ex, oof, pool_.names,
                         target=target, budget_per_million=budget_per_million, outputs=outputs, pool=pool_)
-    deploy = deployable_parameters(ev.data, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])
+    probs = oof_matrix(oof, ev.data.example_ids, ev.data.models)[0]
+    deploy = deployable_parameters(ev.data, probs)
+    if ev.cascade is not None and (run / "router" / "router.json").exists():
+        from evaluation.strategy_eval import write_strategy_policy
+
+        deploy["strategy_policy"] = str(write_strategy_policy(run / "router", ev.cascade, probs))
     context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target,
                "deploy": deploy}
     metrics = run / "router" / "metrics.json"

@@ -29,7 +29,8 @@ from data.labels import run_labels
 from data.pool import check_costable, load_pool
 from data.recorded import import_recorded
 from data.schema import read_examples, read_labels, read_outputs, write_outputs
-from evaluation.report import run_evaluation, write_report
+from evaluation.report import oof_matrix, run_evaluation, write_report
+from evaluation.strategy_eval import write_strategy_policy
 from training.config import load_train_config
 from training.recipe import OOF_FILE, run_training
 
@@ -120,9 +121,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
         ev = run_evaluation([lb for lb in labels if lb.example_id in held_out], examples, oof, pool.names,
                             embeddings=embeddings, target=opts.target, budget_per_million=opts.budget_per_million,
                             outputs=outputs, pool=pool, progress=opts.progress)
-        if router_dir(train_cfg).exists():
-            deploy_strategy_policy(router_dir(train_cfg), ev, oof)
-            console.print(f"strategy policy (≤ 20% of best-single cost) written into {router_dir(train_cfg) / 'router.json'}")
+        if router_dir(train_cfg).exists() and ev.cascade is not None:
+            path = write_strategy_policy(router_dir(train_cfg), ev.cascade, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])
+            console.print(f"strategy policy (≤ 20% of best-single cost) written into {path}")
         context = {
             "command": "switchcraft reproduce",
             "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
@@ -155,22 +156,6 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     from evaluation.report import headline
 
     return ReproduceResult(report, headline(ev), timings)
-
-
-def deploy_strategy_policy(router: Path, ev, oof: pd.DataFrame, *, cost_fraction: float = 0.2) -> None:
-    """The strategy policy fitted on every held-out row, into router.json (export and Triton carry it along)."""
-    from evaluation.report import oof_matrix
-    from evaluation.strategy_eval import deployable_policy
-
-    if ev.cascade is None:
-        return
-    probs, _ = oof_matrix(oof, ev.data.example_ids, ev.data.models)
-    policy = deployable_policy(ev.cascade, probs, target="cost_fraction", cost_fraction=cost_fraction)
-    path = router / "router.json"
-    info = json.loads(path.read_text())
-    info["strategy_policy"] = {**policy.to_json(), "target": f"cost_fraction {cost_fraction}",
-                               "fitted_on": f"{len(probs)} held-out rows (out-of-fold router probabilities)"}
-    path.write_text(json.dumps(info, indent=2, default=str))
 
 
 def router_dir(cfg) -> Path:

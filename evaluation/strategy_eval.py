@@ -13,8 +13,10 @@ choose λ are never the rows the regressions were fitted on.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from sklearn.model_selection import KFold
@@ -203,3 +205,17 @@ def deployable_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost
     rows = np.arange(len(probs))
     sim = simulate(cd, specs, cd.data.cost.mean(axis=0))
     return fit_policies(cd, probs, rows, sim, specs, [(target, cost_fraction)], **fit_kw)[0][0]
+
+
+def write_strategy_policy(router_dir: str | Path, cd: CascadeData, probs: np.ndarray, *, cost_fraction: float = 0.2) -> Path:
+    """The deployable policy into `<router_dir>/router.json` (`strategy_policy`): `switchcraft export` and the
+    Triton repository carry it to serving, where RouterClient runs it."""
+    policy = deployable_policy(cd, probs, target="cost_fraction", cost_fraction=cost_fraction)
+    path = Path(router_dir) / "router.json"
+    info = json.loads(path.read_text())
+    if list(info.get("models") or []) != cd.data.models:
+        raise ValueError(f"{path}: the router is over {info.get('models')}, the evaluation over {cd.data.models}")
+    info["strategy_policy"] = {**policy.to_json(), "target": f"cost_fraction {cost_fraction}",
+                               "fitted_on": f"{len(probs)} labelled queries (out-of-fold router probabilities)"}
+    path.write_text(json.dumps(info, indent=2, default=str))
+    return path

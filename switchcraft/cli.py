@@ -151,6 +151,9 @@ def evaluate(
     for t, label in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
         console.print(f"to serve for {label}: router.rule=lambda router.lam={deploy[t]['lambda']:.4g} "
                       f"(or the threshold rule at τ = {deploy[t]['tau']:.2f})", highlight=False)
+    if "strategy_policy" in deploy:
+        console.print(f"strategy policy (≤ 20% of best-single cost) written into {deploy['strategy_policy']}; "
+                      "export the router to serve it", highlight=False)
     console.print(f"report: {report}", highlight=False)
 
 

@@ -103,8 +103,14 @@ def test_evaluate_command_reports_a_run_again(tiny_run, tmp_path):
     deploy = json.loads((tmp_path / "metrics.json").read_text())["context"]["deploy"]
     from evaluation.routing_eval import LAMBDA_GRID, TAU_GRID
 
-    assert set(deploy) == {"match_best", "cost_fraction"}
-    assert all(d["lambda"] in LAMBDA_GRID and d["tau"] in TAU_GRID for d in deploy.values())
+    assert set(deploy) == {"match_best", "cost_fraction", "strategy_policy"}
+    assert all(deploy[t]["lambda"] in LAMBDA_GRID and deploy[t]["tau"] in TAU_GRID for t in ("match_best", "cost_fraction"))
+    # The strategy rows came back too, and the deployable strategy policy is in the router's router.json.
+    assert any(k.startswith("switchcraft strategies") for k in again)
+    from serving.strategy_policy import StrategyPolicy
+
+    info = json.loads((run / "router" / "router.json").read_text())
+    assert StrategyPolicy.from_json(info["strategy_policy"]).models == info["models"]
     assert "router.rule=lambda router.lam=" in res.output
 
     res = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nothing")])
