@@ -279,8 +279,12 @@ def _rows_of_file(
     skipped: Counter = Counter()
     for lineno, row in iter_jsonl(file):
         qid = row.get("id")
+        if isinstance(qid, int) and not isinstance(qid, bool) and qid >= 0:
+            # BFCL's older runs number lines 0, 1, … in question order (its `idx`): the id is <category>_<n>.
+            qid = f"{category}_{qid}"
         if not isinstance(qid, str) or not qid:
-            raise DataError("missing or non-string id", path=file, line=lineno, field="id")
+            raise DataError("missing id (a string like 'simple_0', or the 0-based question index)", path=file,
+                            line=lineno, field="id")
         if "result" not in row:
             raise DataError("missing result", path=file, line=lineno, field="result")
         example_id = f"{prefix}:{qid}"

@@ -24,6 +24,7 @@ import pandas as pd
 from rich.console import Console
 
 from data.config import load_data_config
+from data.errors import DataError
 from data.ingest import ingest
 from data.labels import run_labels
 from data.pool import check_costable, load_pool
@@ -147,8 +148,13 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
             console.print(f"test–retest skipped: no pool model is in the earlier run {earlier}")
             return None
         held = set(ev.data.example_ids)
-        return retest({k: v for k, v in examples.items() if k in held}, pool,
-                      [lb for lb in read_labels(labels_run.labels_path) if lb.example_id in held], earlier)
+        try:
+            return retest({k: v for k, v in examples.items() if k in held}, pool,
+                          [lb for lb in read_labels(labels_run.labels_path) if lb.example_id in held], earlier)
+        except DataError as e:  # a report section, not the job: say why it is missing and go on
+            console.print(f"test–retest skipped: {e}", highlight=False)
+            context["retest_skipped"] = str(e)
+            return None
 
     retest_result = step("test–retest", _retest)
     report = write_report(ev, run / "report", context=context, retest=retest_result)

@@ -120,6 +120,8 @@ def test_v4_layout(tmp_path):
     [
         ('{"id": "simple_0", "result": [}', r"simple\.jsonl:2: invalid JSON"),
         ('{"result": "[f()]"}', r"simple\.jsonl:2: field 'id'"),
+        ('{"id": -1, "result": "[f()]"}', r"simple\.jsonl:2: field 'id'"),
+        ('{"id": 1.5, "result": "[f()]"}', r"simple\.jsonl:2: field 'id'"),
         ('{"id": "simple_1"}', r"simple\.jsonl:2: field 'result'"),
         ('{"id": "simple_1", "result": "x", "input_token_count": -3}', r"simple\.jsonl:2: field 'input_token_count': negative"),
         ('{"id": "simple_1", "result": "x", "latency": "fast"}', r"simple\.jsonl:2: field 'latency': expected a number"),
@@ -131,6 +133,15 @@ def test_malformed_line_names_file_line_and_field(tmp_path, line, where):
     write_jsonl(root / "m" / "simple.jsonl", [{"id": "simple_0", "result": "[f()]"}, line])
     with pytest.raises(DataError, match=where):
         import_recorded(root, progress=False)
+
+
+def test_integer_ids_are_question_indices_of_the_files_category(tmp_path):
+    """BFCL's 2024-07-25 run numbers some files' lines 0, 1, … (its idx) instead of simple_0, simple_1, …"""
+    root = tmp_path / "v1"
+    write_jsonl(root / "m" / "simple.jsonl", [{"id": 0, "result": "[f()]"}, {"id": 1, "result": "[g()]"}])
+    write_jsonl(root / "m" / "java.jsonl", [{"id": "java_0", "result": "[h()]"}])
+    outs = import_recorded(root, progress=False)
+    assert sorted(o.example_id for o in outs) == ["bfcl_v1:java_0", "bfcl_v1:simple_0", "bfcl_v1:simple_1"]
 
 
 def test_duplicates_are_counted_not_kept(tmp_path):
