@@ -113,12 +113,13 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     async def read_body(request: Request) -> dict[str, Any]:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > cfg.max_body_bytes:
-            raise GatewayError(413, f"request body is {int(declared):,} bytes; the limit is {cfg.max_body_bytes:,}")
+            raise GatewayError(413, f"request body is {int(declared):,} bytes; the limit is {cfg.max_body_bytes:,}",
+                               param="body")
         raw = bytearray()
         async for chunk in request.stream():
             raw += chunk
             if len(raw) > cfg.max_body_bytes:
-                raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes")
+                raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes", param="body")
         return parse_body(bytes(raw), cfg.max_body_bytes, cfg.max_json_depth)
 
     def authenticate(request: Request) -> Identity:

@@ -8,7 +8,8 @@ server drops the connection without `Connection: close` (a client reusing it
 gets ECONNRESET) and the request is never counted. `CatchAll` catches instead:
 a JSON 500 naming the exception type (never its text: it may quote the
 request), `connection: close`, `switchcraft_requests_total{status="500"}`, and
-one JSON log line with the traceback as a field.
+one JSON log line with the traceback (frames and type, not the exception's
+text) as a field.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class CatchAll:
             self.log.error(json.dumps({
                 "event": "unhandled", "path": path, "request_id": rid, "status": 500, "error": type(exc).__name__,
                 "response_started": started, "ms": round((time.perf_counter() - t0) * 1e3, 2),
-                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}))
+                # Frames and the type only: an exception's text may quote the request (message text, keys).
+                "traceback": "".join(traceback.format_tb(exc.__traceback__)) + type(exc).__name__}))
             if started:  # bytes already went out: nothing to answer with; the server closes the connection
                 return
             body = json.dumps({"error": {"message": f"internal error ({type(exc).__name__}); the gateway logged it "

@@ -138,7 +138,7 @@ def _short(path: str, keep: int = 6) -> str:
 def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, Any]:
     """The request body as a JSON object; GatewayError(400/413) naming what is wrong (and where, when known)."""
     if len(raw) > max_bytes:
-        raise GatewayError(413, f"request body is {len(raw):,} bytes; the limit is {max_bytes:,}")
+        raise GatewayError(413, f"request body is {len(raw):,} bytes; the limit is {max_bytes:,}", param="body")
     if not raw.strip():
         raise bad("request body is empty; send a JSON object", "body")
     depth = _json_depth(raw)
