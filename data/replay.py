@@ -44,6 +44,9 @@ class Faults(BaseModel):
     rate_500: float = Field(default=0.0, ge=0, le=1)
     rate_slow: float = Field(default=0.0, ge=0, le=1)
     rate_drop: float = Field(default=0.0, ge=0, le=1)
+    rate_reject: float = Field(default=0.0, ge=0, le=1, description="Refuse the request itself (reject_status).")
+    reject_status: int = Field(default=400, ge=400, le=499, description="The status of a rejection: 400, 413, 422…")
+    rate_bad_body: float = Field(default=0.0, ge=0, le=1, description="Answer 200 with a body that is not a completion.")
     retry_after_s: float = Field(
         default=1.0, ge=0, description="Sent as Retry-After (whole seconds, rounded up)."
     )
@@ -71,6 +74,8 @@ class Faults(BaseModel):
             ("500", self.rate_500),
             ("slow", self.rate_slow),
             ("drop", self.rate_drop),
+            ("reject", self.rate_reject),
+            ("bad_body", self.rate_bad_body),
         ):
             if u < rate:
                 return kind
@@ -231,6 +236,13 @@ def create_app(state: ReplayState) -> FastAPI:
         if fault == "500":
             log("500")
             return _error(500, "The server had an error (replay fault injection).", "server_error")
+        if fault == "reject":
+            log(str(state.faults.reject_status))
+            return _error(state.faults.reject_status, "Invalid request (replay fault injection).",
+                          "invalid_request_error")
+        if fault == "bad_body":
+            log("bad_body")
+            return Response(b"<html>upstream proxy error</html>", media_type="text/html")
         if key and key in state._idempotent:
             bound, payload = state._idempotent[key]
             if bound != (name, example_id):

@@ -57,27 +57,37 @@ def build_state(
 
 
 class ReplayServer:
-    """A real uvicorn server on loopback in a background thread."""
+    """A real uvicorn server on loopback in a background thread.
+
+    `stop()` then `start()` takes it down and brings it back on the same port (an endpoint outage)."""
 
     def __init__(self, state: ReplayState, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.state = state
+        self.state, self.host, self.port = state, host, port
+        self._app = create_app(state)
+
+    def start(self) -> ReplayServer:
         # Connection errors from injected drops are expected; keep them out of test output.
         config = uvicorn.Config(
-            create_app(state), host=host, port=port, log_level="critical", access_log=False
+            self._app, host=self.host, port=self.port, log_level="critical", access_log=False
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="replay-server", daemon=True)
-
-    def __enter__(self) -> ReplayServer:
         self._thread.start()
         deadline = time.monotonic() + 20
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("replay server did not start (port in use?)")
+                raise RuntimeError(f"replay server did not start on {self.host}:{self.port} (port in use?)")
             time.sleep(0.01)
         sock = self._server.servers[0].sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> ReplayServer:
+        return self.start()
 
     @property
     def base_url(self) -> str:
@@ -87,8 +97,7 @@ class ReplayServer:
         return f"http://{self.host}:{self.port}/models/{recording}/v1"
 
     def __exit__(self, *exc) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self.stop()
 
 
 def serve(

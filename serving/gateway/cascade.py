@@ -213,10 +213,11 @@ class Cascade:
         if self.hedge_after_s is not None and len(candidates) > 1 and self.max_attempts > 1:
             recs = await self._hedge(req, candidates[0], candidates[1])
             start = len(recs)
+            run.calls += recs
+            sent += sum(rec.sent for rec in recs)
             for rec in recs:
-                run.calls.append(rec)
-                sent += rec.sent
                 if rec.rejected is not None:
+                    rec.rejected.attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
                     raise rec.rejected
             answered = [r for r in recs if r.ok]
             if answered:
@@ -234,6 +235,7 @@ class Cascade:
             run.calls.append(rec)
             sent += rec.sent
             if rec.rejected is not None:
+                rec.rejected.attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
                 raise rec.rejected
             if rec.ok:
                 return self._answer(run, rec, "single" if len(run.calls) == 1 else "fallback")

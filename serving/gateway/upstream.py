@@ -41,7 +41,8 @@ from serving.gateway.requests import GatewayError
 CALLER_ERRORS = {400, 413, 422}
 SKIPPED = {"circuit_open", "endpoint_down"}  # not sent: the endpoint's breaker is open, or it refused us this request
 UNREACHABLE = SKIPPED | {"connect_error"}
-ABANDONED = {"timeout", "dropped"}  # sent, then given up: the provider may have generated (and billed) an answer
+# Sent, then given up (a lost hedge: cancelled): the provider may have generated, and billed, an answer.
+ABANDONED = {"timeout", "dropped", "hedge_lost"}
 
 
 @dataclass
