@@ -158,11 +158,20 @@ def evaluate(
 
 
 # Commands of other areas live in their own modules, each with register(app).
-from switchcraft import cli_fetch, cli_outputs, cli_pool, cli_serve, cli_tools, cli_train, cli_verify  # noqa: E402
+from switchcraft import (  # noqa: E402
+    cli_bench_gateway,
+    cli_fetch,
+    cli_outputs,
+    cli_pool,
+    cli_serve,
+    cli_tools,
+    cli_train,
+    cli_verify,
+)
 
 for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_tools, cli_fetch):
     _module.register(app)
-for _module in (cli_verify, cli_serve):
+for _module in (cli_verify, cli_serve, cli_bench_gateway):
     _module.register_bench(bench_app)
 
 

@@ -257,6 +257,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             body = await read_body(request)
             mode, arg = model_mode(body.get("model"), pool.names)
             check_chat_fields(body)
+            if upstreams.breakers.all_open():  # nothing can answer: say so before paying for routing
+                raise upstreams.unavailable(pool.names)
             stream = body.get("stream", False)
             if mode == "route":
                 routed, tooled, req_tools = await route(body, "switchcraft", arg, ident)

@@ -112,6 +112,10 @@ class Breakers:
     def states(self) -> dict[str, str]:
         return {ep: b.current() for ep, b in self.by_endpoint.items()}
 
+    def all_open(self) -> bool:
+        """No endpoint takes a call now (none closed, none due for a probe): no request can be answered."""
+        return all(b.current() == "open" for b in self.by_endpoint.values())
+
     def retry_after_s(self, models: Iterable[str]) -> float | None:
         """The earliest time one of `models`' endpoints takes calls again; None when none is open."""
         waits = [self.of(m).retry_after_s() for m in models if m in self.by_model]

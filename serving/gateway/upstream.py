@@ -26,7 +26,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -207,15 +207,20 @@ class Upstreams:
             sent += attempts[-1].sent
         raise self.no_answer(attempts)
 
+    def unavailable(self, models: Iterable[str]) -> GatewayError:
+        """503 with Retry-After (seconds) and retry-after-ms: the earliest an endpoint of `models` takes calls."""
+        models = list(models)
+        wait = self.breakers.retry_after_s(models)
+        ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
+        endpoints = sorted({self.breakers.of(m).endpoint for m in models})
+        return GatewayError(503, f"no upstream is reachable now (endpoints down: {', '.join(endpoints)}); "
+                            f"retry after {ms} ms", type="upstream_unavailable",
+                            headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+
     def no_answer(self, attempts: list[Attempt]) -> GatewayError:
         """502 when no upstream answered; 503 with Retry-After when none was even reachable."""
         if attempts and all(a.outcome in UNREACHABLE for a in attempts):
-            wait = self.breakers.retry_after_s(a.model for a in attempts)
-            ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
-            endpoints = sorted({self.breakers.of(a.model).endpoint for a in attempts})
-            err = GatewayError(503, f"no upstream is reachable now (endpoints down: {', '.join(endpoints)}); "
-                               f"retry after {ms} ms", type="upstream_unavailable",
-                               headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+            err = self.unavailable(a.model for a in attempts)
         else:
             err = no_answer(attempts)
         err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]

@@ -144,21 +144,27 @@ def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers
     assert httpx.get(url + "/readyz").json()["upstreams"][endpoint(a)] == "closed"
 
 
-def test_every_endpoint_down_is_a_503_with_retry_after(gateway, servers, examples):  # noqa: F811
+def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, examples):  # noqa: F811
     a, b = servers
     url = gateway(upstream={"breaker": {"failures": 1, "open_s": 5.0}})
-    a.stop(), b.stop()
-    r = ask(url, examples[0])  # connections refused everywhere: nothing was reachable
+    only_a = {"first": [MINI], "escalate": [GPT4O]}
+    a.stop()
+    r = ask(url, examples[0], only_a)  # connection refused: the other model on A is not tried
     assert r.status_code == 503 and r.json()["error"]["type"] == "upstream_unavailable", r.text
-    assert [x["outcome"] for x in r.json()["error"]["attempts"]] == ["connect_error", "endpoint_down", "endpoint_down",
-                                                                      "connect_error"]
+    assert [x["outcome"] for x in r.json()["error"]["attempts"]] == ["connect_error", "endpoint_down"]
+    r = ask(url, examples[0], only_a)  # A's breaker is open: not one call sent
+    assert r.status_code == 503 and [x["outcome"] for x in r.json()["error"]["attempts"]] == ["circuit_open"] * 2
+    ms = int(r.headers["retry-after-ms"])
+    assert 0 < ms <= 5000 and r.headers["retry-after"] == str(-(-ms // 1000)) and f"retry after {ms} ms" in r.text
+    assert ask(url, examples[0]).status_code == 200  # B still answers A_THEN_B
+    b.stop()
+    r = ask(url, examples[0])
+    assert r.status_code == 503 and r.json()["error"]["attempts"][-1]["outcome"] == "connect_error"
+    # Every endpoint open: refused before routing, for routed and forced requests alike.
     for body in (openai_body(examples[0]), openai_body(examples[0], switchcraft={"strategy": A_THEN_B})):
         r = post(url + "/v1/chat/completions", json=body, timeout=30)
-        assert r.status_code == 503, r.text
-        assert {x["outcome"] for x in r.json()["error"]["attempts"]} == {"circuit_open"}  # not a single call sent
-        ms = int(r.headers["retry-after-ms"])
-        assert 0 < ms <= 5000 and r.headers["retry-after"] == str(-(-ms // 1000))
-        assert f"retry after {ms} ms" in r.json()["error"]["message"]
+        assert r.status_code == 503 and "attempts" not in r.json()["error"] and "switchcraft" not in r.json(), r.text
+        assert 0 < int(r.headers["retry-after-ms"]) <= 5000
     ready = httpx.get(url + "/readyz")
     assert ready.status_code == 503 and set(ready.json()["upstreams"].values()) == {"open"}
 
