@@ -142,16 +142,18 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray) -> Simul
     return out
 
 
-def pareto_menu(sim: Simulated, rows: np.ndarray, *, limit: int | None = None) -> list[int]:
-    """Specs on the (mean cost, accuracy) frontier over `rows`, cheapest first: nothing else is worth choosing."""
+def pareto_menu(sim: Simulated, rows: np.ndarray, *, limit: int | None = None, slack: float = 0.0) -> list[int]:
+    """Specs on the (mean cost, accuracy) frontier over `rows`, cheapest first: nothing else is worth choosing
+    on average. `slack` > 0 also keeps those within `slack` accuracy of the frontier at their cost (a strategy
+    a little worse on average can be the best for some requests)."""
     acc = sim.correct[rows].mean(axis=0)
     cost = sim.cost[rows].mean(axis=0)
     keep: list[int] = []
     best = -1.0
     for k in np.lexsort((-acc, cost)):
-        if acc[k] > best + 1e-12:
+        if acc[k] > best - slack + 1e-12:
             keep.append(int(k))
-            best = acc[k]
+        best = max(best, acc[k])
     if limit is not None and len(keep) > limit:
         # Evenly spaced along the frontier, both ends kept.
         keep = [keep[int(round(i))] for i in np.linspace(0, len(keep) - 1, limit)]

@@ -127,12 +127,12 @@ Target = tuple[str, float]  # ("match_best" | "cost_fraction", the cost fraction
 
 
 def fit_policies(cd: CascadeData, probs: np.ndarray, rows: np.ndarray, sim: Simulated, specs: list[Spec],
-                 targets: list[Target], *, inner_folds: int = 5, menu_limit: int = MENU_LIMIT,
+                 targets: list[Target], *, inner_folds: int = 5, menu_limit: int = MENU_LIMIT, slack: float = 0.0,
                  seed: int = 0) -> tuple[list[StrategyPolicy], list[int]]:
     """Policies fitted on `rows` alone, one per target: their frontier as the menu, the same regressions,
     λ per target from cross-fitted (inner-fold) estimates."""
     models = cd.data.models
-    menu = pareto_menu(sim, rows, limit=menu_limit)
+    menu = pareto_menu(sim, rows, limit=menu_limit, slack=slack)
     strategies = [to_strategy(specs[j], models) for j in menu]
     ok, paid = sim.correct[np.ix_(rows, menu)], sim.cost[np.ix_(rows, menu)]
     inner = np.zeros((len(rows), len(menu)))
