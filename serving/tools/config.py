@@ -37,6 +37,10 @@ class RetrievalConfig(BaseModel):
     # Word pieces embedded per request, shared by the texts embedded (the whole request and/or its
     # asks, each at least 16); null: every text up to the encoder's 128. Bounds the embedding time.
     query_token_budget: int | None = Field(default=None, ge=16)
+    # The texts a request embeds (whole request, asks) go through the encoder packed into one row while
+    # their word pieces add up to at most this (positions restart per text, attention stays inside each):
+    # one call instead of one per ask. A packed row's attention is (total)², so longer runs split. 0: one call a text.
+    pack_tokens: int = Field(default=64, ge=0)
 
     @model_validator(mode="after")
     def _some_signal(self):

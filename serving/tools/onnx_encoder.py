@@ -18,13 +18,16 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.tools.encoder import ENCODER_ID, MiniLMEncoder, embed_in_length_batches
+from serving.tools.encoder import MiniLMEncoder, embed_grouped, embed_in_length_batches, embed_spans, mask_bias
 
-GRAPH_VERSION = "1"
+GRAPH_VERSION = "2"  # 2: positions (B, T) and a (B, 1, 1 or T, T) bias, for packed texts
 
 
 def build_graph(enc: MiniLMEncoder):
-    """An ONNX model: (input_ids [B,T] int64, positions [T] int64, mask_bias [B,1,1,T] float) → states [B,T,D]."""
+    """An ONNX model: (input_ids [B,T] int64, positions [B,T] int64, mask_bias [B,1,Q,T] float) → states [B,T,D].
+
+    Q is 1 (padding mask) or T (the block-diagonal mask of texts packed into one row).
+    """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -80,8 +83,8 @@ def build_graph(enc: MiniLMEncoder):
     graph = helper.make_graph(
         nodes, "minilm",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "T"]),
-         helper.make_tensor_value_info("positions", TensorProto.INT64, ["T"]),
-         helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["B", 1, 1, "T"])],
+         helper.make_tensor_value_info("positions", TensorProto.INT64, ["B", "T"]),
+         helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["B", 1, "Q", "T"])],
         [helper.make_tensor_value_info("states", TensorProto.FLOAT, ["B", "T", D])], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -95,7 +98,7 @@ class OnnxQueryEncoder:
     def __init__(self, enc: MiniLMEncoder, model_path: Path, threads: int = 1):
         import onnxruntime as ort
 
-        self.base, self.dim, self.model_path = enc, enc.dim, model_path
+        self.base, self.dim, self.model_path, self.name = enc, enc.dim, model_path, enc.name
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
@@ -112,7 +115,7 @@ class OnnxQueryEncoder:
         """
         import onnx
 
-        path = Path(cache_dir) / f"{ENCODER_ID}-g{GRAPH_VERSION}.onnx"
+        path = Path(cache_dir) / f"{enc.name}-g{GRAPH_VERSION}.onnx"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
@@ -138,13 +141,27 @@ class OnnxQueryEncoder:
         `max_length` caps each text's tokens below the encoder's own cap (128).
         """
         def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-            bias = ((1.0 - mask) * -1e9)[:, None, None, :].astype(np.float32)
-            positions = np.arange(ids.shape[1], dtype=np.int64)
-            return self.session.run(None, {"input_ids": ids, "positions": positions, "mask_bias": bias})[0]
+            positions = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int64), ids.shape)
+            return self.forward(ids, np.ascontiguousarray(positions), mask_bias(mask))
 
         return embed_in_length_batches([self.base.token_ids(t, max_length) for t in texts], self.dim, batch_size, forward)
 
-def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | None = None, int8: bool = False):
+    def forward(self, ids: np.ndarray, positions: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {"input_ids": ids, "positions": positions, "mask_bias": bias})[0]
+
+    def encode_spans(self, texts: list[str], spans: list[list[tuple[int, int]]], batch_size: int = 32,
+                     max_length: int | None = None) -> list[np.ndarray]:
+        """Per text, one ORT pass: its embedding, then one per span (`serving.tools.encoder.embed_spans`)."""
+        return embed_spans([self.base.span_tokens(t, s, max_length) for t, s in zip(texts, spans)], self.dim,
+                           batch_size, self.forward)
+
+    def encode_packed(self, texts: list[str], max_length: int | None = None, pack_tokens: int | None = None
+                      ) -> np.ndarray:
+        """The same embeddings as `encode`, in as few ORT calls as `pack_tokens` allows (`encoder.embed_grouped`)."""
+        return embed_grouped([self.base.token_ids(t, max_length) for t in texts], self.dim, self.forward, pack_tokens)
+
+def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | None = None, int8: bool = False,
+                 threads: int = 1):
     """The fastest encoder available: ONNX Runtime (graph cached in `cache_dir`), else numpy."""
     enc = MiniLMEncoder.load(model_dir)
     if cache_dir is None:
@@ -154,4 +171,4 @@ def load_encoder(cache_dir: str | Path | None = None, model_dir: str | Path | No
         import onnxruntime  # noqa: F401
     except ImportError:
         return enc
-    return OnnxQueryEncoder.create(enc, cache_dir, int8=int8)
+    return OnnxQueryEncoder.create(enc, cache_dir, threads=threads, int8=int8)

@@ -217,11 +217,18 @@ class ToolRouter:
         todo, cap, mean_whole = self.embedding_plan(texts, have_whole=bool(rows))
         todo = todo[len(rows) - 1:] if len(rows) > 1 else todo
         if todo:
-            # One text at a time: batching pads every ask to the longest text, which costs more than it saves.
-            rows += list(self.index.query_encoder.encode(todo, batch_size=1, max_length=cap))
+            rows += list(self.embed_texts(todo, cap))
         if mean_whole:
             rows.insert(0, unit_mean(rows))
         return np.stack(rows)
+
+    def embed_texts(self, texts: list[str], cap: int | None) -> np.ndarray:
+        """Query-side embeddings of a request's texts: packed into few passes (`pack_tokens`), never padded."""
+        enc, pack = self.index.query_encoder, self.retrieval.pack_tokens
+        if pack and hasattr(enc, "encode_packed"):
+            return enc.encode_packed(texts, max_length=cap, pack_tokens=pack)
+        # A padded batch pays for the longest text in every row: one text at a time instead.
+        return enc.encode(texts, batch_size=1, max_length=cap)
 
     def _embed(self, query: str) -> np.ndarray:
         v = self._qvecs.get(query)

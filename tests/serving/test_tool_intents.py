@@ -133,3 +133,33 @@ def test_the_evaluation_embeds_what_routing_embeds(index, tmp_path):  # noqa: F8
         got = intent_vectors(bench, r, tmp_path / str(len(kw)))
         for q, v in zip(queries, got):
             np.testing.assert_allclose(v, r._vectors(r.intents(q.text), None), atol=1e-5)
+
+
+def test_intent_spans_cover_the_request_from_each_ask_on():
+    from serving.tools.intents import intent_spans
+
+    text = "Find the area of a rectangle with length 7.  Also, calculate the area of a circle.\nThen do it again now"
+    parts = split_intents(text)
+    spans = intent_spans(text, parts)
+    assert [text[a:b].strip() for a, b in spans] == parts
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
+
+
+class _PackSpy(_Spy):
+    def encode_packed(self, texts, max_length=None, pack_tokens=None):
+        self.calls.append((list(texts), max_length, pack_tokens))
+        return self.enc.encode_packed(texts, max_length=max_length, pack_tokens=pack_tokens)
+
+
+def test_a_requests_texts_go_through_the_encoder_packed(index, monkeypatch):  # noqa: F811
+    spy = _PackSpy(index.query_encoder)
+    monkeypatch.setattr(index, "query_encoder", spy)
+    r = _router(index, overlap_bm25=False, pack_tokens=128)
+    texts = r.intents(ASKS)
+    Q = r._vectors(texts, None)
+    assert spy.calls == [(texts, None, 128)]  # the whole request and both asks: one call
+    np.testing.assert_allclose(Q, spy.enc.encode(texts, batch_size=1), atol=3e-5)
+    spy.calls.clear()
+    _router(index, overlap_bm25=False, pack_tokens=0)._vectors(texts, None)
+    assert spy.calls == [(texts, None)]  # 0: one pass per text (the plain encode path)
