@@ -73,6 +73,7 @@ class ToolSelector(Protocol):
     def __call__(self, messages: list, tools: list, caller: Caller) -> list[str]: ...
 
 
+DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection
 UNAUTHENTICATED = ("UNAUTHENTICATED gateway (auth.mode: none): no API key is asked for; anyone who can reach "
                    "{where} spends the pool's provider keys. For local use only.")
 
@@ -111,25 +112,36 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.add_middleware(CatchAll, metrics=metrics, log=log)
 
     async def read_body(request: Request) -> dict[str, Any]:
+        """The body as a JSON object. Too large: a 413 once the rest is read and dropped (up to DRAIN_BYTES), so the
+        connection stays usable; beyond that, a 413 with `connection: close` (unread bytes would block it)."""
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > cfg.max_body_bytes:
-            raise GatewayError(413, f"request body is {int(declared):,} bytes; the limit is {cfg.max_body_bytes:,}",
-                               param="body")
-        raw = bytearray()
+        size = int(declared) if declared and declared.isdigit() else None
+        if size is not None and size > DRAIN_BYTES:
+            raise GatewayError(413, f"request body is {size:,} bytes; the limit is {cfg.max_body_bytes:,}",
+                               param="body", headers={"connection": "close"})
+        raw, seen = bytearray(), 0
         async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > cfg.max_body_bytes:
-                raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes", param="body")
+            seen += len(chunk)
+            if seen > DRAIN_BYTES:
+                raise GatewayError(413, f"request body exceeds the limit of {cfg.max_body_bytes:,} bytes",
+                                   param="body", headers={"connection": "close"})
+            if seen <= cfg.max_body_bytes:
+                raw += chunk
+        if seen > cfg.max_body_bytes:
+            raise GatewayError(413, f"request body is {seen:,} bytes; the limit is {cfg.max_body_bytes:,}", param="body")
         return parse_body(bytes(raw), cfg.max_body_bytes, cfg.max_json_depth)
 
     def authenticate(request: Request) -> Identity:
-        """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 otherwise."""
+        """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 otherwise.
+
+        Refused before its body is read, so the answer closes the connection (the unread body would block it)."""
         ident = None
         try:
             ident = keys.authenticate(request.headers.get("authorization"))
             guard.admit(ident)
         except GatewayError as e:
             metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=getattr(e, "reason", "")).inc()
+            e.headers = {**(e.headers or {}), "connection": "close"}
             raise
         return ident
 

@@ -173,9 +173,15 @@ def test_oversized_body_without_a_content_length_is_413(gateway):
             yield b"x" * 10_000
         yield b'"}]}'
 
-    r = httpx.post(gateway + "/v1/chat/completions", content=chunks(), headers=AUTH, timeout=60)
-    assert r.status_code == 413 and "content-length" not in r.request.headers
-    assert r.json()["error"]["param"] == "body" and "exceeds the limit of 200,000 bytes" in r.json()["error"]["message"]
+    with httpx.Client(headers=AUTH, timeout=60) as http:
+        r = http.post(gateway + "/v1/chat/completions", content=chunks())
+        assert r.status_code == 413 and "content-length" not in r.request.headers
+        assert r.json()["error"]["param"] == "body" and "the limit is 200,000" in r.json()["error"]["message"]
+        # The rest of the body was read and dropped: the same connection serves the next request.
+        assert "connection" not in r.headers and http.post(gateway + "/v1/route", json={"messages": [USER]}).status_code == 200
+        big = b'{"messages": [{"role": "user", "content": "' + b"x" * 300_000 + b'"}]}'  # declared too large
+        assert http.post(gateway + "/v1/route", content=big).status_code == 413
+        assert http.post(gateway + "/v1/route", json={"messages": [USER]}).status_code == 200
 
 
 # --- the 500 path ----------------------------------------------------------------------------------------
