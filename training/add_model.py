@@ -3,7 +3,8 @@
     switchcraft train --config configs/train.yaml --add-model open-mistral-nemo-2407-FC-Auto
 
 The router's encoder (fine-tuned or not) stays as it is and so do the
-existing heads and the metadata scaling; features of the new model's
+existing heads, the lexical branch (it blends only the models it was trained
+with) and the metadata scaling; features of the new model's
 labelled requests are computed once (cached), a k-fold CV of the new head
 gives its held-out AUC/ECE, then the head is trained on all of them and
 appended to the router (pool order: old models, then the new one).
@@ -111,7 +112,8 @@ def add_model(cfg: TrainConfig, name: str, router_dir: str | Path | None = None)
     info["added_models"] = [*(info.get("added_models") or []), metrics]
     for k in ("format", "head", "versions", "saved"):
         info.pop(k, None)
-    save_router(router_dir, model, router.tokenizer, info)
+    # The lexical branch covers the models it was trained with; the new one is the new head's logit alone.
+    save_router(router_dir, model, router.tokenizer, info, lexical=router.lexical)
     return metrics
 
 

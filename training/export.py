@@ -9,8 +9,10 @@
 The graph takes `input_ids` [batch, seq] int64, `attention_mask` [batch, seq]
 int64 and `metadata` [batch, n_meta] float32 (already scaled with the
 router.json scaler) and returns `probabilities` [batch, n_models] float32:
-sigmoid of the temperature-scaled logits, so the graph alone gives exactly
-`Router.predict`. Batch and sequence axes are dynamic.
+sigmoid of the temperature-scaled logits — the head's, blended with the
+lexical branch's when the router has one (computed in-graph from
+`input_ids`) — so the graph alone gives exactly `Router.predict`. Batch and
+sequence axes are dynamic.
 
 The output folder is a self-contained serving router: `router.onnx` (fp32,
 ONNX Runtime's transformer fusions applied offline), `router.int8.onnx` when
@@ -106,20 +108,8 @@ def ort_session(path: str | Path, threads: int | None = None, providers: list[st
 
 # --- export --------------------------------------------------------------------------------------
 def router_graph(router):
-    """The router as one torch module: (input_ids, attention_mask, metadata) → probabilities."""
-    import torch
-
-    class RouterGraph(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = router.model.eval()
-            self.register_buffer("temperatures", torch.tensor(router.temperatures, dtype=torch.float32))
-
-        def forward(self, input_ids, attention_mask, metadata):
-            logits = self.model(metadata, input_ids=input_ids, attention_mask=attention_mask)
-            return torch.sigmoid(logits / self.temperatures)
-
-    return RouterGraph().eval()
+    """The router as one torch module: (input_ids, attention_mask, metadata) → probabilities (`Router.net`)."""
+    return router.net.eval()
 
 
 def export_onnx(router, path: str | Path, opset: int = 17) -> Path:
@@ -257,12 +247,12 @@ def export_router(router_dir: str | Path, out_dir: str | Path, *, requests: Sequ
 
 
 def _torch_probs(router, feed: dict[str, np.ndarray]) -> np.ndarray:
-    """PyTorch reference: the loaded Router's model and temperatures on the same packed inputs."""
+    """PyTorch reference: the loaded Router's whole computation (heads, lexical branch, temperatures) on the same inputs."""
     import torch
 
     with torch.no_grad():
-        z = router.model(torch.from_numpy(feed["metadata"]), input_ids=torch.from_numpy(feed["input_ids"]),
-                         attention_mask=torch.from_numpy(feed["attention_mask"]))
+        z = router.net.logits(torch.from_numpy(feed["input_ids"]), torch.from_numpy(feed["attention_mask"]),
+                              torch.from_numpy(feed["metadata"]))
     z = z.double().numpy() / router.temperatures
     return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 

@@ -6,9 +6,14 @@
     router.predict(messages=[...], tools=[...])       # [n_models] for one request
 
 Folder layout: `encoder/` (Hugging Face weights + config), `tokenizer/`,
-`heads.safetensors`, `router.json` (pool order, prices, cost profile,
-threshold, temperatures, packing settings, metadata scaling, versions, the
-training config). Loading never touches the network.
+`heads.safetensors`, `lexical.safetensors` (the lexical branch, when trained
+with one), `router.json` (pool order, prices, cost profile, threshold,
+temperatures, packing settings, metadata scaling, the lexical branch's
+settings, versions, the training config). Loading never touches the network.
+
+`Router.net` is the whole computation as one torch module — encoder, heads,
+the lexical branch blended in, temperatures, sigmoid — and is what the ONNX
+export traces, so PyTorch and the exported graph cannot drift apart.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import torch
 
 from training.config import PackingSettings
 from training.dataset import BucketBatches, pad_batch
+from training.lexical import LEXICAL_FILE, LexicalModel
 from training.metadata import MetadataScaler, metadata_row, request_metadata
 from training.model import RouterModel
 from training.packing import PackedRequest, pack_request
@@ -52,8 +58,9 @@ def versions() -> dict[str, str]:
     }
 
 
-def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[str, Any]) -> Path:
-    """Write the folder; `info` becomes router.json (head layout and versions are added here)."""
+def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[str, Any],
+                lexical: LexicalModel | None = None) -> Path:
+    """Write the folder; `info` becomes router.json (head layout, lexical settings and versions are added here)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
@@ -63,6 +70,14 @@ def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[s
     heads = {k: v.detach().cpu().contiguous() for k, v in model.heads.state_dict().items()}
     save_file(heads, out / HEADS_FILE)
     info = dict(info)
+    info.pop("lexical", None)
+    if lexical is not None:
+        if lexical.n_models > len(info["models"]):
+            raise ValueError(f"the lexical branch has {lexical.n_models} logits but router.json lists {len(info['models'])} models")
+        lexical.save(out)
+        info["lexical"] = lexical.settings()
+    elif (out / LEXICAL_FILE).exists():
+        (out / LEXICAL_FILE).unlink()  # a stale branch from an earlier router in this folder must not load
     info.update(
         format=FORMAT,
         head={"sizes": model.head_sizes, "hidden": model.head_hidden, "dropout": model.dropout,
@@ -76,19 +91,43 @@ def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[s
     return out
 
 
+class RouterNet(torch.nn.Module):
+    """(input_ids, attention_mask, metadata) → probabilities: what `Router` predicts and the ONNX graph computes."""
+
+    def __init__(self, model: RouterModel, lexical: LexicalModel | None, temperatures: np.ndarray) -> None:
+        super().__init__()
+        self.model = model.eval()
+        self.lexical = lexical.torch_branch() if lexical is not None else None
+        self.register_buffer("temperatures", torch.tensor(temperatures, dtype=torch.float32))
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, metadata: torch.Tensor) -> torch.Tensor:
+        """Before temperature: the head's logits, the first models' blended with the lexical branch."""
+        z = self.model(metadata, input_ids=input_ids, attention_mask=attention_mask)
+        if self.lexical is None:
+            return z
+        k, w = self.lexical.coef.shape[1], self.lexical.weight
+        blended = (1.0 - w) * z[:, :k] + w * self.lexical(input_ids, attention_mask)
+        return torch.cat([blended, z[:, k:]], dim=1)  # models added later (--add-model) keep their head's logit
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, metadata: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.logits(input_ids, attention_mask, metadata) / self.temperatures)
+
+
 class Router:
     """Predicts P(correct) per pool model for tool-calling requests."""
 
-    def __init__(self, model: RouterModel, tokenizer, info: dict[str, Any]) -> None:
+    def __init__(self, model: RouterModel, tokenizer, info: dict[str, Any], lexical: LexicalModel | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.info = info
+        self.lexical = lexical
         self.models: list[str] = list(info["models"])
         self.packing = PackingSettings.model_validate(info["packing"])
         self.scaler = MetadataScaler.from_json(info["metadata"])
         self.threshold: float = float(info.get("threshold", 0.5))
         temps = info.get("temperatures") or {}
         self.temperatures = np.array([float(temps.get(m, 1.0)) for m in self.models])
+        self.net = RouterNet(self.model, lexical, self.temperatures).to(next(model.parameters()).device).eval()
 
     @property
     def prices(self) -> dict[str, dict]:
@@ -116,7 +155,7 @@ class Router:
         device = next(self.model.parameters()).device
         for rows in BucketBatches(np.array([len(x) for x in ids]), batch_size, shuffle=False):
             x, att = pad_batch([ids[i] for i in rows], pad)
-            z = self.model(torch.from_numpy(meta[rows]).to(device), input_ids=x.to(device), attention_mask=att.to(device))
+            z = self.net.logits(x.to(device), att.to(device), torch.from_numpy(meta[rows]).to(device))
             out[rows] = z.double().cpu().numpy()
         return out / self.temperatures
 
@@ -151,4 +190,5 @@ def load_router(path: str | Path, device: str | None = None) -> Router:
     for n in head["sizes"][1:]:
         model.add_head(n)
     model.heads.load_state_dict(load_file(path / HEADS_FILE))
-    return Router(model.to(device or "cpu"), tokenizer, info)
+    lexical = LexicalModel.load(path, info["lexical"]) if info.get("lexical") else None
+    return Router(model.to(device or "cpu"), tokenizer, info, lexical)
