@@ -73,6 +73,30 @@ class FrozenSettings(BaseModel):
     feature_batch_size: int = Field(default=32, ge=1)
 
 
+class AuxSettings(BaseModel):
+    """Extra training targets: recorded models outside the pool (training/aux_targets.py). Never served."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outputs: str | None = Field(
+        default="auto", description="An outputs.parquet; 'auto': <run_dir>/outputs.parquet if it exists; null: none."
+    )
+    weight: float = Field(default=1.0, ge=0, description="Loss weight of each extra label (a pool label weighs 1).")
+
+
+class LexicalSettings(BaseModel):
+    """The lexical branch (training/lexical.py): TF-IDF of the packed word pieces + LR, blended with the head."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    weight: float = Field(default=0.5, gt=0, le=1, description="Its share of the blended logit; the head has the rest.")
+    min_df: int = Field(default=2, ge=1, description="Keep a feature found in at least this many training requests.")
+    max_features: int | None = Field(default=50_000, ge=1)
+    buckets: int = Field(default=1 << 20, ge=1, description="Hash slots for pairs of consecutive word pieces.")
+    c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of each logistic regression.")
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -91,6 +115,8 @@ class TrainConfig(BaseModel):
     packing: PackingSettings = Field(default_factory=PackingSettings)
     finetune: FinetuneSettings = Field(default_factory=FinetuneSettings)
     frozen: FrozenSettings = Field(default_factory=FrozenSettings)
+    aux: AuxSettings = Field(default_factory=AuxSettings)
+    lexical: LexicalSettings = Field(default_factory=LexicalSettings)
 
     head_hidden: int = Field(default=256, ge=1)
     dropout: float = Field(default=0.1, ge=0, lt=1)
@@ -102,7 +128,7 @@ class TrainConfig(BaseModel):
     max_folds: int | None = Field(default=None, ge=1, description="Run only the first n folds (timing runs).")
     val_fraction: float = Field(default=0.1, gt=0, lt=0.5, description="Share of training groups for early stopping.")
     final_fit: bool = Field(default=True, description="After CV, train the saved router on all examples.")
-    temperature_scaling: bool = True
+    temperature_scaling: bool = Field(default=False, description="Per-model temperatures, kept where they lower held-out ECE.")
     threshold: float = Field(default=0.5, gt=0, lt=1)
     seed: int = 0
     num_threads: int | None = Field(default=None, ge=1, description="torch threads (default: torch's choice).")
@@ -129,6 +155,16 @@ class TrainConfig(BaseModel):
     @property
     def router_dir(self) -> Path:
         return Path(self.out_dir) if self.out_dir else Path(self.run_dir) / "router"
+
+    @property
+    def aux_outputs(self) -> Path | None:
+        """The recorded outputs whose non-pool models become extra targets, or None."""
+        if self.aux.outputs is None:
+            return None
+        if self.aux.outputs == "auto":
+            path = Path(self.run_dir) / "outputs.parquet"
+            return path if path.exists() else None
+        return Path(self.aux.outputs)
 
 
 def load_train_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> TrainConfig:

@@ -86,11 +86,14 @@ class Rows(Dataset):
     """Rows `idx` of a table. Items are row numbers; `collate` gathers whole batches by tensor indexing
     (per-item Python dicts cost more than the frozen head's forward pass)."""
 
-    def __init__(self, table: RequestTable, idx: np.ndarray, meta: np.ndarray, features: torch.Tensor | None = None):
+    def __init__(self, table: RequestTable, idx: np.ndarray, meta: np.ndarray, features: torch.Tensor | None = None,
+                 label_weights: np.ndarray | None = None):
         self.table, self.idx = table, np.asarray(idx)
         self.meta = torch.as_tensor(np.asarray(meta), dtype=torch.float32)
         self.y = torch.as_tensor(table.y, dtype=torch.float32)
         self.mask = torch.as_tensor(table.mask)
+        if label_weights is not None:  # per label column: the loss weighs a present label by its column's weight
+            self.mask = self.mask.float() * torch.as_tensor(np.asarray(label_weights), dtype=torch.float32)
         self.features = features
 
     def __len__(self) -> int:
@@ -155,9 +158,9 @@ def pad_batch(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 def make_loader(
     table: RequestTable, idx: np.ndarray, meta: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, pad_id: int,
-    features: torch.Tensor | None = None,
+    features: torch.Tensor | None = None, label_weights: np.ndarray | None = None,
 ) -> DataLoader:
-    rows = Rows(table, idx, meta, features)
+    rows = Rows(table, idx, meta, features, label_weights)
     lengths = table.lengths[np.asarray(idx)] if features is None else np.zeros(len(idx), dtype=int)
     return DataLoader(
         rows, batch_sampler=BucketBatches(lengths, batch_size, shuffle, seed), collate_fn=lambda b: rows.collate(b, pad_id)

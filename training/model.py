@@ -153,6 +153,19 @@ class RouterModel(nn.Module):
         self.heads.append(head)
         return head
 
+    def keep_outputs(self, n: int) -> None:
+        """Cut the first head to its first n logits (training-only extra targets are dropped, the rest unchanged)."""
+        if len(self.heads) != 1:
+            raise ValueError("keep_outputs applies to a router with one head (before models are added)")
+        last = self.heads[0].net[-1]
+        if not 1 <= n <= last.out_features:
+            raise ValueError(f"cannot keep {n} of {last.out_features} outputs")
+        cut = nn.Linear(last.in_features, n).to(last.weight.device)
+        with torch.no_grad():
+            cut.weight.copy_(last.weight[:n])
+            cut.bias.copy_(last.bias[:n])
+        self.heads[0].net[-1] = cut
+
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if self.pooling == "cls":

@@ -9,12 +9,20 @@ Writes, under the run dir: `oof_predictions.parquet` (example_id, fold, model,
 prob, …: every example predicted by the fold model that never saw its query),
 and the router folder (`<run_dir>/router/` by default) with the weights,
 `router.json`, `metrics.json` and `reliability.png`.
+
+Each model (fold or final) is the head (trained on the pool's labels plus,
+as extra targets dropped afterwards, the other recorded models' labels:
+`aux`) blended with the lexical branch (`lexical`, fitted on the same
+training rows): logit = (1 - w)·head + w·lexical. Temperatures, when asked
+for, are fitted on the blend. docs/router.md has the held-out numbers of each part.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +33,9 @@ from data.schema import read_examples, read_labels
 from training.config import TrainConfig
 from training.dataset import RequestTable, build_table, make_loader
 from training.evaluate import held_out_metrics, oof_frame, plot_oof, write_json
+from training.fit import FitResult
 from training.folds import grouped_folds, grouped_split
+from training.lexical import LexicalModel
 from training.metadata import FEATURE_NAMES, MetadataScaler
 from training.model import RouterModel, load_backbone
 from training.packing import special_ids
@@ -65,6 +75,26 @@ def cost_profile(table: RequestTable, idx: np.ndarray) -> dict[str, float | None
     return out
 
 
+@dataclass
+class Fitted:
+    """One trained model: the head (pool outputs only), its scaler, the lexical branch, and a logits function."""
+
+    model: RouterModel
+    scaler: MetadataScaler
+    result: FitResult
+    lexical: LexicalModel | None
+    head_logits: Callable[[np.ndarray], np.ndarray]  # rows -> [len(rows), n_models], the head alone
+    lexical_logits: Callable[[np.ndarray], np.ndarray] | None  # the lexical branch alone
+
+    def logits(self, idx: np.ndarray) -> np.ndarray:
+        """What the router computes for rows idx (before temperature)."""
+        z = self.head_logits(idx)
+        if self.lexical is None:
+            return z
+        w = self.lexical.weight
+        return (1.0 - w) * z + w * self.lexical_logits(idx)
+
+
 class TrainRecipe:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -94,12 +124,41 @@ class TrainRecipe:
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.sep_id = special_ids(self.tokenizer)[1]
         self.table = build_table(examples, labels, self.models, self.tokenizer, cfg.packing)
+        self.train_table, self.label_weights, self.aux_models = self._with_aux(examples, pool)
         self.fold = grouped_folds(self.table.groups, cfg.folds, cfg.seed)
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
         self.timing["setup_s"] = time.perf_counter() - t0
         self.features = None
         if cfg.mode == "frozen":
             self.features = self._features()
+
+    def _with_aux(self, examples, pool):
+        """(table the head trains on, per-column loss weights for training and for validation, extra model names).
+
+        The extra columns (other recorded models, `aux`) count in training only: early stopping and
+        temperatures look at the pool's labels alone.
+        """
+        t0, n = time.perf_counter(), len(self.models)
+        path = self.cfg.aux_outputs
+        if path is None or self.cfg.aux.weight == 0:
+            return self.table, None, []
+        from data.schema import read_outputs
+        from training.aux_targets import aux_targets
+
+        if not path.exists():
+            raise DataError("aux outputs file not found", path=path, field="aux.outputs",
+                            hint="make it with: switchcraft import-outputs, or set aux.outputs=null")
+        exclude = set(self.models) | {pool.get(m).recording for m in self.models}
+        aux = aux_targets(read_outputs(path), {e.id: e for e in examples}, exclude=exclude,
+                          example_ids=self.table.example_ids)
+        self.timing["aux_labels_s"] = time.perf_counter() - t0
+        if not len(aux):
+            return self.table, None, []
+        table = replace(self.table, y=np.concatenate([self.table.y, aux.y], axis=1),
+                        mask=np.concatenate([self.table.mask, aux.mask], axis=1))
+        train_w = np.r_[np.ones(n), np.full(len(aux), self.cfg.aux.weight)]
+        val_w = np.r_[np.ones(n), np.zeros(len(aux))]
+        return table, (train_w, val_w), aux.models
 
     def _features(self):
         from training.features import cached_features
@@ -128,16 +187,18 @@ class TrainRecipe:
         frozen = self.cfg.mode == "frozen"
         # Fine-tuning changes the encoder: each fold starts from the same pretrained copy.
         encoder = self.encoder if frozen else copy.deepcopy(self.encoder)
-        model = RouterModel(encoder, len(FEATURE_NAMES), len(self.models), pooling=self.cfg.backbone.pooling,
+        n_out = len(self.models) + len(self.aux_models)
+        model = RouterModel(encoder, len(FEATURE_NAMES), n_out, pooling=self.cfg.backbone.pooling,
                             head_hidden=self.cfg.head_hidden, dropout=self.cfg.dropout, sep_token_id=self.sep_id)
         encoder.requires_grad_(not frozen)
         return model
 
-    def fit_one(self, train_idx: np.ndarray, val_idx: np.ndarray, seed: int, desc: str):
-        """(model, scaler, FitResult, logits(idx) function): trained on train_idx, early-stopped on val_idx."""
+    def fit_one(self, train_idx: np.ndarray, val_idx: np.ndarray, seed: int, desc: str) -> Fitted:
+        """The head trained on train_idx (early-stopped on val_idx) and the lexical branch (train_idx, + val_idx
+        when no temperature is fitted on it)."""
         from training.fit import balanced_pos_weight, torch_threads
 
-        cfg, t = self.cfg, self.table
+        cfg, t = self.cfg, self.train_table
         scaler = MetadataScaler.fit(t.meta_raw[train_idx])  # scaling from the training rows only
         meta = scaler.transform(t.meta_raw)
         model = self._new_model(seed)
@@ -145,23 +206,50 @@ class TrainRecipe:
         groups = [{"params": list(model.heads.parameters()), "lr": s.head_lr}]
         if cfg.mode == "finetune":
             groups.append({"params": list(model.encoder.parameters()), "lr": cfg.finetune.lr})
-        loader = lambda idx, shuffle: make_loader(
-            t, idx, meta, batch_size=s.batch_size, shuffle=shuffle, seed=seed, pad_id=self.pad_id, features=self.features
+        train_w, val_w = self.label_weights or (None, None)
+        loader = lambda idx, shuffle, w: make_loader(
+            t, idx, meta, batch_size=s.batch_size, shuffle=shuffle, seed=seed, pad_id=self.pad_id, features=self.features,
+            label_weights=w,
         )
         pos_weight = balanced_pos_weight(t.y[train_idx], t.mask[train_idx]) if cfg.pos_weight == "balanced" else None
         # A head-only step is a few small matmuls: thread hand-offs cost more than they save (measured 8x
         # slower with 2 threads than 1 on a loaded 2-core machine), so frozen mode trains on one thread.
         with torch_threads(cfg.num_threads or (1 if cfg.mode == "frozen" else None)):
-            result = self._fit(model, groups, loader, train_idx, val_idx, s, pos_weight, desc)
+            result = self._fit(model, groups, loader(train_idx, True, train_w), loader(val_idx, False, val_w), s,
+                               pos_weight, desc)
+        if self.aux_models:
+            model.keep_outputs(len(self.models))  # the extra targets were for training only
         self.accelerator.free_memory()
-        return model, scaler, result, lambda idx: self._logits(model, meta, idx, s.batch_size)
+        # The validation rows stay out of the lexical branch only when a temperature is fitted on them.
+        lexical = self._fit_lexical(train_idx if cfg.temperature_scaling else np.concatenate([train_idx, val_idx]))
+        lex_logits = None
+        if lexical is not None:
+            lex_logits = lambda idx: lexical.logits([self.table.ids[i] for i in idx])
+        return Fitted(model, scaler, result, lexical, lambda idx: self._logits(model, meta, idx, s.batch_size), lex_logits)
 
-    def _fit(self, model, groups, loader, train_idx, val_idx, s, pos_weight, desc):
+    def _fit_lexical(self, train_idx: np.ndarray) -> LexicalModel | None:
+        lx = self.cfg.lexical
+        if not lx.enabled:
+            return None
+        t0 = time.perf_counter()
+        lexical = LexicalModel.fit(
+            [self.table.ids[i] for i in train_idx], self.table.y[train_idx], self.table.mask[train_idx],
+            special_ids=self.tokenizer.all_special_ids, vocab_size=self._vocab_size(), buckets=lx.buckets,
+            min_df=lx.min_df, max_features=lx.max_features, c=lx.c, weight=lx.weight,
+        )
+        self.timing["lexical_s"] = self.timing.get("lexical_s", 0.0) + time.perf_counter() - t0
+        return lexical
+
+    def _vocab_size(self) -> int:
+        # Every id the packing can emit indexes the encoder's embeddings, so that many unigram keys suffice.
+        return max(int(self.encoder.config.vocab_size), len(self.tokenizer))
+
+    def _fit(self, model, groups, train_loader, val_loader, s, pos_weight, desc):
         from training.fit import fit
 
         cfg = self.cfg
         return fit(
-            model, groups, loader(train_idx, True), loader(val_idx, False), epochs=s.epochs, patience=s.patience,
+            model, groups, train_loader, val_loader, epochs=s.epochs, patience=s.patience,
             warmup_ratio=cfg.warmup_ratio, weight_decay=cfg.weight_decay, accelerator=self.accelerator,
             pos_weight=pos_weight, max_steps_per_epoch=getattr(s, "max_steps_per_epoch", None),
             progress=cfg.progress, step_bars=cfg.mode == "finetune", desc=desc,
@@ -185,39 +273,61 @@ class TrainRecipe:
         cfg, t = self.cfg, self.table
         n = len(t)
         self.oof_logits = np.full((n, len(self.models)), np.nan)
+        self.oof_parts: dict[str, np.ndarray] = {}  # each part's held-out logits, for metrics.json
         self.oof_temps = np.ones((n, len(self.models)))
         self.oof_fold = np.full(n, -1)
         for f in range(cfg.max_folds or cfg.folds):
             t0 = time.perf_counter()
             test = np.flatnonzero(self.fold == f)
             tr, va = grouped_split(t.groups, np.flatnonzero(self.fold != f), cfg.val_fraction, cfg.seed + f)
-            model, _, result, logits = self.fit_one(tr, va, cfg.seed + f, desc=f"fold {f + 1}/{cfg.folds}")
-            z_val = logits(va)
+            fitted = self.fit_one(tr, va, cfg.seed + f, desc=f"fold {f + 1}/{cfg.folds}")
+            z_val = fitted.logits(va)
             temps = np.array([fit_temperature(z_val[t.mask[va, j], j], t.y[va, j][t.mask[va, j]])
                               for j in range(len(self.models))])
-            self.oof_logits[test] = logits(test)
+            self.oof_logits[test] = fitted.logits(test)
+            parts = {"head": fitted.head_logits} | ({"lexical": fitted.lexical_logits} if fitted.lexical else {})
+            for name, fn in parts.items():
+                self.oof_parts.setdefault(name, np.full((n, len(self.models)), np.nan))[test] = fn(test)
             self.oof_temps[test] = temps
             self.oof_fold[test] = f
             self.fold_records.append({
                 "fold": f, "n_train": len(tr), "n_val": len(va), "n_test": len(test),
-                "best_epoch": result.best_epoch, "epochs_run": result.epochs_run, "best_val_loss": result.best_val_loss,
-                "train_seconds": result.train_seconds, "train_examples_per_s": result.examples_per_s,
+                "best_epoch": fitted.result.best_epoch, "epochs_run": fitted.result.epochs_run,
+                "best_val_loss": fitted.result.best_val_loss, "train_seconds": fitted.result.train_seconds,
+                "train_examples_per_s": fitted.result.examples_per_s,
                 "fold_seconds": time.perf_counter() - t0, "temperatures": dict(zip(self.models, temps.tolist())),
                 "cost_profile": cost_profile(t, np.concatenate([tr, va])),
             })
-            del model
+            del fitted
             gc.collect()
         self.metrics = held_out_metrics(self, cfg.temperature_scaling)
+        self.metrics["parts"] = self._parts_metrics()
         if cfg.final_fit:
             t0 = time.perf_counter()
             tr, va = grouped_split(t.groups, np.arange(n), cfg.val_fraction, cfg.seed + 1000)
-            model, scaler, result, logits = self.fit_one(tr, va, cfg.seed + 1000, desc="final")
-            z_val = logits(va)
+            fitted = self.fit_one(tr, va, cfg.seed + 1000, desc="final")
+            z_val = fitted.logits(va)
             temps = {m: (fit_temperature(z_val[t.mask[va, j], j], t.y[va, j][t.mask[va, j]])
                          if self.metrics["per_model"][m]["temperature_helps"] else 1.0)
                      for j, m in enumerate(self.models)}
-            self.final = (model, scaler, temps, result)
+            self.final = (fitted, temps)
             self.timing["final_fit_s"] = time.perf_counter() - t0
+
+    def _parts_metrics(self) -> dict:
+        """Held-out macro AUC of each part alone (raw logits), and what the blend was made of."""
+        from training.calibration import roc_auc
+
+        t, done = self.table, self.oof_fold >= 0
+
+        def macro(z):
+            aucs = [roc_auc(t.y[done & t.mask[:, j], j], z[done & t.mask[:, j], j]) for j in range(len(self.models))]
+            return float(np.nanmean(aucs))
+
+        out = {name: {"macro_auc": macro(z)} for name, z in self.oof_parts.items()}
+        out["aux_models"] = len(self.aux_models)
+        out["aux_weight"] = self.cfg.aux.weight if self.aux_models else 0.0
+        out["lexical_weight"] = self.cfg.lexical.weight if self.cfg.lexical.enabled else 0.0
+        return out
 
     def save(self) -> Path:
         from training.router import save_router
@@ -227,14 +337,16 @@ class TrainRecipe:
         run.mkdir(parents=True, exist_ok=True)
         oof_frame(self).to_parquet(run / OOF_FILE, index=False)
         if self.final is not None:
-            model, scaler, temps, _ = self.final
+            fitted, temps = self.final
+            model, scaler = fitted.model, fitted.scaler
             save_router(out, model, self.tokenizer, {
                 "models": self.models, "prices": self.prices, "cost_profile": cost_profile(self.table, np.arange(len(self.table))),
                 "cost_profile_basis": "mean cost_usd per query over all training examples (labels)",
                 "threshold": cfg.threshold, "temperatures": temps, "packing": cfg.packing.model_dump(),
                 "metadata": scaler.to_json(), "mode": cfg.mode, "backbone": cfg.backbone.model_dump(),
                 "n_examples": len(self.table), "config": cfg.model_dump(), "added_models": [],
-            })
+                "aux_models": self.aux_models,
+            }, lexical=fitted.lexical)
         plot_oof(self, out / "reliability.png")
         self.metrics["timing"] = self.timing
         self.metrics["fold_details"] = self.fold_records

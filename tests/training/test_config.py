@@ -19,6 +19,9 @@ def test_shipped_config_loads_and_says_how_to_run_it():
     cfg = load_train_config(TRAIN_YAML)
     assert cfg.mode == "frozen" and cfg.packing.max_tokens == 512 and cfg.folds == 5
     assert TRAIN_YAML.read_text().startswith("# switchcraft train --config configs/train.yaml")
+    # the levers kept for issue 12 (docs/router.md): extra targets, the lexical branch, no temperatures
+    assert cfg.aux.outputs == "auto" and cfg.aux.weight == 1.0
+    assert cfg.lexical.enabled and cfg.lexical.weight == 0.5 and not cfg.temperature_scaling
 
 
 def test_overrides_set_nested_values_parsed_as_yaml():
@@ -33,6 +36,8 @@ def test_overrides_set_nested_values_parsed_as_yaml():
     ("frozen.lr=0.1", r"field 'frozen.lr'.*known keys here: epochs, batch_size, head_lr"),
     ("max_folds=9", r"max_folds=9 exceeds folds=5"),
     ("models=[a, a]", r"list each model once"),
+    ("lexical.weight=0", r"field 'lexical.weight'.*greater than 0"),
+    ("aux.weight=-1", r"field 'aux.weight'.*greater than or equal to 0"),
     ("nonsense", r"not key=value"),
 ])
 def test_bad_values_name_the_field_and_the_fix(override, match):
