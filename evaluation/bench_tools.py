@@ -29,15 +29,20 @@ from pathlib import Path
 import numpy as np
 
 
-def bench_catalog(n_tools: int, data_root: str, run_dir: Path):
+def bench_catalog(n_tools: int, data_root: str, run_dir: Path, cfg=None):
+    """(catalog, tool vectors, queries, index) with the config's encoder (trained, or the base MiniLM)."""
     from evaluation.tool_data import read_benchmark
     from serving.tools.catalog import Catalog
-    from serving.tools.index import ToolIndex
+    from serving.tools.index import ToolIndex, checked_model_dir
 
     cards, vecs, queries = [], [], []
     for name in ("bfcl", "seal_tools"):
         bench = read_benchmark(name, data_root)
-        idx = ToolIndex.build(bench.catalog, run_dir / "index")
+        idx = ToolIndex.build(bench.catalog, run_dir / "index",
+                              model_dir=checked_model_dir(cfg.encoder if cfg else None, "encoder"),
+                              query_model_dir=checked_model_dir(cfg.query_encoder if cfg else None, "query_encoder"),
+                              query_precision=cfg.retrieval.query_precision if cfg else "fp32",
+                              query_threads=cfg.retrieval.query_threads if cfg else 1)
         queries += [q.text for q in bench.queries]
         for card, v in zip(bench.catalog.cards, idx.tool_vecs):
             if len(cards) < n_tools:
@@ -47,7 +52,7 @@ def bench_catalog(n_tools: int, data_root: str, run_dir: Path):
     rng = random.Random(0)
     restricted = set(rng.sample(range(len(cards)), len(cards) // 5))
     cards = [c.model_copy(update={"permissions": ["restricted.use"]}) if i in restricted else c for i, c in enumerate(cards)]
-    return Catalog(cards), np.stack(vecs), list(dict.fromkeys(queries)), idx.encoder
+    return Catalog(cards), np.stack(vecs), list(dict.fromkeys(queries)), idx
 
 
 def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
@@ -56,23 +61,17 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
     from serving.tools.policy import AccessPolicy, Caller
     from serving.tools.router import ToolRouter
 
-    run_dir = Path(run_dir)
-    catalog, vecs, queries, encoder = bench_catalog(n_tools, data_root, run_dir)
-    groups = [catalog.groups[g] for g in catalog.group_names()]
     from serving.tools.cards import split_identifier
-
-    group_vecs = encoder.encode([f"{split_identifier(g.name)}: {g.description}" for g in groups])
-    tokens = np.array([encoder.count_tokens(json.dumps(c.to_openai())) for c in catalog.cards])
     from serving.tools.config import load_tools_config
 
     cfg = load_tools_config(config, list(overrides))
     r = cfg.retrieval
-    query_encoder = encoder
-    if r.query_precision == "int8" or r.query_threads != 1:
-        from serving.tools.onnx_encoder import OnnxQueryEncoder
-
-        query_encoder = OnnxQueryEncoder.create(encoder.base, run_dir / "index" / "encoder", threads=r.query_threads,
-                                                int8=r.query_precision == "int8")
+    run_dir = Path(run_dir)
+    catalog, vecs, queries, built = bench_catalog(n_tools, data_root, run_dir, cfg)
+    encoder, query_encoder = built.encoder, built.query_encoder
+    groups = [catalog.groups[g] for g in catalog.group_names()]
+    group_vecs = encoder.encode([f"{split_identifier(g.name)}: {g.description}" for g in groups])
+    tokens = np.array([encoder.count_tokens(json.dumps(c.to_openai())) for c in catalog.cards])
     index = ToolIndex(catalog, encoder, vecs, group_vecs, tokens, query_encoder=query_encoder)
     router = ToolRouter(index, AccessPolicy(), cfg.retrieval, cfg.groups)
     caller = Caller(tenant="bench", roles=("analyst",))
@@ -96,7 +95,8 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
     pct = lambda xs, p: round(float(np.percentile(xs, p)), 3)  # noqa: E731
     result = {
         "tools": len(catalog), "visible_tools": int(router.visible(caller).visible.sum()), "queries": len(totals),
-        "query_encoder": f"{type(query_encoder).__name__} ({cfg.retrieval.query_precision})", "ms": {"p50": pct(totals, 50), "p90": pct(totals, 90), "p99": pct(totals, 99),
+        "query_encoder": f"{type(query_encoder).__name__} {query_encoder.name} ({cfg.retrieval.query_precision})",
+        "encoder": encoder.name, "ms": {"p50": pct(totals, 50), "p90": pct(totals, 90), "p99": pct(totals, 99),
                                                   "max": round(max(totals), 3)},
         "cpu_ms": {"p50": pct(cpu, 50), "p90": pct(cpu, 90), "p99": pct(cpu, 99), "max": round(max(cpu), 3)},
         "config": config, "overrides": list(overrides), "retrieval": r.model_dump(),

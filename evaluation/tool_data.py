@@ -4,6 +4,16 @@ Each reader returns a `Benchmark`: a `Catalog` of cards and the queries, each
 with the catalog keys of the tools it needs. Readers only read; the files are
 under `../shared/data/` (see its README and tool_retrieval/PROVENANCE.md).
 
+Every query has a `domain`, fixed here and nowhere else: `train` (the trained
+retriever learns from it, `evaluation.tool_pairs`; never evaluated), `in`
+(held out, from a catalog and distribution the retriever was trained on) or
+`out` (held out, nothing like it trained on). BFCL v4 live: a fixed half by
+hash of the id trains, the other half is `in`; BFCL v1 and the v4 categories
+that repeat it are `out` (never trained on); MetaTool single: a fixed tenth
+trains, the rest and multi are `in`; Seal-Tools: dev trains (its DPR dev
+pairs are the same queries), test_in_domain is `in`, test_out_domain `out`;
+StableToolBench: all `out`.
+
     from evaluation.tool_data import read_benchmark
     bench = read_benchmark("bfcl", data_root="../shared/data")
 """
@@ -11,6 +21,7 @@ under `../shared/data/` (see its README and tool_retrieval/PROVENANCE.md).
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -32,6 +43,16 @@ class Query:
     needed: list[str]  # catalog keys, distinct, in the order of the expected calls
     n_calls: int = 1
     split: str = ""  # e.g. the source category; reports break figures down by it
+    domain: str = "out"  # train (never evaluated) | in | out: see the module docstring
+
+
+def in_fraction(key: str, fraction: float) -> bool:
+    """A fixed pseudo-random `fraction` of ids, the same on every machine (SHA-256 of the id)."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) < fraction * 0x100000000
+
+
+BFCL_LIVE_TRAIN = 0.5  # of BFCL v4 live queries (real user questions): trained on; the rest held out, in-domain
+METATOOL_TRAIN = 0.1  # of MetaTool's single-tool queries
 
 
 @dataclass
@@ -105,7 +126,9 @@ def read_bfcl(data_root: str | Path, bfcl_eval_data: str | Path | None = None) -
                 notes.append(f"{ex.id}: expected {missing} not among its docs; skipped")
                 continue
             needed = list(dict.fromkeys(keys[n] for n in names))
-            queries.append(Query(ex.id, ex.question, needed, len(calls), f"{source}:{ex.category}"))
+            live = source == "bfcl_v4" and ex.category.startswith("live_")
+            domain = ("train" if in_fraction(ex.id, BFCL_LIVE_TRAIN) else "in") if live else "out"
+            queries.append(Query(ex.id, ex.question, needed, len(calls), f"{source}:{ex.category}", domain))
     return Benchmark("bfcl", Catalog(b.cards, sources=[str(pool), str(root / "bfcl_v1"), str(bfcl_eval_data)]), queries, notes)
 
 
@@ -120,10 +143,12 @@ def read_metatool(data_root: str | Path) -> Benchmark:
     queries = []
     with open(d / "data/all_clean_data.csv", newline="") as f:
         for i, row in enumerate(csv.DictReader(f)):
-            queries.append(Query(f"metatool:single:{i}", row["Query"], [key[row["Tool"]]], 1, "single"))
+            qid = f"metatool:single:{i}"
+            queries.append(Query(qid, row["Query"], [key[row["Tool"]]], 1, "single",
+                                 "train" if in_fraction(qid, METATOOL_TRAIN) else "in"))
     for i, row in enumerate(json.loads((d / "data/multi_tool_query_golden.json").read_text())):
         needed = list(dict.fromkeys(key[t] for t in row["tool"]))
-        queries.append(Query(f"metatool:multi:{i}", row["query"], needed, len(row["tool"]), "multi"))
+        queries.append(Query(f"metatool:multi:{i}", row["query"], needed, len(row["tool"]), "multi", "in"))
     return Benchmark("metatool", Catalog(cards, sources=[str(d)]), queries)
 
 
@@ -141,11 +166,11 @@ def read_seal_tools(data_root: str | Path) -> Benchmark:
         except (ValueError, KeyError) as e:
             raise DataError(str(e), path=d / "tool.jsonl", line=n) from None
     queries = []
-    for split in ("dev", "test_in_domain", "test_out_domain"):
+    for split, domain in (("dev", "train"), ("test_in_domain", "in"), ("test_out_domain", "out")):
         for line in (d / f"{split}.jsonl").read_text().splitlines():
             row = json.loads(line)
             needed = list(dict.fromkeys(key[c["api"]] for c in row["calling"]))
-            queries.append(Query(f"seal:{row['id']}", row["query"], needed, len(row["calling"]), split))
+            queries.append(Query(f"seal:{row['id']}", row["query"], needed, len(row["calling"]), split, domain))
     return Benchmark("seal_tools", Catalog(cards, sources=[str(d)]), queries)
 
 
@@ -178,7 +203,11 @@ READERS = {"bfcl": read_bfcl, "metatool": read_metatool, "seal_tools": read_seal
            "stabletoolbench": read_stabletoolbench}
 
 
-def read_benchmark(name: str, data_root: str | Path = "../shared/data") -> Benchmark:
+def read_benchmark(name: str, data_root: str | Path = "../shared/data", heldout: bool = False) -> Benchmark:
+    """One benchmark; `heldout=True` drops the queries the trained retriever learns from (domain `train`)."""
     if name not in READERS:
         raise KeyError(f"unknown tool benchmark {name!r}; known: {', '.join(READERS)}")
-    return READERS[name](data_root)
+    bench = READERS[name](data_root)
+    if heldout:
+        bench.queries = [q for q in bench.queries if q.domain != "train"]
+    return bench

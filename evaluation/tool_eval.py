@@ -1,8 +1,17 @@
 """Evaluate tool routing on real catalogs: retrieval baselines, the router, groups, security.
 
-    switchcraft tools eval                                   # all four benchmarks → runs/tools/
+    switchcraft tools eval                                   # all four benchmarks, base and trained → runs/tools/
     switchcraft tools eval --bench bfcl --limit 500          # a quick look
+    switchcraft tools eval --retriever base                  # one retriever; the report shows every one evaluated
     nice -n 10 python -m evaluation.tool_eval --bench bfcl   # the same, without the CLI
+
+Only held-out queries are evaluated (`evaluation.tool_data`: domain `in` or
+`out`; the trained retriever learns from the `train` ones), and figures are
+also given per domain. Each retriever (`base`: all-MiniLM-L6-v2; `trained`: the
+config's `encoder`, with its `query_encoder`) is evaluated on the same queries;
+its rows carry its name, and its results are kept in
+`<run_dir>/retrievers/<name>.json` so that the report shows every retriever
+evaluated into that run directory side by side.
 
 For each benchmark (`evaluation.tool_data`): BM25-only, dense-only and hybrid
 (RRF) rankings over the whole catalog give Recall@K, Comprehensiveness@K and
@@ -40,11 +49,11 @@ def query_vectors(index: ToolIndex, queries: list[Query] | list[str], cache_dir:
                   max_length: int | None = None) -> np.ndarray:
     """Query embeddings, cached by the hash of the texts (re-running a report re-embeds nothing)."""
     texts = [q if isinstance(q, str) else q.text for q in queries]
-    h = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
+    h = hashlib.sha256("\x00".join([index.query_model.name, *texts]).encode()).hexdigest()[:16]
     path = cache_dir / (f"queries-{h}.npy" if max_length is None else f"queries-{h}-max{max_length}.npy")
     if path.exists():
         return np.load(path)
-    vecs = index.encoder.encode(texts, batch_size=64, max_length=max_length)
+    vecs = index.query_model.encode(texts, batch_size=64, max_length=max_length)
     cache_dir.mkdir(parents=True, exist_ok=True)
     np.save(path, vecs)
     return vecs
@@ -109,7 +118,8 @@ def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k:
             if variants:
                 matches.append(("name", [base_name(k) for k in ranked], [base_name(k) for k in q.needed]))
             for match, r, needed in matches:
-                for subset in ("all", subset_of(q), f"split:{q.split}"):
+                for subset in ("all", subset_of(q), f"split:{q.split}", f"domain:{q.domain}",
+                               f"domain:{q.domain}:{subset_of(q)}"):
                     acc[(match, method, subset, "ndcg@10")].append(ndcg_at(list(dict.fromkeys(r)), needed, 10))
                     for k in KS:
                         acc[(match, method, subset, f"recall@{k}")].append(recall_at(r, needed, k))
@@ -199,38 +209,81 @@ def security_check(bench: Benchmark, index: ToolIndex, cfg: ToolsConfig, n_targe
             "unauthorised_exposures": exposed_bad}
 
 
+def retrievers_of(cfg: ToolsConfig, names: list[str] | None = None) -> dict[str, tuple[str | None, str | None]]:
+    """name → (encoder folder, query encoder folder): `base`, and `trained` when the config names one."""
+    known = {"base": (None, None)}
+    if cfg.encoder:
+        known["trained"] = (cfg.encoder, cfg.query_encoder)
+    if names is None:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"unknown retriever(s) {unknown}; known here: {', '.join(known)} "
+                       "(trained needs `encoder:` in the tools config)")
+    return {n: known[n] for n in names}
+
+
+def evaluate_retriever(bench: Benchmark, name: str, dirs: tuple[str | None, str | None], cfg: ToolsConfig,
+                       run_dir: Path, security: bool, log=print) -> tuple[list[dict], list[dict], dict]:
+    """Retrieval and routing rows (each with `retriever`), and the benchmark entry, for one retriever."""
+    from serving.tools.index import checked_model_dir
+
+    t0 = time.perf_counter()
+    index = ToolIndex.build(bench.catalog, run_dir / "index", model_dir=checked_model_dir(dirs[0], "encoder"),
+                            query_model_dir=checked_model_dir(dirs[1], "query_encoder"))
+    qvecs = query_vectors(index, bench.queries, run_dir / "cache")
+    log(f"{bench.name}/{name}: index + query embeddings in {time.perf_counter() - t0:.0f} s")
+    router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
+    ivecs = intent_vectors(bench, router, run_dir / "cache")
+    rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k, router, ivecs)
+    grows, extra = routing_rows(bench, router, ivecs)
+    for row in rrows + grows:
+        row["retriever"] = name
+    entry = {"tools": len(bench.catalog), "groups": len(bench.catalog.group_names()), "queries": len(bench.queries),
+             "catalog_version": bench.catalog.version, "notes": bench.notes, "encoder": index.encoder.name,
+             "query_encoder": index.query_model.name, "domains": dict(Counter(q.domain for q in bench.queries)),
+             **extra, "seconds": round(time.perf_counter() - t0, 1)}
+    if security:
+        entry["security"] = security_check(bench, index, cfg)
+        log(f"{bench.name}/{name}: security {entry['security']}")
+    return rrows, grows, entry
+
+
 def evaluate(benches: list[str], data_root: str, run_dir: str | Path, cfg: ToolsConfig | None = None,
-             limit: int | None = None, security: bool = True, log=print) -> dict:
+             limit: int | None = None, security: bool = True, log=print, retrievers: list[str] | None = None) -> dict:
+    """Evaluate each retriever on the held-out queries of each benchmark; write the report of all retrievers
+    evaluated into `run_dir` (this call's and earlier ones', from `<run_dir>/retrievers/`)."""
+    import json
+
     from evaluation.tool_report import write_report
 
     cfg = cfg or ToolsConfig()
     run_dir = Path(run_dir)
-    results: dict = {"config": cfg.model_dump(), "benchmarks": {}, "limit": limit}
-    all_retrieval, all_routing = [], []
-    for name in benches:
-        t0 = time.perf_counter()
-        bench = read_benchmark(name, data_root)
+    chosen = retrievers_of(cfg, retrievers)
+    loaded = [(n, read_benchmark(n, data_root, heldout=True)) for n in benches]
+    for _, bench in loaded:
         if limit and len(bench.queries) > limit:
             bench.queries = random.Random(0).sample(bench.queries, limit)
-        log(f"{name}: {len(bench.catalog)} tools, {len(bench.catalog.group_names())} groups, {len(bench.queries)} queries")
-        index = ToolIndex.build(bench.catalog, run_dir / "index")
-        qvecs = query_vectors(index, bench.queries, run_dir / "cache")
-        log(f"{name}: index + query embeddings in {time.perf_counter() - t0:.0f} s")
-        router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
-        ivecs = intent_vectors(bench, router, run_dir / "cache")
-        log(f"{name}: asks embedded in {time.perf_counter() - t0:.0f} s")
-        rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k, router, ivecs)
-        grows, extra = routing_rows(bench, router, ivecs)
-        entry = {"tools": len(bench.catalog), "groups": len(bench.catalog.group_names()), "queries": len(bench.queries),
-                 "catalog_version": bench.catalog.version, "notes": bench.notes, **extra,
-                 "seconds": round(time.perf_counter() - t0, 1)}
-        if security:
-            entry["security"] = security_check(bench, index, cfg)
-            log(f"{name}: security {entry['security']}")
-        results["benchmarks"][name] = entry
-        all_retrieval += rrows
-        all_routing += grows
-    results["retrieval"], results["routing"] = all_retrieval, all_routing
+    saved = run_dir / "retrievers"
+    saved.mkdir(parents=True, exist_ok=True)
+    for name, dirs in chosen.items():
+        part: dict = {"retriever": name, "encoder": dirs[0], "query_encoder": dirs[1], "config": cfg.model_dump(),
+                      "limit": limit, "benchmarks": {}, "retrieval": [], "routing": []}
+        for bname, bench in loaded:
+            log(f"{bname}: {len(bench.catalog)} tools, {len(bench.catalog.group_names())} groups, "
+                f"{len(bench.queries)} held-out queries; retriever {name}")
+            rrows, grows, entry = evaluate_retriever(bench, name, dirs, cfg, run_dir, security, log)
+            part["benchmarks"][bname] = entry
+            part["retrieval"] += rrows
+            part["routing"] += grows
+        (saved / f"{name}.json").write_text(json.dumps(part, default=str))
+    parts = [json.loads(p.read_text()) for p in sorted(saved.glob("*.json"))]
+    order = {"base": 0, "trained": 1}
+    parts.sort(key=lambda p: order.get(p["retriever"], 2))
+    results = {"config": cfg.model_dump(), "limit": limit, "retrievers": [p["retriever"] for p in parts],
+               "benchmarks": {f"{p['retriever']}:{b}": e for p in parts for b, e in p["benchmarks"].items()},
+               "retrieval": [r for p in parts for r in p["retrieval"]],
+               "routing": [r for p in parts for r in p["routing"]]}
     write_report(results, run_dir)
     return results
 

@@ -24,8 +24,47 @@ def _fmt(x: float) -> str:
     return f"{x:.3f}"
 
 
-def retrieval_table(df: pd.DataFrame, bench: str, subset: str, match: str = "exact") -> str:
-    sel = df[(df.benchmark == bench) & (df.subset == subset) & (df["match"] == match)]
+def _retriever(df: pd.DataFrame, retriever: str | None) -> pd.DataFrame:
+    if retriever is None or "retriever" not in df:
+        return df
+    return df[df.retriever == retriever]
+
+
+SIDE_BY_SIDE = [  # (label, benchmark, subset, match): the goal-table rows first
+    ("BFCL single, by name", "bfcl", "single", "name"), ("BFCL multi, by name", "bfcl", "multi", "name"),
+    ("BFCL single, exact", "bfcl", "single", "exact"), ("BFCL multi, exact", "bfcl", "multi", "exact"),
+    ("MetaTool single", "metatool", "single", "exact"), ("MetaTool multi", "metatool", "multi", "exact"),
+    ("Seal-Tools single", "seal_tools", "single", "exact"), ("Seal-Tools multi", "seal_tools", "multi", "exact"),
+    ("StableToolBench single", "stabletoolbench", "single", "exact"),
+    ("StableToolBench multi", "stabletoolbench", "multi", "exact"),
+]
+
+
+def side_by_side_table(df: pd.DataFrame, retrievers: list[str], method: str = "hybrid+intents") -> str:
+    """Recall@5 / Comprehensiveness@10 of each retriever on every benchmark subset, overall and per domain."""
+    head = " | ".join(f"{r}: R@5 / C@10" for r in retrievers)
+    lines = [f"| benchmark, subset | domain | n | {head} |", "|---|---|---:|" + "---|" * len(retrievers)]
+    for label, bench, subset, match in SIDE_BY_SIDE:
+        for domain in ("all", "in", "out"):
+            key = subset if domain == "all" else f"domain:{domain}:{subset}"
+            sel = df[(df.benchmark == bench) & (df.subset == key) & (df["match"] == match) & (df.method == method)]
+            if sel.empty:
+                continue
+            cells, n = [], 0
+            for r in retrievers:
+                m = _retriever(sel, r).set_index("metric")
+                if m.empty:
+                    cells.append("—")
+                    continue
+                n = int(m["n"].iloc[0])
+                cells.append(f"{_fmt(m.loc['recall@5', 'value'])} / {_fmt(m.loc['comp@10', 'value'])}")
+            lines.append(f"| {label} | {domain} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def retrieval_table(df: pd.DataFrame, bench: str, subset: str, match: str = "exact", retriever: str | None = None) -> str:
+    sel = _retriever(df, retriever)
+    sel = sel[(sel.benchmark == bench) & (sel.subset == subset) & (sel["match"] == match)]
     if sel.empty:
         return ""
     cols = ["recall@1", "recall@3", "recall@5", "recall@10", "comp@5", "comp@10", "ndcg@10"]
@@ -44,17 +83,17 @@ def routing_table(rows: list[dict]) -> str:
             ("coverage", "group coverage"), ("groups", "groups"), ("expansion_rate", "expansion rate"),
             ("comp_after", "all needed after expansions"), ("tokens_before", "schema tokens, catalog"),
             ("tokens_after", "schema tokens, shown"), ("token_reduction", "reduction")]
-    lines = ["| benchmark | subset | " + " | ".join(c[1] for c in cols) + " |", "|---|---|" + "---:|" * len(cols)]
+    lines = ["| retriever | benchmark | subset | " + " | ".join(c[1] for c in cols) + " |", "|---|---|---|" + "---:|" * len(cols)]
     for r in rows:
         vals = []
         for f, _ in cols:
             v = r[f]
             vals.append(f"{int(v):,}" if f in ("n", "tokens_before") else (f"{v:,.0f}" if f == "tokens_after" else _fmt(v)))
-        lines.append(f"| {r['benchmark']} | {r['subset']} | " + " | ".join(vals) + " |")
+        lines.append(f"| {r.get('retriever', '')} | {r['benchmark']} | {r['subset']} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 
-def plot_recall(df: pd.DataFrame, path: Path) -> None:
+def plot_recall(df: pd.DataFrame, path: Path, retrievers: list[str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,12 +102,18 @@ def plot_recall(df: pd.DataFrame, path: Path) -> None:
     benches = list(dict.fromkeys(df.benchmark))
     fig, axes = plt.subplots(1, len(benches), figsize=(4.2 * len(benches), 3.6), squeeze=False)
     for ax, b in zip(axes[0], benches):
-        for method, style in (("hybrid+intents", "-D"), ("hybrid", "-o"), ("bm25", "--s"), ("dense", ":^")):
-            sel = df[(df.benchmark == b) & (df.subset == "all") & (df.method == method) & (df["match"] == "exact")
-                     & df.metric.str.startswith("recall@")]
+        curves = [(r, m, st) for r in (retrievers or [None])
+                  for m, st in (("hybrid+intents", "-D"), ("hybrid", "-o"), ("bm25", "--s"), ("dense", ":^"))
+                  if not (m == "bm25" and r not in (None, (retrievers or [None])[0]))]  # BM25 is the same for all
+        for retriever, method, style in curves:
+            sel = _retriever(df, retriever)
+            sel = sel[(sel.benchmark == b) & (sel.subset == "all") & (sel.method == method) & (sel["match"] == "exact")
+                      & sel.metric.str.startswith("recall@")]
             ks = sel.metric.str.split("@").str[1].astype(int)
             order = ks.argsort()
-            ax.plot(ks.iloc[order], sel.value.iloc[order], style, label=method, markersize=4)
+            label = method if retriever is None else f"{retriever} {method}"
+            ax.plot(ks.iloc[order], sel.value.iloc[order], style if retriever in (None, "base") else style.replace("-", "-."),
+                    label=label, markersize=4, alpha=1.0 if retriever in (None, "base") else 0.8)
         ax.set_xscale("log")
         ax.set_title(b)
         ax.set_xlabel("K")
@@ -82,6 +127,7 @@ def plot_recall(df: pd.DataFrame, path: Path) -> None:
 
 
 def write_report(results: dict, run_dir: Path) -> Path:
+    """`results["benchmarks"]` is keyed `<retriever>:<benchmark>` (or by benchmark alone); rows carry `retriever`."""
     run_dir.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(results["retrieval"])
     df.to_csv(run_dir / "retrieval.csv", index=False)
@@ -89,24 +135,35 @@ def write_report(results: dict, run_dir: Path) -> Path:
     results["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results["python"] = platform.python_version()
     (run_dir / "metrics.json").write_text(json.dumps(results, indent=2, default=str))
-    plot_recall(df, run_dir / "recall_at_k.png")
+    retrievers = results.get("retrievers") or [None]
+    plot_recall(df, run_dir / "recall_at_k.png", results.get("retrievers"))
+    benches = list(dict.fromkeys(k.split(":", 1)[-1] for k in results["benchmarks"]))
     out = ["# Tool routing evaluation", "",
-           f"Created {results['created']}; queries per benchmark capped at {results['limit'] or 'none'}. "
-           "Schema tokens: all-MiniLM-L6-v2 WordPiece tokens of each tool's OpenAI JSON definition.", ""]
-    out += ["## Catalogs", "", "| benchmark | tools | groups | queries | catalog version | routing ms P50 / P99 (no embed) | modes |",
-            "|---|---:|---:|---:|---|---|---|"]
+           f"Created {results['created']}; queries per benchmark capped at {results['limit'] or 'none'}; held-out "
+           "queries only (domain `in`: a catalog the trained retriever saw other queries of; `out`: nothing like "
+           "it trained on; evaluation/tool_data.py). Schema tokens: all-MiniLM-L6-v2 WordPiece tokens of each "
+           "tool's OpenAI JSON definition.", ""]
+    if results.get("retrievers"):
+        out += ["## Retrievers side by side: the router's ranking (hybrid + asks), Recall@5 / Comprehensiveness@10",
+                "", side_by_side_table(df, results["retrievers"]), ""]
+    out += ["## Catalogs", "", "| retriever:benchmark | tools | groups | queries | domains | catalog version | encoder | "
+            "routing ms P50 / P99 (no embed) | modes |", "|---|---:|---:|---:|---|---|---|---|---|"]
     for b, e in results["benchmarks"].items():
-        out.append(f"| {b} | {e['tools']:,} | {e['groups']:,} | {e['queries']:,} | {e['catalog_version']} | "
+        out.append(f"| {b} | {e['tools']:,} | {e['groups']:,} | {e['queries']:,} | {e.get('domains', '')} | "
+                   f"{e['catalog_version']} | {e.get('encoder', '')} / {e.get('query_encoder', '')} | "
                    f"{e['route_ms_p50_without_embed']:.2f} / {e['route_ms_p99_without_embed']:.2f} | {e['modes']} |")
     out += ["", "## Retrieval over the whole catalog (no filter, no groups)", ""]
-    for b in results["benchmarks"]:
-        for match in ("exact", "name"):
-            for subset in ("all", "single", "multi"):
-                t = retrieval_table(df, b, subset, match)
-                if t:
-                    label = "" if match == "exact" else " (by function name: any schema variant counts)"
-                    out += [f"### {b} — {subset}{label}", "", t, ""]
-        out += [f"Published: {PUBLISHED.get(b, 'none found')}", ""]
+    for retriever in retrievers:
+        for b in benches:
+            for match in ("exact", "name"):
+                for subset in ("all", "single", "multi"):
+                    t = retrieval_table(df, b, subset, match, retriever)
+                    if t:
+                        label = "" if match == "exact" else " (by function name: any schema variant counts)"
+                        who = f" — retriever {retriever}" if retriever else ""
+                        out += [f"### {b} — {subset}{label}{who}", "", t, ""]
+    for b in benches:
+        out += [f"Published ({b}): {PUBLISHED.get(b, 'none found')}", ""]
     out += ["`hybrid+intents`: the router's ranking — the request split into its asks, each retrieved "
             "with BM25 + dense RRF, rankings merged by best score (`serving/tools/intents.py`).", ""]
     out += ["## The router (filter → groups → hybrid top-K per ask, widening, request_group)", "",
@@ -114,7 +171,7 @@ def write_report(results: dict, run_dir: Path) -> Path:
     out += ["Asks per request (requests split into several asks are retrieved per ask): "
             + "; ".join(f"{b}: {e.get('asks_per_request', {})}" for b, e in results["benchmarks"].items()), ""]
     out += ["## Security: adversarial queries for tools the caller lacks a permission for", "",
-            "| benchmark | restricted tools | adversarial queries | expansions tried | unauthorised exposures |",
+            "| retriever:benchmark | restricted tools | adversarial queries | expansions tried | unauthorised exposures |",
             "|---|---:|---:|---:|---:|"]
     for b, e in results["benchmarks"].items():
         s = e.get("security")

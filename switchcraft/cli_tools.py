@@ -4,8 +4,9 @@
     switchcraft tools route --catalog cards.yaml --request "refund order 42" --tenant acme --role support
     switchcraft tools eval [--bench bfcl --limit 500] [--run-dir runs/tools]
     switchcraft tools eval --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --run-dir runs/tools_fast
+    switchcraft tools train [--set train.epochs=2]   # fine-tune the retriever → runs/tools_retriever/
 
-Thin wrappers over `serving.tools` and `evaluation.tool_eval`.
+Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tool_pairs` and `evaluation.tool_eval`.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
         try:
             cfg = _config(config, catalog, index_dir, default_risk, overrides)
             cat = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
-            idx = ToolIndex.build(cat, cfg.index_dir)
+            idx = ToolIndex.from_config(cat, cfg)
         except (DataError, FileNotFoundError) as e:
             _fail(str(e))
         typer.echo(json.dumps({"catalog_version": cat.version, "tools": len(cat), "groups": len(cat.group_names()),
@@ -127,6 +128,37 @@ def register(app: typer.Typer) -> None:
             _fail(str(e))
         typer.echo(json.dumps(decision.to_dict(), indent=2))
 
+    @tools_app.command("train")
+    def train_cmd(
+        data_root: str = typer.Option("../shared/data", help="The shared data folder."),
+        config: Path = typer.Option(None, help="Tools config; its `train:` section (default configs/tools.yaml)."),
+        index: bool = typer.Option(True, help="Then build the configured catalog's index with the trained encoder."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    ) -> None:
+        """Fine-tune the retriever on training-only query → tool pairs (MNRL, BM25 hard negatives); write train.out_dir."""
+        from evaluation.tool_pairs import training_pairs
+        from serving.tools.encoder import default_model_dir
+        from training.tool_retriever import fit
+
+        try:
+            cfg = _load(config, overrides)
+            pairs, counts = training_pairs(data_root, cfg.train.data, log=typer.echo)
+            out = fit(pairs, cfg.train, cfg.train.base_model or default_model_dir(), log=typer.echo)
+        except (DataError, KeyError, ValueError) as e:
+            _fail(str(e))
+        record = json.loads((out / "train.json").read_text())
+        record["data"] = counts
+        (out / "train.json").write_text(json.dumps(record, indent=2))
+        typer.echo(f"wrote {out}; use it with `encoder: {out / 'model'}` in the tools config")
+        if index and cfg.catalog:
+            from serving.tools.catalog import Catalog
+            from serving.tools.index import ToolIndex
+
+            trained = cfg.model_copy(update={"encoder": str(out / "model")})
+            cat = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
+            idx = ToolIndex.from_config(cat, trained)
+            typer.echo(f"index of {len(cat)} tools with the trained encoder: {idx.index_dir}")
+
     @tools_app.command("eval")
     def eval_cmd(
         bench: list[str] = typer.Option(None, "--bench", "-b", help="bfcl, metatool, seal_tools, stabletoolbench (default all)."),
@@ -135,9 +167,11 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, help="Tools config: retrieval and group settings (the catalog is the benchmark's)."),
         limit: int = typer.Option(None, help="Sample at most this many queries per benchmark."),
         security: bool = typer.Option(True, help="Run the adversarial permission check."),
+        retriever: list[str] = typer.Option(None, "--retriever", help="base, trained (default: both, trained when "
+                                            "the config names an encoder); the report shows all evaluated into run-dir."),
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
-        """Evaluate on BFCL (≥ 2,405 tools), MetaTool, Seal-Tools, StableToolBench; write the report."""
+        """Evaluate base and trained retrievers on held-out BFCL, MetaTool, Seal-Tools, StableToolBench; write the report."""
         from evaluation.tool_eval import evaluate
 
         try:
@@ -145,7 +179,7 @@ def register(app: typer.Typer) -> None:
             out = run_dir or cfg.run_dir
             with _one_blas_thread():
                 evaluate(bench or ["bfcl", "metatool", "seal_tools", "stabletoolbench"], data_root, out, cfg, limit,
-                         security, log=typer.echo)
-        except (DataError, KeyError) as e:
+                         security, log=typer.echo, retrievers=retriever or None)
+        except (DataError, KeyError, FileNotFoundError) as e:
             _fail(str(e))
         typer.echo(f"wrote {Path(out) / 'report.md'}")

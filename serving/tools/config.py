@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
 from serving.tools.policy import AccessPolicy
+from training.tool_retriever import RetrieverTrainConfig
 
 
 class RetrievalConfig(BaseModel):
@@ -77,10 +78,22 @@ class ToolsConfig(BaseModel):
     duplicates: Literal["error", "rename"] = "error"  # a second tool of one name: error, or keep it as name~2
     index_dir: str = "runs/tools/index"
     run_dir: str = "runs/tools"
+    # The trained retriever (`switchcraft tools train` writes <train.out_dir>/model): tools and queries are
+    # embedded with it. null: the base all-MiniLM-L6-v2.
+    encoder: str | None = None
+    # A shallower query encoder distilled from it (<train.out_dir>/query_model); null: queries use `encoder`.
+    query_encoder: str | None = None
     pinned: list[str] = Field(default_factory=list)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     groups: GroupConfig = Field(default_factory=GroupConfig)
     policy: AccessPolicy = Field(default_factory=AccessPolicy)
+    train: RetrieverTrainConfig = Field(default_factory=RetrieverTrainConfig)
+
+    @model_validator(mode="after")
+    def _query_encoder_needs_encoder(self):
+        if self.query_encoder and not self.encoder:
+            raise ValueError("query_encoder is distilled from a trained encoder: set encoder too (or neither)")
+        return self
 
 
 def load_tools_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ToolsConfig:

@@ -21,7 +21,7 @@ import numpy as np
 
 from serving.tools.cards import search_text, split_identifier
 from serving.tools.catalog import Catalog
-from serving.tools.encoder import ENCODER_ID, MiniLMEncoder  # noqa: F401  (the encoder interface)
+from serving.tools.encoder import ENCODER_ID, MiniLMEncoder
 
 # Bump when search_text or the tokenisation changes: cached embeddings then no longer match.
 TEXT_RECIPE = "v1"
@@ -40,13 +40,16 @@ def bm25_tokens(text: str, stem) -> list[str]:
 class ToolIndex:
     def __init__(self, catalog: Catalog, encoder: MiniLMEncoder, tool_vecs: np.ndarray, group_vecs: np.ndarray,
                  schema_tokens: np.ndarray, index_dir: Path | None = None, build_seconds: float = 0.0,
-                 query_encoder=None):
+                 query_encoder=None, query_model=None):
         import bm25s
         import Stemmer
 
         self.catalog, self.encoder = catalog, encoder
         # Tools are embedded in fp32 once; queries may use a faster (int8) encoder.
         self.query_encoder = query_encoder or encoder
+        # The query model in fp32 (the trained encoder, or the query encoder distilled from it): what an
+        # offline evaluation embeds queries with, in batches.
+        self.query_model = query_model or encoder
         self.tool_vecs, self.group_vecs = tool_vecs, group_vecs
         self.group_order = catalog.group_names()
         self.schema_tokens = schema_tokens  # per card: tokens of its OpenAI definition
@@ -60,26 +63,44 @@ class ToolIndex:
     # -- building and caching -------------------------------------------------
 
     @classmethod
-    def build(cls, catalog: Catalog, index_dir: str | Path | None = None, encoder: MiniLMEncoder | None = None,
-              batch_size: int = 32, query_precision: str = "fp32", query_threads: int = 1) -> ToolIndex:
-        """Load the cached embeddings for this catalog version, or compute and cache them.
+    def from_config(cls, catalog: Catalog, cfg) -> ToolIndex:
+        """The index a `ToolsConfig` asks for: its encoder (trained or base), query encoder, precision, threads."""
+        r = cfg.retrieval
+        return cls.build(catalog, cfg.index_dir, query_precision=r.query_precision, query_threads=r.query_threads,
+                         model_dir=checked_model_dir(cfg.encoder, "encoder"),
+                         query_model_dir=checked_model_dir(cfg.query_encoder, "query_encoder"))
 
-        `query_precision="int8"` routes queries through the int8 ONNX encoder (needs index_dir).
+    @classmethod
+    def build(cls, catalog: Catalog, index_dir: str | Path | None = None, encoder: MiniLMEncoder | None = None,
+              batch_size: int = 32, query_precision: str = "fp32", query_threads: int = 1,
+              model_dir: str | Path | None = None, query_model_dir: str | Path | None = None) -> ToolIndex:
+        """Load the cached embeddings for this catalog version and encoder, or compute and cache them.
+
+        `model_dir`: a trained encoder folder (default: the base MiniLM); `query_model_dir`: a
+        shallower query encoder distilled from it. `query_precision="int8"` routes queries
+        through the int8 ONNX encoder (needs index_dir).
         """
-        query_encoder = None
+        query_encoder = query_model = None
         if encoder is None:
             from serving.tools.onnx_encoder import OnnxQueryEncoder, load_encoder
 
-            encoder = load_encoder(Path(index_dir) / "encoder" if index_dir else None)
-            if isinstance(encoder, OnnxQueryEncoder) and (query_precision == "int8" or query_threads != 1):
-                query_encoder = OnnxQueryEncoder.create(encoder.base, Path(index_dir) / "encoder", threads=query_threads,
+            enc_dir = Path(index_dir) / "encoder" if index_dir else None
+            encoder = load_encoder(enc_dir, model_dir)
+            if query_model_dir is not None:
+                query_model = load_encoder(enc_dir, query_model_dir)
+                query_encoder = load_encoder(enc_dir, query_model_dir, threads=query_threads,
+                                             int8=query_precision == "int8")
+            elif isinstance(encoder, OnnxQueryEncoder) and (query_precision == "int8" or query_threads != 1):
+                query_encoder = OnnxQueryEncoder.create(encoder.base, enc_dir, threads=query_threads,
                                                         int8=query_precision == "int8")
-        cached = cls._cache_dir(index_dir, catalog)
+        name = getattr(encoder, "name", ENCODER_ID)
+        cached = cls._cache_dir(index_dir, catalog, name)
         if cached and (cached / "meta.json").exists():
             meta = json.loads((cached / "meta.json").read_text())
-            if meta.get("encoder") == ENCODER_ID and meta.get("recipe") == TEXT_RECIPE and meta.get("n_tools") == len(catalog):
+            if meta.get("encoder") == name and meta.get("recipe") == TEXT_RECIPE and meta.get("n_tools") == len(catalog):
                 return cls(catalog, encoder, np.load(cached / "tool_vecs.npy"), np.load(cached / "group_vecs.npy"),
-                           np.load(cached / "schema_tokens.npy"), cached, meta.get("build_seconds", 0.0), query_encoder)
+                           np.load(cached / "schema_tokens.npy"), cached, meta.get("build_seconds", 0.0), query_encoder,
+                           query_model)
         t0 = time.perf_counter()
         tool_vecs = encoder.encode([search_text(c) for c in catalog.cards], batch_size=batch_size)
         groups = [catalog.groups[g] for g in catalog.group_names()]
@@ -91,16 +112,19 @@ class ToolIndex:
             np.save(cached / "tool_vecs.npy", tool_vecs)
             np.save(cached / "group_vecs.npy", group_vecs)
             np.save(cached / "schema_tokens.npy", schema_tokens)
-            meta = {"catalog_version": catalog.version, "encoder": ENCODER_ID, "recipe": TEXT_RECIPE,
+            meta = {"catalog_version": catalog.version, "encoder": name, "recipe": TEXT_RECIPE,
                     "n_tools": len(catalog), "n_groups": len(groups), "build_seconds": round(seconds, 2),
                     "sources": catalog.sources, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
             (cached / "meta.json").write_text(json.dumps(meta, indent=2))
             (cached / "cards.jsonl").write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in catalog.cards))
-        return cls(catalog, encoder, tool_vecs, group_vecs, schema_tokens, cached, seconds, query_encoder)
+        return cls(catalog, encoder, tool_vecs, group_vecs, schema_tokens, cached, seconds, query_encoder, query_model)
 
     @staticmethod
-    def _cache_dir(index_dir: str | Path | None, catalog: Catalog) -> Path | None:
-        return Path(index_dir) / catalog.version if index_dir else None
+    def _cache_dir(index_dir: str | Path | None, catalog: Catalog, encoder: str = ENCODER_ID) -> Path | None:
+        """`<index_dir>/<catalog version>/` for the base encoder, `…/<version>@<encoder name>/` for a trained one."""
+        if not index_dir:
+            return None
+        return Path(index_dir) / (catalog.version if encoder == ENCODER_ID else f"{catalog.version}@{encoder}")
 
     # -- scoring ----------------------------------------------------------------
 
@@ -117,6 +141,17 @@ class ToolIndex:
         """(BM25 scores, cosine similarities), one per card."""
         qvec = self.embed_query(query) if qvec is None else qvec
         return self.bm25_scores(query), self.tool_vecs @ qvec
+
+
+def checked_model_dir(path: str | None, field: str) -> Path | None:
+    """A configured encoder folder, or an error that says how to make it."""
+    if path is None:
+        return None
+    p = Path(path)
+    if not (p / "model.safetensors").exists():
+        raise FileNotFoundError(f"{field}: {p} holds no trained encoder (model.safetensors); run `switchcraft tools "
+                                f"train` to make it, or set {field}: null for the base all-MiniLM-L6-v2")
+    return p
 
 
 def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: float = 60.0,

@@ -110,8 +110,7 @@ class ToolRouter:
     def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
         if index is None:
             catalog = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
-            index = ToolIndex.build(catalog, cfg.index_dir, query_precision=cfg.retrieval.query_precision,
-                                    query_threads=cfg.retrieval.query_threads)
+            index = ToolIndex.from_config(catalog, cfg)
         return cls(index, cfg.policy, cfg.retrieval, cfg.groups, cfg.pinned)
 
     def visible(self, caller: Caller) -> FilterResult:

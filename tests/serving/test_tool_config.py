@@ -29,3 +29,18 @@ def test_inconsistent_thresholds(tmp_path):
     p.write_text("groups: {confidence_threshold: 0.3, min_confidence: 0.6}\n")
     with pytest.raises(DataError, match="min_confidence"):
         load_tools_config(p)
+
+
+def test_a_missing_trained_encoder_says_how_to_make_it(tmp_path):
+    from serving.tools.index import checked_model_dir
+
+    p = tmp_path / "t.yaml"
+    p.write_text(f"encoder: {tmp_path / 'nothing'}\ntrain: {{max_seq_length: 64, data: {{max_queries: {{xlam: 5}}}}}}\n")
+    cfg = load_tools_config(p)
+    assert cfg.train.data.max_queries == {"xlam": 5} and cfg.train.max_seq_length == 64
+    with pytest.raises(FileNotFoundError, match="encoder: .*switchcraft tools train.*encoder: null"):
+        checked_model_dir(cfg.encoder, "encoder")
+    assert checked_model_dir(None, "encoder") is None
+    p.write_text(f"query_encoder: {tmp_path}\n")
+    with pytest.raises(DataError, match="set encoder too"):
+        load_tools_config(p)

@@ -7,7 +7,7 @@ TEXTS = ["What is the area of a triangle with base 10 and height 5?", "convert u
          "word " * 300]  # longer than max_length: truncation keeps [CLS] … [SEP]
 
 
-def test_numpy_forward_matches_transformers(encoder):
+def _transformers_reference() -> np.ndarray:
     torch = pytest.importorskip("torch")
     from transformers import AutoModel, AutoTokenizer
 
@@ -19,10 +19,47 @@ def test_numpy_forward_matches_transformers(encoder):
     with torch.inference_mode():
         h = model(**batch).last_hidden_state
     m = batch["attention_mask"][..., None].float()
-    ref = torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+    return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1).numpy()
+
+
+def test_numpy_forward_matches_transformers(encoder):
+    ref = _transformers_reference()
     ours = encoder.encode(TEXTS)
     assert ours.shape == (3, 384)
     np.testing.assert_allclose((ours * ref).sum(1), 1.0, atol=1e-5)
+
+
+def test_onnx_graph_matches_transformers(encoder, tmp_path):
+    """The graph serving runs, checked against transformers' own outputs (not only against numpy)."""
+    pytest.importorskip("onnxruntime")
+    from serving.tools.onnx_encoder import OnnxQueryEncoder
+
+    ref = _transformers_reference()
+    got = OnnxQueryEncoder.create(encoder, tmp_path).encode(TEXTS)
+    np.testing.assert_allclose((got * ref).sum(1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_standard_dynamo_export_matches_transformers_at_other_shapes(tmp_path):
+    """The standard export path (for the speed comparison in docs/tool_routing.md) is right at any shape."""
+    pytest.importorskip("onnxscript")
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from serving.tools.encoder import default_model_dir
+    from serving.tools.onnx_encoder import standard_export
+
+    d = str(default_model_dir())
+    path = standard_export(d, tmp_path / "std.onnx")
+    tok, model = AutoTokenizer.from_pretrained(d), AutoModel.from_pretrained(d).eval()
+    batch = tok(TEXTS, return_tensors="pt", padding=True, truncation=True, max_length=128)  # not the traced shape
+    with torch.inference_mode():
+        ref = model(**batch).last_hidden_state.numpy()
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {k: batch[k].numpy() for k in ("input_ids", "attention_mask")})[0]
+    real = batch["attention_mask"].numpy()[..., None] > 0
+    assert np.abs(np.where(real, got - ref, 0)).max() < 1e-4
 
 
 def test_onnx_graph_matches_numpy(encoder, tmp_path):

@@ -67,3 +67,43 @@ def test_evaluation_on_a_tiny_benchmark(cards_file, encoder, tmp_path):
     assert "### tiny — multi" in report and "| hybrid | 1 |" in report
     assert (tmp_path / "run" / "recall_at_k.png").stat().st_size > 10_000
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["benchmarks"]["tiny"]["security"]["unauthorised_exposures"] == 0
+
+
+def test_side_by_side_table_shows_each_retriever_per_domain():
+    import pandas as pd
+
+    from evaluation.tool_report import side_by_side_table
+
+    rows = []
+    for retriever, r5 in (("base", 0.5), ("trained", 0.75)):
+        for subset in ("single", "domain:in:single", "domain:out:single"):
+            for metric, v in (("recall@5", r5), ("comp@10", r5 / 2)):
+                rows.append({"benchmark": "metatool", "match": "exact", "method": "hybrid+intents", "subset": subset,
+                             "metric": metric, "value": v, "n": 4, "retriever": retriever})
+    table = side_by_side_table(pd.DataFrame(rows), ["base", "trained"])
+    assert "| base: R@5 / C@10 | trained: R@5 / C@10 |" in table
+    assert "| MetaTool single | all | 4 | 0.500 / 0.250 | 0.750 / 0.375 |" in table
+    assert "| MetaTool single | in | 4 |" in table and "| MetaTool single | out | 4 |" in table
+
+
+def test_held_out_reading_drops_training_queries_and_domains_are_reported(cards_file, encoder, tmp_path):
+    from evaluation.tool_eval import retrievers_of, retrieval_rows
+    from serving.tools.catalog import Catalog
+    from serving.tools.config import ToolsConfig
+    from serving.tools.index import ToolIndex
+    from serving.tools.loaders import load_cards
+
+    cards, groups = load_cards(cards_file)
+    bench = Benchmark("tiny", Catalog(cards, groups), [
+        Query("t:1", "what is the status of payment 42", ["payments.get_payment_status"], 1, "s", "in"),
+        Query("t:2", "weather forecast for Paris", ["weather.forecast"], 1, "s", "out")])
+    index = ToolIndex.build(bench.catalog, tmp_path / "index", encoder=encoder)
+    rows = retrieval_rows(bench, index, encoder.encode([q.text for q in bench.queries]), 60.0)
+    subsets = {r["subset"]: r["n"] for r in rows if r["metric"] == "recall@5" and r["method"] == "hybrid"}
+    assert subsets["domain:in"] == subsets["domain:out:single"] == 1 and subsets["all"] == 2
+    assert list(retrievers_of(ToolsConfig())) == ["base"]
+    both = retrievers_of(ToolsConfig(encoder="runs/x/model", query_encoder="runs/x/query_model"))
+    assert both == {"base": (None, None), "trained": ("runs/x/model", "runs/x/query_model")}
+    with pytest.raises(KeyError, match="trained needs"):
+        retrievers_of(ToolsConfig(), ["trained"])
+
