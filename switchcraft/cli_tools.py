@@ -5,6 +5,7 @@
     switchcraft tools eval [--bench bfcl --limit 500] [--run-dir runs/tools]
     switchcraft tools eval --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --run-dir runs/tools_fast
     switchcraft tools train [--set train.epochs=2]   # fine-tune the retriever → runs/tools_retriever/
+    switchcraft tools fit-fusion                     # BM25/dense weights on training queries → runs/tools_retriever/fusion.json
 
 Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tool_pairs` and `evaluation.tool_eval`.
 """
@@ -158,6 +159,29 @@ def register(app: typer.Typer) -> None:
             cat = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
             idx = ToolIndex.from_config(cat, trained)
             typer.echo(f"index of {len(cat)} tools with the trained encoder: {idx.index_dir}")
+
+    @tools_app.command("fit-fusion")
+    def fit_fusion_cmd(
+        data_root: str = typer.Option("../shared/data", help="The shared data folder."),
+        config: Path = typer.Option(None, help="Tools config (default configs/tools.yaml)."),
+        retriever: str = typer.Option("trained", help="trained (the config's encoder) or base."),
+        run_dir: str = typer.Option(None, help="Index and embedding cache (default from the config: runs/tools)."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    ) -> None:
+        """Grid-search w_bm25 and rrf_k on training queries only; write <train.out_dir>/fusion[_base].json."""
+        from evaluation.tool_eval import retrievers_of
+        from evaluation.tool_fusion import fit_fusion, write_fusion
+
+        try:
+            cfg = _load(config, overrides)
+            dirs = retrievers_of(cfg, [retriever])[retriever]
+            with _one_blas_thread():
+                result = fit_fusion(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo)
+        except (DataError, KeyError, FileNotFoundError) as e:
+            _fail(str(e))
+        path = write_fusion(result, Path(cfg.train.out_dir) / ("fusion.json" if retriever == "trained" else "fusion_base.json"))
+        typer.echo(json.dumps({k: result[k] for k in ("w_bm25", "w_dense", "rrf_k", "score", "score_of_config")}))
+        typer.echo(f"wrote {path}; set retrieval.w_bm25 / rrf_k in the tools config to use them")
 
     @tools_app.command("eval")
     def eval_cmd(

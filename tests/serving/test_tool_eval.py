@@ -107,3 +107,21 @@ def test_held_out_reading_drops_training_queries_and_domains_are_reported(cards_
     with pytest.raises(KeyError, match="trained needs"):
         retrievers_of(ToolsConfig(), ["trained"])
 
+
+def test_fusion_score_is_the_mean_of_recall_and_comprehensiveness(cards_file, encoder, tmp_path):
+    from evaluation.tool_fusion import _score
+    from serving.tools.catalog import Catalog
+    from serving.tools.index import ToolIndex
+    from serving.tools.loaders import load_cards
+    from serving.tools.policy import AccessPolicy
+    from serving.tools.router import ToolRouter
+
+    cards, groups = load_cards(cards_file)
+    index = ToolIndex.build(Catalog(cards, groups), tmp_path / "index", encoder=encoder)
+    router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"))
+    keys = [c.key for c in index.catalog.cards]
+    text = "weather forecast for Paris"
+    prepared = [([text], encoder.encode([text]), [index.bm25_scores(text)], ["weather.forecast"]),
+                ([text], encoder.encode([text]), [index.bm25_scores(text)], ["weather.forecast", "nope.tool"])]
+    # first: found (1 + 1) / 2; second: half the needed tools in the top 5, not all in the top 10 → (0.5 + 0) / 2
+    assert _score(router, prepared, keys, by_name=False) == (1.0 + 0.25) / 2
