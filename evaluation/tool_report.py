@@ -112,7 +112,7 @@ def plot_recall(df: pd.DataFrame, path: Path, retrievers: list[str] | None = Non
             ks = sel.metric.str.split("@").str[1].astype(int)
             order = ks.argsort()
             label = method if retriever is None else f"{retriever} {method}"
-            ax.plot(ks.iloc[order], sel.value.iloc[order], style if retriever in (None, "base") else style.replace("-", "-."),
+            ax.plot(ks.iloc[order], sel.value.iloc[order], style if retriever in (None, "base") else "-." + style.lstrip("-:"),
                     label=label, markersize=4, alpha=1.0 if retriever in (None, "base") else 0.8)
         ax.set_xscale("log")
         ax.set_title(b)
