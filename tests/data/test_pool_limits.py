@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import httpx
 import pytest
@@ -16,18 +15,36 @@ from data.pool_runner.client import RetryPolicy, redact, retry_after_s
 from data.pool_runner.limits import Budget, BudgetExceeded, RequestPacer
 
 
-def test_pacer_spaces_requests_evenly():
+def test_pacer_spaces_requests_evenly(monkeypatch):
+    """The pacer's schedule, on a fake clock: no wall-time bounds (those belong in benchmarks)."""
+    import data.pool_runner.limits as limits
+
+    clock = {"now": 100.0}
+    slept: list[float] = []
+
+    async def fake_sleep(seconds):
+        slept.append(seconds)
+        clock["now"] += seconds
+
+    monkeypatch.setattr(limits.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(limits.asyncio, "sleep", fake_sleep)
+
     async def go():
         pacer = RequestPacer(rpm=1200)  # one every 50 ms
-        t0 = time.monotonic()
         starts = []
         for _ in range(5):
             await pacer.wait()
-            starts.append(time.monotonic() - t0)
+            starts.append(round(clock["now"] - 100.0, 9))
+        clock["now"] += 1.0  # idle for a second: the next request starts at once, no burst credit
+        await pacer.wait()
+        starts.append(round(clock["now"] - 100.0, 9))
+        await pacer.wait()
+        starts.append(round(clock["now"] - 100.0, 9))
         return starts
 
     starts = asyncio.run(go())
-    assert starts[0] < 0.02 and 0.19 <= starts[-1] < 0.35
+    assert starts == [0.0, 0.05, 0.1, 0.15, 0.2, 1.2, 1.25]
+    assert len(slept) == 5 and all(abs(s - 0.05) < 1e-9 for s in slept)
     assert RequestPacer(None).interval == 0
 
 

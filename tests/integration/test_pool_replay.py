@@ -82,7 +82,8 @@ def test_matches_import_recorded(
     tmp_path, keys, bfcl_examples, pool_recordings, recordings_dir, default_pool
 ):
     """Cross-check with the project's importer of recorded outputs: same raw, same usage."""
-    recorded = pytest.importorskip("data.recorded")
+    from data import recorded  # the project's own module: a broken import is a failure, not a skip
+
     state = build_state(None, bfcl_examples, pool=default_pool, recordings=pool_recordings)
     sample = sample_examples(bfcl_examples, state.recordings, per_category=1, pairs=1)
     with ReplayServer(state) as srv:

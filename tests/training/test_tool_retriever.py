@@ -17,7 +17,6 @@ PAIRS = [
 
 @pytest.mark.slow
 def test_fit_writes_a_model_serving_can_load(tmp_path):
-    pytest.importorskip("sentence_transformers")
     from serving.tools.encoder import MiniLMEncoder, default_model_dir
 
     cfg = RetrieverTrainConfig(out_dir=str(tmp_path / "tools_r"), batch_size=4, epochs=2, max_seq_length=16,
