@@ -113,9 +113,10 @@ class RouterClient:
         info = json.loads(raw)
         if "onnx" not in info:
             raise ValueError(f"{path}/router.json is a PyTorch router's; export it: switchcraft export {path} --out DIR")
-        graph = path / (info["onnx"]["int8"] if int8 else info["onnx"]["fp32"]) if backend == "ort" else None
         if int8 and backend == "ort" and not info["onnx"].get("int8"):
-            raise FileNotFoundError(f"{path}: no INT8 graph; export with --int8")
+            raise FileNotFoundError(f"{path}: no INT8 graph; export with --int8 (an INT8 graph that changes more "
+                                    "decisions than export allows is not entered in router.json: see export.json)")
+        graph = path / (info["onnx"]["int8"] if int8 else info["onnx"]["fp32"]) if backend == "ort" else None
         engine = make_backend(backend, path=graph, url=url, timeout_s=timeout_s, threads=threads, spin=spin)
         encoder = RequestEncoder.from_dir(path)
         name = f"{backend}{'-int8' if int8 else ''}"

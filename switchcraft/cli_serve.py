@@ -78,6 +78,9 @@ def export(
         q = report.int8
         console.print(f"int8: decision agreement with fp32 {q['decision_agreement']:.2%}, max |Δp| {q['max_abs_diff']:.3f}, "
                       f"P50 {q['p50_fp32_ms']:.1f} → {q['p50_int8_ms']:.1f} ms ({q['speedup']:.2f}×)", highlight=False)
+        if q.get("rejected"):
+            console.print(f"[yellow]int8 not served:[/] {q['rejected']} ({out / 'router.int8.onnx'} kept for inspection)",
+                          highlight=False)
     if triton:
         from serving.triton import write_model_repository
 

@@ -190,16 +190,20 @@ class ExportReport:
 
 
 Decide = Callable[[np.ndarray], np.ndarray]  # probabilities [n, models] → chosen column per row
+MIN_INT8_AGREEMENT = 0.97  # share of requests whose chosen model INT8 must keep, or it is not served
 
 
 def export_router(router_dir: str | Path, out_dir: str | Path, *, requests: Sequence[Request],
                   int8: bool = False, decide: Decide | None = None, opset: int = 17, threads: int | None = None,
-                  tol: float = 1e-4) -> ExportReport:
+                  tol: float = 1e-4, min_int8_agreement: float = MIN_INT8_AGREEMENT) -> ExportReport:
     """Export, fuse, optionally quantise, and validate on `requests` (real packed requests, batch 1).
 
     `decide` turns probabilities into chosen models (serving's policy; passed in because
     training must not import serving); without it only probabilities are compared.
-    Raises when fp32 exceeds `tol` or changes a decision.
+    Raises when fp32 exceeds `tol` or changes a decision. An INT8 graph whose decisions
+    agree with fp32 on fewer than `min_int8_agreement` of the requests (or that cannot be
+    checked because no `decide` was given) is kept on disk for inspection but not entered
+    in router.json, so neither the in-process client nor the Triton repository serves it.
     """
     from training.router import load_router
 
@@ -233,10 +237,17 @@ def export_router(router_dir: str | Path, out_dir: str | Path, *, requests: Sequ
         report.int8 = {"max_abs_diff": float(np.abs(int8_p - onnx_p).max()),
                        "decision_agreement": _agreement(decide, onnx_p, int8_p),
                        "p50_fp32_ms": p_fp32, "p50_int8_ms": p_int8, "speedup": p_fp32 / p_int8,
-                       "timed_requests": len(sample)}
+                       "timed_requests": len(sample), "min_agreement": min_int8_agreement}
+        agreement = report.int8["decision_agreement"]
+        if agreement is None:
+            report.int8["rejected"] = "no decision rule given: INT8 agreement with fp32 cannot be checked"
+        elif agreement < min_int8_agreement:
+            report.int8["rejected"] = (f"INT8 changes {1 - agreement:.1%} of decisions on {len(feeds)} requests "
+                                       f"(needs ≥ {min_int8_agreement:.0%} agreement with fp32)")
+    servable_int8 = bool(int8 and report.int8 and "rejected" not in report.int8)
     info = dict(router.info)
     info["onnx"] = {"inputs": list(INPUTS), "output": OUTPUT, "opset": opset, "fp32": FP32_FILE,
-                    "int8": INT8_FILE if int8 else None, "n_meta": len(router.scaler.names),
+                    "int8": INT8_FILE if servable_int8 else None, "n_meta": len(router.scaler.names),
                     "n_models": len(router.models), "exported_from": str(Path(router_dir).resolve())}
     (out / "router.json").write_text(json.dumps(info, indent=2, default=str))
     report.files = sorted(p.name for p in out.iterdir())

@@ -139,12 +139,31 @@ def test_int8_is_reported_with_agreement_and_speed(exported):
     out, report = exported
     assert (out / "router.int8.onnx").stat().st_size < (out / "router.onnx").stat().st_size / 2
     q = report.int8
-    assert q is not None and 0 <= q["decision_agreement"] <= 1 and q["p50_int8_ms"] > 0 and q["speedup"] > 0
+    assert q is not None and q["p50_int8_ms"] > 0 and q["timed_requests"] == N_REQUESTS
+    # INT8 must keep the chosen model on real requests, not merely report how often it does
+    assert q["decision_agreement"] >= 0.97 and "rejected" not in q
     assert q["max_abs_diff"] < 0.2  # quantised, not broken
     saved = json.loads((out / "export.json").read_text())
     assert saved["int8"]["decision_agreement"] == q["decision_agreement"]
     info = json.loads((out / "router.json").read_text())
     assert info["onnx"]["int8"] == "router.int8.onnx" and info["onnx"]["n_models"] == 8
+
+
+def test_int8_below_the_agreement_bar_is_kept_but_never_served(tiny_router_dir, bfcl_requests, tmp_path):
+    from serving.client import RouterClient
+    from training.export import export_router
+
+    info = json.loads((tiny_router_dir / "router.json").read_text())
+    out = tmp_path / "onnx"
+    report = export_router(tiny_router_dir, out, requests=bfcl_requests[:4], int8=True, decide=decide_with(info),
+                           threads=1, min_int8_agreement=1.01)  # a bar no graph can pass
+    assert "needs ≥ 101% agreement" in report.int8["rejected"]
+    assert (out / "router.int8.onnx").exists()  # kept for inspection
+    assert json.loads((out / "router.json").read_text())["onnx"]["int8"] is None
+    with pytest.raises(FileNotFoundError, match="no INT8 graph"):
+        RouterClient.from_dir(out, int8=True)
+    unchecked = export_router(tiny_router_dir, tmp_path / "onnx2", requests=bfcl_requests[:2], int8=True, threads=1)
+    assert "cannot be checked" in unchecked.int8["rejected"]
 
 
 def test_export_refuses_without_requests_and_reports_parity_failures(tiny_router_dir, tmp_path):
