@@ -4,6 +4,7 @@
     Strategy.single("gpt-4o-mini")                                   # today's decision
     Strategy.agree("gpt-4o-mini", "gemini-1.5-flash", escalate=("claude-3-5-sonnet",))
     Strategy.agree("a", "b", tie_breaker="c", escalate=("d", "e"))  # d first, e if d fails
+    Strategy.agree("a", "b", escalate=("d",), resolve={"first_declines": "first"})  # a rule for one kind
 
 How an agreement cascade runs (offline on recordings in `evaluation.strategy_eval`,
 online in the gateway), the same rules in both places:
@@ -11,9 +12,14 @@ online in the gateway), the same rules in both places:
 1. call `first` (two models) concurrently;
 2. if their decoded calls agree in meaning (`data.verify.agree.calls_agree`;
    two non-calls agree), answer with the cheaper one's answer;
-3. otherwise, if there is a tie-breaker, call it; if it agrees with one of the
+3. otherwise, if `resolve` has a rule for *how* they disagree
+   (`data.verify.agree.disagreement_kind`: first_declines, second_declines,
+   count, functions, arguments), follow it: `first` / `second` answers with
+   that model's answer at once, `escalate` skips the tie-breaker; a kind with
+   no rule (and a first model that gave no answer) goes on to 4;
+4. if there is a tie-breaker, call it; if it agrees with one of the
    first two, answer with the cheaper model of that agreeing pair;
-4. otherwise answer with the first of `escalate`: if it was already called
+5. otherwise answer with the first of `escalate`: if it was already called
    (it is one of the first models), its answer is reused at no extra cost; a
    model that fails upstream is skipped like today's fallback.
 
@@ -22,7 +28,12 @@ A model that fails mid-cascade gives no answer: it agrees with nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from data.verify.agree import DISAGREEMENT_KINDS
+
+RESOLVE_ACTIONS = ("first", "second", "escalate")
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class Strategy:
     first: tuple[str, ...]  # one model (single) or two (called concurrently)
     tie_breaker: str | None = None
     escalate: tuple[str, ...] = ()  # on disagreement, in order; for a single: its fallbacks
+    resolve: tuple[tuple[str, str], ...] = ()  # (disagreement kind, action), sorted: what to do without asking more
 
     def __post_init__(self) -> None:
         if len(self.first) not in (1, 2):
@@ -40,14 +52,29 @@ class Strategy:
             raise ValueError("a tie-breaker needs two first models and must differ from them")
         if len(self.first) == 2 and not self.escalate:
             raise ValueError(f"agree({', '.join(self.first)}) needs a model to escalate to")
+        if self.resolve and len(self.first) != 2:
+            raise ValueError("resolve rules apply to an agreement of two models, not to a single model")
+        for kind, action in self.resolve:
+            if kind not in DISAGREEMENT_KINDS:
+                raise ValueError(f"resolve: unknown disagreement kind {kind!r} (kinds: {', '.join(DISAGREEMENT_KINDS)})")
+            if action not in RESOLVE_ACTIONS:
+                raise ValueError(f"resolve[{kind}]: unknown action {action!r} (actions: {', '.join(RESOLVE_ACTIONS)})")
+        if len({k for k, _ in self.resolve}) != len(self.resolve):
+            raise ValueError("resolve: one rule per disagreement kind")
+        object.__setattr__(self, "resolve", tuple(sorted(self.resolve, key=lambda r: DISAGREEMENT_KINDS.index(r[0]))))
 
     @classmethod
     def single(cls, model: str, fallbacks: tuple[str, ...] = ()) -> Strategy:
         return cls((model,), None, tuple(fallbacks))
 
     @classmethod
-    def agree(cls, a: str, b: str, *, tie_breaker: str | None = None, escalate: tuple[str, ...]) -> Strategy:
-        return cls((a, b), tie_breaker, tuple(escalate))
+    def agree(cls, a: str, b: str, *, tie_breaker: str | None = None, escalate: tuple[str, ...],
+              resolve: Mapping[str, str] | None = None) -> Strategy:
+        return cls((a, b), tie_breaker, tuple(escalate), tuple((resolve or {}).items()))
+
+    def action_for(self, kind: str | None) -> str | None:
+        """The rule for a disagreement of this kind (None: no rule, go on to the tie-breaker / escalation)."""
+        return dict(self.resolve).get(kind) if kind else None
 
     @property
     def kind(self) -> str:
@@ -67,15 +94,19 @@ class Strategy:
         if self.kind == "single":
             return f"single({self.first[0]})"
         tb = f", {self.tie_breaker}" if self.tie_breaker else ""
-        return f"agree({self.first[0]}, {self.first[1]}{tb} → {self.escalate[0]})"
+        rules = "; " + ", ".join(f"{k}: {a}" for k, a in self.resolve) if self.resolve else ""
+        return f"agree({self.first[0]}, {self.first[1]}{tb} → {self.escalate[0]}{rules})"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "first": list(self.first), "tie_breaker": self.tie_breaker,
-                "escalate": list(self.escalate)}
+                "escalate": list(self.escalate), "resolve": dict(self.resolve)}
 
     @classmethod
     def from_dict(cls, d: dict) -> Strategy:
         try:
-            return cls(tuple(d["first"]), d.get("tie_breaker"), tuple(d.get("escalate") or ()))
+            resolve = d.get("resolve") or {}
+            if not isinstance(resolve, Mapping):
+                raise ValueError(f"a strategy's resolve is a mapping of disagreement kind to action, got {resolve!r}")
+            return cls(tuple(d["first"]), d.get("tie_breaker"), tuple(d.get("escalate") or ()), tuple(resolve.items()))
         except KeyError as e:
             raise ValueError(f"a strategy needs {e.args[0]!r} (got keys {sorted(d)})") from None

@@ -1,7 +1,8 @@
 """Do two models' answers to one request agree *in meaning*? The agreement check of a cascade.
 
-    from data.verify.agree import calls_agree, effective_calls
+    from data.verify.agree import calls_agree, disagreement_kind, effective_calls
     calls_agree(example.tools, calls_a, calls_b, language="python")   # True / False
+    disagreement_kind(example.tools, calls_a, calls_b)                # how two answers that disagree differ
 
 Two answers agree when each, taken as the other's expected answer, passes the
 verifier (`data.verify`): the same rules that label outputs (multiset arrays,
@@ -13,6 +14,12 @@ decline); a call and a non-call never do.
 
 `effective_calls` is what a model's output *means* as calls, with the labelling
 rule for native function-calling models: their text answers are no call.
+
+`disagreement_kind` says *how* two answers that disagree differ, from the
+first answer's side: `first_declines` / `second_declines` (one makes no call),
+`count` (different numbers of calls), `functions` (as many calls, other
+functions), `arguments` (the same functions, other arguments). A cascade may
+resolve some kinds without asking another model (`serving.strategy`).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from data.schema import Call, Expected, Tool
+
+DISAGREEMENT_KINDS = ("first_declines", "second_declines", "count", "functions", "arguments")
 from data.verify.verifier import prepare, resolve_name, verify
 
 
@@ -62,3 +71,23 @@ def calls_agree(tools: Sequence[Tool], calls_a: Sequence[Any] | None, calls_b: S
     except ValueError:
         # An argument with no value the verifier can compare (e.g. an empty list spelled as None): disagree.
         return False
+
+
+def disagreement_kind(tools: Sequence[Tool], calls_a: Sequence[Any] | None, calls_b: Sequence[Any] | None,
+                      *, language: str | None = None) -> str:
+    """How two answers that do not agree differ (one of DISAGREEMENT_KINDS), from `calls_a`'s side.
+
+    By structure alone: it does not re-run the verifier, so call it on a pair `calls_agree` rejected
+    (on a pair that agrees it still names a kind, `arguments` at most)."""
+    a = [_as_call(c) for c in calls_a or []]
+    b = [_as_call(c) for c in calls_b or []]
+    if not a or not b:
+        if not a and not b:
+            raise ValueError("two answers that both make no call agree; there is no kind of disagreement")
+        return "first_declines" if not a else "second_declines"
+    if len(a) != len(b):
+        return "count"
+    names = prepare(Expected.nothing(), tools, language=language)
+    if sorted(resolve_name(names, c.name) for c in a) != sorted(resolve_name(names, c.name) for c in b):
+        return "functions"
+    return "arguments"

@@ -1,5 +1,7 @@
 """calls_agree: two answers mean the same calls (the verifier both ways), or both make none."""
 
+import pytest
+
 from data.schema import Call, Tool
 from data.verify.agree import calls_agree, effective_calls
 
@@ -58,3 +60,18 @@ def test_effective_calls_native_text_is_no_call():
     assert effective_calls([c("math.factorial", n=5)], None, native_text=True) == []
     assert effective_calls(None, "free text") == []
     assert effective_calls([c("math.factorial", n=5)], None) == [c("math.factorial", n=5)]
+
+
+def test_the_kind_of_a_disagreement_from_the_first_answers_side():
+    from data.verify.agree import disagreement_kind
+
+    paris, rome = c("get_weather", city="Paris"), c("get_weather", city="Rome")
+    assert disagreement_kind(TOOLS, [], [paris]) == "first_declines"
+    assert disagreement_kind(TOOLS, [paris], None) == "second_declines"
+    assert disagreement_kind(TOOLS, [paris, rome], [paris]) == "count"
+    assert disagreement_kind(TOOLS, [paris], [c("math.factorial", n=3)]) == "functions"
+    assert disagreement_kind(TOOLS, [paris], [rome]) == "arguments"
+    # A spelling of the same tool is the same function: the difference is in the arguments.
+    assert disagreement_kind(TOOLS, [c("math_factorial", n=3)], [c("math.factorial", n=4)]) == "arguments"
+    with pytest.raises(ValueError, match="both make no call"):
+        disagreement_kind(TOOLS, [], [])
