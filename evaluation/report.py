@@ -41,10 +41,11 @@ from evaluation.routing_eval import (  # noqa: E402
 )
 from evaluation.routing_metrics import gap_closed, oracle_choice, savings  # noqa: E402
 from evaluation.stats import RowIntervals, paired_bootstrap  # noqa: E402
-from evaluation.strategies import CascadeData, menu_of  # noqa: E402
+from evaluation.strategies import CascadeData  # noqa: E402
 from evaluation.strategy_eval import (  # noqa: E402
     RowOutcome,
     best_fixed_strategy,
+    default_menu,
     evaluate_strategy_policies,
     fold_simulations,
     row_of_choice,
@@ -132,7 +133,7 @@ def run_evaluation(
 
 def strategy_rows(cd: CascadeData, probs: np.ndarray) -> dict[str, RowOutcome]:
     """The strategy policy at each target, and the best fixed strategy (chosen on training folds) beside it."""
-    specs = menu_of(len(cd.data.models))
+    specs = default_menu(cd)
     sims = fold_simulations(cd, specs)
     out = evaluate_strategy_policies(cd, probs, [(t, f or 0.2) for t, f, _ in STRATEGY_TARGETS],
                                      [f"{STRATEGIES}, λ for {what}" for _, _, what in STRATEGY_TARGETS], specs=specs, sims=sims)

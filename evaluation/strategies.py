@@ -10,6 +10,11 @@ otherwise agree(a, b[, t] → e), run as `serving.strategy` says: a and b togeth
 (latency: the slower), the cheaper answers when they agree; else the
 tie-breaker t (latency added), whose agreement with a or b answers with the
 cheaper of that pair; else e (latency added; no new call when e is a or b).
+A fifth element, `(a, b, t, e, tol)`, adds resolve rules (`serving.strategy`):
+per kind of disagreement, on the `fit_rows` given to `simulate` (training rows
+only), the cheapest of answering with a, with b, escalating past t, or going
+on as above whose accuracy on the rows of that kind is within `tol` of the
+best of them; kinds with fewer than MIN_RULE_ROWS such rows keep no rule.
 Cost is every call made; accuracy is the returned answer's label. "Cheaper" is
 by `costs`, the profiled mean cost per query (the training folds'), as the
 gateway does with the decision's costs.
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from rich.progress import track
@@ -30,11 +35,13 @@ from rich.progress import track
 from data.pool import Pool
 from data.schema import Example, Output
 from data.verify import language_of
-from data.verify.agree import calls_agree, effective_calls
+from data.verify.agree import DISAGREEMENT_KINDS, calls_agree, disagreement_kind, effective_calls
 from data.verify.batch import is_text
 from evaluation.routing_eval import RoutingData
 
-Spec = tuple[int, int, int | None, int]
+Spec = tuple  # (a, b, t | None, e) or (a, b, t | None, e, tol): see the module's docstring
+MIN_RULE_ROWS = 10  # training rows of one disagreement kind before a rule for it may be fitted
+RULE_TOLERANCES = (0.0, 0.02)  # the resolve-rule variants of every agreement on the menu
 
 
 @dataclass
@@ -45,6 +52,7 @@ class CascadeData:
     agree: np.ndarray  # bool, n × m × m (symmetric, True on the diagonal)
     latency: np.ndarray  # seconds, n × m; NaN where not recorded
     latency_known: dict[str, int]  # model -> rows with a recorded latency
+    kinds: np.ndarray | None = None  # int8, n × m × m: 0 where the pair agrees, else 1 + DISAGREEMENT_KINDS index
 
     @classmethod
     def from_outputs(cls, outputs: Sequence[Output], examples: Mapping[str, Example], pool: Pool, data: RoutingData,
@@ -69,29 +77,41 @@ class CascadeData:
             raise ValueError(f"{len(missing)} (example, model) pairs have a label but no recorded output, e.g. {missing[:3]}; "
                              "pass the outputs the labels were made from")
         agree = np.zeros((n, m, m), dtype=bool)
+        kinds = np.zeros((n, m, m), dtype=np.int8)
+        code = {k: i + 1 for i, k in enumerate(DISAGREEMENT_KINDS)}
         rows = track(range(n), description="agreement checks", disable=not progress)
         for i in rows:
             ex = examples[data.example_ids[i]]
             lang = language_of(ex)
             agree[i, range(m), range(m)] = True
-            for a, b in itertools.combinations(range(m), 2):
-                agree[i, a, b] = agree[i, b, a] = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
+            for a, b in itertools.permutations(range(m), 2):
+                if a < b:
+                    agree[i, a, b] = agree[i, b, a] = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
+                if not agree[i, a, b]:
+                    kinds[i, a, b] = code[disagreement_kind(ex.tools, calls[i][a], calls[i][b], language=lang)]
         known = {name: int((~np.isnan(latency[:, j])).sum()) for j, name in enumerate(data.models)}
-        return cls(data, agree, latency, known)
+        return cls(data, agree, latency, known, kinds)
 
     def subset(self, rows: np.ndarray) -> CascadeData:
-        return CascadeData(self.data.subset(rows), self.agree[rows], self.latency[rows], self.latency_known)
+        return CascadeData(self.data.subset(rows), self.agree[rows], self.latency[rows], self.latency_known,
+                           None if self.kinds is None else self.kinds[rows])
 
 
-def menu_of(m: int, *, tie_breakers: bool = True) -> list[Spec]:
-    """Every single model and every agree(a, b[, t] → e) over m models (a < b; e any model, t any other)."""
+def menu_of(m: int, *, tie_breakers: bool = True, rules: Sequence[float] = ()) -> list[Spec]:
+    """Every single model and every agree(a, b[, t] → e) over m models (a < b; e any model, t any other);
+    with `rules`, each agreement again with resolve rules fitted at each tolerance."""
     specs: list[Spec] = [(j, j, None, j) for j in range(m)]
     for a, b in itertools.combinations(range(m), 2):
         for e in range(m):
-            specs.append((a, b, None, e))
-            if tie_breakers:
-                specs += [(a, b, t, e) for t in range(m) if t not in (a, b, e)]
+            for t in [None, *(t for t in range(m) if t not in (a, b, e) and tie_breakers)]:
+                specs.append((a, b, t, e))
+                specs += [(a, b, t, e, tol) for tol in rules]
     return specs
+
+
+def unpack(spec: Spec) -> tuple[int, int, int | None, int, float | None]:
+    a, b, t, e, *rest = spec
+    return a, b, t, e, (rest[0] if rest else None)
 
 
 @dataclass
@@ -103,24 +123,28 @@ class Simulated:
     latency: np.ndarray  # seconds, n × s (NaN where a called model's latency is unknown)
     calls: np.ndarray  # int, n × s
     escalated: np.ndarray  # bool, n × s: the first models disagreed (the tie-breaker or e was asked)
+    rules: dict[int, dict[str, str]] = field(default_factory=dict)  # spec index -> its fitted resolve rule
 
 
-def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray) -> Simulated:
-    """Run every spec on every row of `cd` (vectorised over rows)."""
+def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
+             fit_rows: np.ndarray | None = None) -> Simulated:
+    """Run every spec on every row of `cd` (vectorised over rows). Specs with resolve rules fit them on
+    `fit_rows` (required for them: the training rows, never the rows being scored)."""
     correct, cost, lat = cd.data.correct, cd.data.cost, cd.latency
     n, s = len(correct), len(specs)
     out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int), np.zeros((n, s), bool))
-    for k, (a, b, t, e) in enumerate(specs):
+    for k, spec in enumerate(specs):
+        a, b, t, e, tol = unpack(spec)
         if a == b:
             out.correct[:, k], out.cost[:, k], out.latency[:, k], out.calls[:, k] = correct[:, a], cost[:, a], lat[:, a], 1
             continue
         lo = a if costs[a] <= costs[b] else b
-        done = cd.agree[:, a, b].copy()
+        agreed = cd.agree[:, a, b]
+        done = agreed.copy()
         ok = np.where(done, correct[:, lo], False)
-        paid = cost[:, a] + cost[:, b]
-        wait = np.maximum(lat[:, a], lat[:, b])
-        calls = np.full(n, 2)
-        escalated = ~done
+        paid0 = cost[:, a] + cost[:, b]
+        wait0 = np.maximum(lat[:, a], lat[:, b])
+        paid, wait, calls = paid0.copy(), wait0.copy(), np.full(n, 2)
         if t is not None:
             asked = ~done
             paid = paid + np.where(asked, cost[:, t], 0.0)
@@ -133,13 +157,55 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray) -> Simul
             ok = np.where(with_b, correct[:, pick_b], ok)
             done = done | with_a | with_b
         rest = ~done
-        if e not in (a, b, t):
+        new_e = e not in (a, b, t)
+        if new_e:
             paid = paid + np.where(rest, cost[:, e], 0.0)
             wait = wait + np.where(rest, lat[:, e], 0.0)
             calls = calls + rest
         ok = np.where(rest, correct[:, e], ok)
+        escalated = ~agreed
+        if tol is not None:
+            # The other ways out of a disagreement, per row: answer with a, with b, or ask e at once.
+            skip_paid = paid0 + (cost[:, e] if e not in (a, b) else 0.0)
+            ways = {"first": (correct[:, a], paid0, wait0, 2), "second": (correct[:, b], paid0, wait0, 2),
+                    "escalate": (correct[:, e], skip_paid, wait0 + (lat[:, e] if e not in (a, b) else 0.0),
+                                 2 + (e not in (a, b)))}
+            rule = fit_rule(cd, a, b, t, fit_rows, tol, ok, paid, ways)
+            out.rules[k] = rule
+            for kind, action in rule.items():
+                here = ~agreed & (cd.kinds[:, a, b] == DISAGREEMENT_KINDS.index(kind) + 1)
+                w_ok, w_paid, w_wait, w_calls = ways[action]
+                ok, paid = np.where(here, w_ok, ok), np.where(here, w_paid, paid)
+                wait, calls = np.where(here, w_wait, wait), np.where(here, w_calls, calls)
+                if action != "escalate":
+                    escalated = escalated & ~here
         out.correct[:, k], out.cost[:, k], out.latency[:, k], out.calls[:, k], out.escalated[:, k] = ok, paid, wait, calls, escalated
     return out
+
+
+def fit_rule(cd: CascadeData, a: int, b: int, t: int | None, fit_rows: np.ndarray | None, tol: float,
+             ok: np.ndarray, paid: np.ndarray, ways: dict[str, tuple]) -> dict[str, str]:
+    """Per disagreement kind, on `fit_rows`: the cheapest way out whose accuracy is within `tol` of the best
+    way's (going on to the tie-breaker / escalation included); no rule where going on is that way."""
+    if cd.kinds is None:
+        raise ValueError("resolve rules need the kinds of disagreement: build CascadeData with from_outputs")
+    if fit_rows is None:
+        raise ValueError("resolve rules are fitted on training rows: pass fit_rows to simulate")
+    rows = np.asarray(fit_rows)
+    rows = rows[~cd.agree[rows, a, b]]
+    rule: dict[str, str] = {}
+    for code, kind in enumerate(DISAGREEMENT_KINDS, start=1):
+        r = rows[cd.kinds[rows, a, b] == code]
+        if len(r) < MIN_RULE_ROWS:
+            continue
+        options = [("continue", ok[r].mean(), paid[r].mean())]
+        options += [(name, w[0][r].mean(), w[1][r].mean()) for name, w in ways.items()
+                    if not (name == "escalate" and t is None)]
+        best = max(acc for _, acc, _ in options)
+        name = min((o for o in options if o[1] >= best - tol - 1e-12), key=lambda o: (o[2], -o[1]))[0]
+        if name != "continue":
+            rule[kind] = name
+    return rule
 
 
 def pareto_menu(sim: Simulated, rows: np.ndarray, *, limit: int | None = None, slack: float = 0.0) -> list[int]:
@@ -160,9 +226,11 @@ def pareto_menu(sim: Simulated, rows: np.ndarray, *, limit: int | None = None, s
     return keep
 
 
-def spec_name(spec: Spec, models: Sequence[str]) -> str:
-    a, b, t, e = spec
+def spec_name(spec: Spec, models: Sequence[str], rule: dict[str, str] | None = None) -> str:
+    a, b, t, e, _ = unpack(spec)
     if a == b:
         return f"single({models[a]})"
     tb = f", {models[t]}" if t is not None else ""
-    return f"agree({models[a]}, {models[b]}{tb} → {models[e]})"
+    ordered = [(k, rule[k]) for k in DISAGREEMENT_KINDS if k in (rule or {})]
+    rules = "; " + ", ".join(f"{k}: {x}" for k, x in ordered) if ordered else ""
+    return f"agree({models[a]}, {models[b]}{tb} → {models[e]}{rules})"

@@ -23,7 +23,8 @@ from sklearn.model_selection import KFold
 
 from evaluation.routing_eval import profiled_costs
 from evaluation.routing_metrics import Outcome, best_single_column
-from evaluation.strategies import CascadeData, Simulated, Spec, menu_of, pareto_menu, simulate, spec_name
+from evaluation.strategies import (RULE_TOLERANCES, CascadeData, Simulated, Spec, menu_of, pareto_menu, simulate,
+                                   spec_name, unpack)
 from serving.strategy import Strategy
 from serving.strategy_policy import StrategyPolicy
 
@@ -76,7 +77,9 @@ def _row_of_specs(name: str, picks: np.ndarray, sim: dict[int, Simulated], cd: C
         cols = picks[rows]
         out.correct[rows], out.cost[rows] = s.correct[rows, cols], s.cost[rows, cols]
         out.latency[rows], out.calls[rows], out.escalated[rows] = s.latency[rows, cols], s.calls[rows, cols], s.escalated[rows, cols]
-    out.per_query = [spec_name(specs[j], cd.data.models) for j in picks]
+    fold_of = cd.data.folds
+    out.per_query = [spec_name(specs[j], cd.data.models, sim[fold_of[i]].rules.get(j) if fold_of[i] in sim else None)
+                     for i, j in enumerate(picks)]
     out.chosen = Counter(out.per_query)
     return out
 
@@ -111,45 +114,126 @@ def _budget(cd: CascadeData, train: np.ndarray, target: str, cost_fraction: floa
     return best_acc, (cost_fraction * best_cost if target == "cost_fraction" else None)
 
 
+def default_menu(cd: CascadeData) -> list[Spec]:
+    """Every single model and agreement; with the resolve-rule variants when `cd` knows the kinds of disagreement."""
+    return menu_of(len(cd.data.models), rules=RULE_TOLERANCES if cd.kinds is not None else ())
+
+
 def fold_simulations(cd: CascadeData, specs: list[Spec]) -> dict[int, Simulated]:
-    """Every spec simulated on every row, "cheaper" by each fold's profiled costs (training rows)."""
-    return {k: simulate(cd, specs, profiled_costs(cd.data, _fold_split(cd, k)[0])) for k in cd.data.fold_ids}
+    """Every spec simulated on every row, "cheaper" by each fold's profiled costs and resolve rules fitted on
+    each fold's training rows."""
+    out = {}
+    for k in cd.data.fold_ids:
+        train = _fold_split(cd, k)[0]
+        out[k] = simulate(cd, specs, profiled_costs(cd.data, train), fit_rows=train)
+    return out
 
 
-def to_strategy(spec: Spec, models: list[str]) -> Strategy:
-    a, b, t, e = spec
+def to_strategy(spec: Spec, models: list[str], rule: dict[str, str] | None = None) -> Strategy:
+    a, b, t, e, _ = unpack(spec)
     if a == b:
         return Strategy.single(models[a])
-    return Strategy.agree(models[a], models[b], tie_breaker=None if t is None else models[t], escalate=(models[e],))
+    return Strategy.agree(models[a], models[b], tie_breaker=None if t is None else models[t], escalate=(models[e],),
+                          resolve=rule)
 
 
 Target = tuple[str, float]  # ("match_best" | "cost_fraction", the cost fraction for "cost_fraction")
 
 
+C_GRID = (0.0, 0.03, 0.3)  # the regressions' inverse regularisation; 0: no regression (one strategy for all)
+# A larger c must beat a smaller one by this many standard errors (paired, cross-fitted rows). 0: the plain
+# inner-fold argmax, ties to the simpler. 2 was measured too (docs/metrics.md): better on the default pool,
+# worse on the mixed one (c = 0 cannot mix two strategies to spend a budget), worse summed over the three pools.
+NOISE_SE = 0.0
+
+
 def fit_policies(cd: CascadeData, probs: np.ndarray, rows: np.ndarray, sim: Simulated, specs: list[Spec],
                  targets: list[Target], *, inner_folds: int = 5, menu_limit: int = MENU_LIMIT, slack: float = 0.0,
-                 seed: int = 0) -> tuple[list[StrategyPolicy], list[int]]:
-    """Policies fitted on `rows` alone, one per target: their frontier as the menu, the same regressions,
-    λ per target from cross-fitted (inner-fold) estimates."""
+                 c_grid: tuple[float, ...] = C_GRID, seed: int = 0) -> tuple[list[StrategyPolicy], list[int]]:
+    """Policies fitted on `rows` alone, one per target: their frontier as the menu (plus, per target, the
+    single best strategy on `rows`), the same regressions, and per target the regularisation `c` and λ
+    that do best on cross-fitted (inner-fold) estimates. Where the router's logits carry no signal about
+    which strategy succeeds, `c` = 0 wins and the policy is the best fixed strategy."""
     models = cd.data.models
     menu = pareto_menu(sim, rows, limit=menu_limit, slack=slack)
-    strategies = [to_strategy(specs[j], models) for j in menu]
+    for target, fraction in targets:
+        j = _best_fixed_column(cd, sim, rows, target, fraction)
+        if j not in menu:
+            menu.append(j)
+    strategies = [to_strategy(specs[j], models, sim.rules.get(j)) for j in menu]
     ok, paid = sim.correct[np.ix_(rows, menu)], sim.cost[np.ix_(rows, menu)]
-    inner = np.zeros((len(rows), len(menu)))
-    for fit_rows, pred_rows in KFold(min(inner_folds, len(rows)), shuffle=True, random_state=seed).split(rows):
-        pol = StrategyPolicy.fit(models, strategies, probs[rows[fit_rows]], ok[fit_rows], paid[fit_rows])
-        inner[pred_rows] = pol.success(probs[rows[pred_rows]])
+    splits = list(KFold(min(inner_folds, len(rows)), shuffle=True, random_state=seed).split(rows))
     costs, idx = paid.mean(axis=0), np.arange(len(rows))
-    points = []
-    for lam in lambda_grid(costs):
-        c = np.argmax(lam * inner - costs[None, :], axis=1)
-        points.append((float(lam), float(ok[idx, c].mean()), float(paid[idx, c].mean())))
-    base = StrategyPolicy.fit(models, strategies, probs[rows], ok, paid)
+    points: dict[float, list[tuple[float, float, float]]] = {}
+    inner_success: dict[float, np.ndarray] = {}
+    for c in c_grid:
+        inner = np.zeros((len(rows), len(menu)))
+        for fit_rows, pred_rows in splits:
+            pol = StrategyPolicy.fit(models, strategies, probs[rows[fit_rows]], ok[fit_rows], paid[fit_rows], c=c)
+            inner[pred_rows] = pol.success(probs[rows[pred_rows]])
+        inner_success[c] = inner
+        points[c] = []
+        for lam in lambda_grid(costs):
+            pick = np.argmax(lam * inner - costs[None, :], axis=1)
+            points[c].append((float(lam), float(ok[idx, pick].mean()), float(paid[idx, pick].mean())))
     out = []
     for target, fraction in targets:
         best_acc, budget = _budget(cd, rows, target, fraction)
-        out.append(replace(base, lam=_pick_lambda(points, target=target, best_acc=best_acc, budget=budget)))
+        lams = {c: _pick_lambda(pts, target=target, best_acc=best_acc, budget=budget) for c, pts in points.items()}
+        per_row = {}
+        for c, lam in lams.items():
+            pick = np.argmax(lam * inner_success[c] - costs[None, :], axis=1)
+            per_row[c] = (ok[idx, pick].astype(float), paid[idx, pick])
+        c = _simplest_within_noise(per_row, target, best_acc, budget)
+        out.append(replace(StrategyPolicy.fit(models, strategies, probs[rows], ok, paid, c=c), lam=lams[c]))
     return out, menu
+
+
+def _simplest_within_noise(per_row: dict[float, tuple[np.ndarray, np.ndarray]], target: str, best_acc: float,
+                           budget: float | None, noise_se: float = NOISE_SE) -> float:
+    """A standard-error rule over the regularisation grid: the best `c` by the target on the cross-fitted rows,
+    or the simplest (smallest) `c` whose shortfall from it is within `noise_se` standard errors of their paired
+    per-row difference (a gain that is not about significant does not buy per-request choices)."""
+    def point(c):
+        return (c, float(per_row[c][0].mean()), float(per_row[c][1].mean()))
+
+    best = min(per_row, key=lambda c: _target_key(point(c), target, best_acc, budget))
+    _, b_acc, b_cost = point(best)
+    for c in sorted(per_row):
+        if c == best:
+            return c
+        _, acc, cost = point(c)
+        n = len(per_row[c][0])
+        d_ok, d_paid = per_row[best][0] - per_row[c][0], per_row[c][1] - per_row[best][1]
+        se_ok, se_paid = noise_se * d_ok.std(ddof=1) / np.sqrt(n), noise_se * d_paid.std(ddof=1) / np.sqrt(n)
+        if target == "match_best" and b_acc >= best_acc:
+            if acc >= best_acc - se_ok and cost - b_cost <= se_paid:
+                return c
+        elif target == "match_best":
+            if b_acc - acc <= se_ok:
+                return c
+        elif cost <= budget + se_paid and b_acc - acc <= se_ok:
+            return c
+    return best
+
+
+def _target_key(point: tuple[float, float, float], target: str, best_acc: float, budget: float | None) -> tuple:
+    """Order (λ, accuracy, cost) points by a target: the smallest key is the best."""
+    _, acc, cost = point
+    if target == "match_best":
+        return (0, cost, -acc) if acc >= best_acc else (1, -acc, cost)
+    return (0, -acc, cost) if cost <= budget else (1, cost, -acc)
+
+
+def _best_fixed_column(cd: CascadeData, sim: Simulated, rows: np.ndarray, target: str, fraction: float) -> int:
+    """The one spec best on `rows` for the target (the rule of `best_fixed_strategy`)."""
+    acc, cost = sim.correct[rows].mean(axis=0), sim.cost[rows].mean(axis=0)
+    best_acc, budget = _budget(cd, rows, target, fraction)
+    if target == "match_best":
+        ok = np.flatnonzero(acc >= best_acc)
+        return int(ok[np.argmin(cost[ok])]) if len(ok) else int(np.argmax(acc))
+    ok = np.flatnonzero(cost <= budget)
+    return int(ok[np.lexsort((cost[ok], -acc[ok]))[0]]) if len(ok) else int(np.argmin(cost))
 
 
 def evaluate_strategy_policies(
@@ -157,7 +241,7 @@ def evaluate_strategy_policies(
     specs: list[Spec] | None = None, sims: dict[int, Simulated] | None = None, **fit_kw,
 ) -> dict[str, RowOutcome]:
     """The strategy policy at each target, routed on every held-out row, everything fitted on the other folds."""
-    specs = specs or menu_of(len(cd.data.models))
+    specs = specs or default_menu(cd)
     sims = sims or fold_simulations(cd, specs)
     picks = np.zeros((len(targets), len(probs)), dtype=int)
     params: list[dict[int, float]] = [{} for _ in targets]
@@ -181,29 +265,21 @@ def best_fixed_strategy(
     specs: list[Spec] | None = None, sims: dict[int, Simulated] | None = None,
 ) -> RowOutcome:
     """The one strategy (single or cascade) best on the training folds for the target, used for every query."""
-    specs = specs or menu_of(len(cd.data.models))
+    specs = specs or default_menu(cd)
     sims = sims or fold_simulations(cd, specs)
     picks = np.zeros(len(cd.data.example_ids), dtype=int)
     for k in cd.data.fold_ids:
         train, test = _fold_split(cd, k)
-        acc, cost = sims[k].correct[train].mean(axis=0), sims[k].cost[train].mean(axis=0)
-        best_acc, budget = _budget(cd, train, target, cost_fraction)
-        if target == "match_best":
-            ok = np.flatnonzero(acc >= best_acc)
-            j = int(ok[np.argmin(cost[ok])]) if len(ok) else int(np.argmax(acc))
-        else:
-            ok = np.flatnonzero(cost <= budget)
-            j = int(ok[np.lexsort((cost[ok], -acc[ok]))[0]]) if len(ok) else int(np.argmin(cost))
-        picks[test] = j
+        picks[test] = _best_fixed_column(cd, sims[k], train, target, cost_fraction)
     return _row_of_specs(name or "best fixed strategy", picks, sims, cd, specs, {})
 
 
 def deployable_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost_fraction", cost_fraction: float = 0.2,
                       **fit_kw) -> StrategyPolicy:
     """The policy to serve: menu, regressions and λ fitted on every held-out row (λ cross-fitted)."""
-    specs = menu_of(len(cd.data.models))
+    specs = default_menu(cd)
     rows = np.arange(len(probs))
-    sim = simulate(cd, specs, cd.data.cost.mean(axis=0))
+    sim = simulate(cd, specs, cd.data.cost.mean(axis=0), fit_rows=rows)
     return fit_policies(cd, probs, rows, sim, specs, [(target, cost_fraction)], **fit_kw)[0][0]
 
 

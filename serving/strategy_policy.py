@@ -61,7 +61,9 @@ class StrategyPolicy:
     @classmethod
     def fit(cls, models: Sequence[str], menu: Sequence[Strategy], probs: np.ndarray, correct: np.ndarray,
             cost: np.ndarray, *, lam: float = 1.0, c: float = 0.3) -> StrategyPolicy:
-        """Regressions of each strategy's recorded correctness (rows × strategies) on the router's logits."""
+        """Regressions of each strategy's recorded correctness (rows × strategies) on the router's logits.
+        `c` = 0 fits none: each strategy's success rate is its estimate, so the λ rule picks one strategy for
+        every request (the right choice when the router's logits say nothing about which strategy succeeds)."""
         from sklearn.linear_model import LogisticRegression
 
         z = logits(probs)
@@ -72,7 +74,7 @@ class StrategyPolicy:
         intercept = np.zeros(len(menu))
         for k in range(len(menu)):
             y = np.asarray(correct[:, k], dtype=bool)
-            if y.all() or not y.any():  # one class: its rate (clipped) is the estimate
+            if c == 0 or y.all() or not y.any():  # c = 0, or one class: its rate (clipped) is the estimate
                 rate = np.clip(y.mean(), EPS, 1 - EPS)
                 intercept[k] = np.log(rate / (1 - rate))
                 continue
@@ -114,7 +116,7 @@ class StrategyPolicy:
         if st.kind == "single":
             st = Strategy.single(st.first[0], rest)
         else:
-            st = Strategy(st.first, st.tie_breaker, (*st.escalate, *rest))
+            st = Strategy(st.first, st.tie_breaker, (*st.escalate, *rest), st.resolve)
         why = {"rule": "strategy_lambda", "lam": self.lam, "estimated_success": float(succ[k]),
                "expected_cost_usd": float(self.costs[k]), "menu_size": len(self.menu)}
         return st, why

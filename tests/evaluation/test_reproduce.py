@@ -122,7 +122,7 @@ def test_strategy_rows_recomputed_from_the_recorded_outputs(tiny_run):
     (calls_agree on their decoded calls) and the labels."""
     from data.schema import read_examples, read_outputs
     from data.verify import language_of
-    from data.verify.agree import calls_agree, effective_calls
+    from data.verify.agree import calls_agree, disagreement_kind, effective_calls
     from data.verify.batch import is_text
 
     run, _ = tiny_run
@@ -148,16 +148,18 @@ def test_strategy_rows_recomputed_from_the_recorded_outputs(tiny_run):
 
     def parse(s):
         if s.startswith("single("):
-            return [s[7:-1]], None, None
+            return [s[7:-1]], None, None, {}
         inner, esc = s[6:-1].split(" → ")
+        esc, _, rules = esc.partition("; ")
         parts = inner.split(", ")
-        return parts[:2], (parts[2] if len(parts) == 3 else None), esc
+        rule = dict(r.split(": ") for r in rules.split(", ")) if rules else {}
+        return parts[:2], (parts[2] if len(parts) == 3 else None), esc, rule
 
     for name in names:
         ok, paid = [], []
         for r in choices.itertuples(index=False):
             e, strat = r.example_id, r[list(choices.columns).index(name)]
-            first, tb, esc = parse(strat)
+            first, tb, esc, rule = parse(strat)
             if len(first) == 1:
                 ok.append(lab[(e, first[0])].correct)
                 paid.append(cost_of[(e, first[0])])
@@ -172,14 +174,19 @@ def test_strategy_rows_recomputed_from_the_recorded_outputs(tiny_run):
                 ok.append(lab[(e, min((a, b), key=prof.get))].correct)
                 paid.append(spent)
                 continue
-            if tb is not None:
+            action = rule.get(disagreement_kind(tools, calls[(e, a)], calls[(e, b)], language=lang))
+            if action in ("first", "second"):  # a resolve rule answers at once
+                ok.append(lab[(e, a if action == "first" else b)].correct)
+                paid.append(spent)
+                continue
+            if tb is not None and action != "escalate":
                 spent += cost_of[(e, tb)]
                 side = next((x for x in (a, b) if calls_agree(tools, calls[(e, tb)], calls[(e, x)], language=lang)), None)
                 if side is not None:
                     ok.append(lab[(e, min((side, tb), key=prof.get))].correct)
                     paid.append(spent)
                     continue
-            if esc not in (a, b, tb):
+            if esc not in (a, b, None if action == "escalate" else tb):
                 spent += cost_of[(e, esc)]
             ok.append(lab[(e, esc)].correct)
             paid.append(spent)

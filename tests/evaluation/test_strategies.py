@@ -145,6 +145,10 @@ def test_from_outputs_reads_native_text_as_no_call_and_refuses_missing_outputs()
     cd = CascadeData.from_outputs(outs, {"x:0": ex}, pool, data)
     assert cd.agree[0, 0, 1]  # text and a native model's prose: both no call
     assert not cd.agree[0, 0, 2] and not cd.agree[0, 1, 2]
+    # How they disagree, from each side (codes: 1 + DISAGREEMENT_KINDS index); 0 where they agree.
+    assert cd.kinds[0, 0, 1] == cd.kinds[0, 1, 0] == 0
+    assert cd.kinds[0, 0, 2] == 1 and cd.kinds[0, 2, 0] == 2  # p declines, q calls: first_declines / second_declines
+    assert cd.subset(np.array([0])).kinds.shape == (1, 3, 3)
     assert cd.latency[0, 0] == 1.5 and np.isnan(cd.latency[0, 1])
     with pytest.raises(ValueError, match="no recorded output"):
         CascadeData.from_outputs(outs[:2], {"x:0": ex}, pool, data)
@@ -166,3 +170,103 @@ def test_paired_bootstrap_intervals_and_significance():
         paired_bootstrap({"ref": (ref, cost), "short": (ref[:10], cost[:10])}, reference="ref")
     with pytest.raises(ValueError, match="reference row"):
         paired_bootstrap({"ref": (ref, cost)}, reference="missing")
+
+
+def test_resolve_rules_are_fitted_on_training_rows_per_kind_of_disagreement():
+    from data.verify.agree import DISAGREEMENT_KINDS
+
+    # 40 disagreements: rows 0-19 "first_declines" where a is right (so is strong); rows 20-39 "arguments"
+    # where only strong is right. Rules are fitted on the even rows only.
+    n = 40
+    correct = np.array([[True, False, True]] * 20 + [[False, False, True]] * 20)
+    cd = _cd(correct, agree_ab=[False] * n)
+    cd.kinds = np.zeros((n, 3, 3), np.int8)
+    cd.kinds[:20, 0, 1] = DISAGREEMENT_KINDS.index("first_declines") + 1
+    cd.kinds[20:, 0, 1] = DISAGREEMENT_KINDS.index("arguments") + 1
+    train = np.arange(0, n, 2)
+    sim = simulate(cd, [(0, 1, None, 2), (0, 1, None, 2, 0.0)], COSTS, fit_rows=train)
+    assert sim.rules == {1: {"first_declines": "first"}}  # arguments: going on (escalating) is best, no rule
+    assert sim.cost[:20, 1].tolist() == [3.0] * 20 and sim.correct[:20, 1].all()  # answered by a at once
+    assert sim.calls[:20, 1].tolist() == [2] * 20 and not sim.escalated[:20, 1].any()
+    assert sim.cost[20:, 1].tolist() == [13.0] * 20 and sim.correct[20:, 1].all() and sim.escalated[20:, 1].all()
+    assert sim.correct[:, 0].all() and sim.cost[:, 0].tolist() == [13.0] * n  # the spec without rules
+    assert spec_name((0, 1, None, 2, 0.0), MODELS, sim.rules[1]) == "agree(cheap_a, cheap_b → strong; first_declines: first)"
+    # Labels of rows outside fit_rows never move a rule.
+    flipped = _cd(correct.copy(), agree_ab=[False] * n)
+    flipped.kinds = cd.kinds
+    flipped.data.correct[1:20:2, 0] = False
+    assert simulate(flipped, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train).rules == {0: {"first_declines": "first"}}
+    # With a tolerance, a cheaper way a little less accurate is taken: a is right on 9 of the 10 training rows.
+    worse = _cd(correct.copy(), agree_ab=[False] * n)
+    worse.kinds, worse.data.correct[0, 0] = cd.kinds, False
+    assert simulate(worse, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train).rules == {0: {}}
+    assert simulate(worse, [(0, 1, None, 2, 0.1)], COSTS, fit_rows=train).rules == {0: {"first_declines": "first"}}
+    # Fewer than MIN_RULE_ROWS rows of a kind: no rule for it.
+    assert simulate(cd, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train[:5]).rules == {0: {}}
+    with pytest.raises(ValueError, match="fit_rows"):
+        simulate(cd, [(0, 1, None, 2, 0.0)], COSTS)
+    cd.kinds = None
+    with pytest.raises(ValueError, match="kinds of disagreement"):
+        simulate(cd, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train)
+
+
+def test_escalate_rule_skips_the_tie_breaker():
+    from data.verify.agree import DISAGREEMENT_KINDS
+
+    # Four models: a, b, a tie-breaker t that sides with b (wrongly) on every row, and e right everywhere.
+    n = 20
+    models, costs = ["a", "b", "t", "e"], np.array([1.0, 2.0, 1.0, 10.0])
+    correct = np.array([[False, False, False, True]] * n)
+    agree = np.zeros((n, 4, 4), bool)
+    agree[:, range(4), range(4)] = True
+    agree[:, 2, 1] = agree[:, 1, 2] = True
+    data = RoutingData([f"x:{i}" for i in range(n)], np.array(["c"] * n), models, correct, np.tile(costs, (n, 1)),
+                       np.zeros(n, int))
+    kinds = np.zeros((n, 4, 4), np.int8)
+    kinds[:, 0, 1] = DISAGREEMENT_KINDS.index("count") + 1
+    cd = CascadeData(data, agree, np.ones((n, 4)), {m: n for m in models}, kinds)
+    sim = simulate(cd, [(0, 1, 2, 3), (0, 1, 2, 3, 0.0)], costs, fit_rows=np.arange(n))
+    assert not sim.correct[:, 0].any()  # the tie-breaker sides with b: wrong
+    assert sim.rules[1] == {"count": "escalate"} and sim.correct[:, 1].all()
+    assert sim.cost[:, 1].tolist() == [13.0] * n and sim.calls[:, 1].tolist() == [3] * n  # t never called
+
+
+def test_the_regressions_regularisation_is_chosen_on_inner_folds_by_a_standard_error_rule():
+    """Informative router probabilities earn per-request choices (c > 0, non-zero coefficients); between grid
+    values whose cross-fitted results differ by less than `noise_se` standard errors (none by default: a tie), the
+    simplest (c = 0: one strategy for every request) is kept."""
+    from evaluation.strategy_eval import _simplest_within_noise, fit_policies
+
+    cd, probs = _synthetic()
+    specs = menu_of(3)
+    rows = np.arange(len(probs))
+    sim = simulate(cd, specs, COSTS)
+    informed = fit_policies(cd, probs, rows, sim, specs, [("cost_fraction", 0.5)])[0][0]
+    assert informed.c > 0 and np.abs(informed.coef).max() > 0
+    zero = StrategyPolicy_fit_zero(cd, probs)
+    assert not zero.coef.any() and len(set(zero.choose(probs))) == 1
+
+    rng = np.random.default_rng(0)
+    base = (rng.random(400) < 0.9).astype(float)
+    one_more = base.copy()
+    one_more[np.flatnonzero(base == 0)[:2]] = 1.0  # 2 of 400 rows better: within noise
+    many_more = base.copy()
+    many_more[np.flatnonzero(base == 0)[:30]] = 1.0  # 30 of 400 better: beyond it
+    paid = np.full(400, 1.0)
+    pick = _simplest_within_noise
+    assert pick({0.0: (base, paid), 0.3: (one_more, paid)}, "cost_fraction", 0.9, 2.0, noise_se=2.0) == 0.0
+    assert pick({0.0: (base, paid), 0.3: (many_more, paid)}, "cost_fraction", 0.9, 2.0, noise_se=2.0) == 0.3
+    assert pick({0.0: (base, paid), 0.3: (one_more, paid)}, "cost_fraction", 0.9, 2.0, noise_se=0.0) == 0.3  # argmax
+    assert pick({0.0: (base, paid), 0.3: (base, paid)}, "cost_fraction", 0.9, 2.0, noise_se=0.0) == 0.0  # a tie
+    # Over budget is not "within noise" of a row that keeps it.
+    assert pick({0.0: (base, paid * 3), 0.3: (base, paid)}, "cost_fraction", 0.9, 2.0, noise_se=2.0) == 0.3
+
+
+def StrategyPolicy_fit_zero(cd, probs):
+    from evaluation.strategy_eval import to_strategy
+    from serving.strategy_policy import StrategyPolicy
+
+    specs = menu_of(3)
+    sim = simulate(cd, specs, COSTS)
+    return StrategyPolicy.fit(cd.data.models, [to_strategy(x, cd.data.models) for x in specs], probs, sim.correct,
+                              sim.cost, c=0.0, lam=20.0)
