@@ -10,7 +10,9 @@ An agreement cascade follows serving/strategy.py's rules exactly: the two
 meaning (`data.verify.agree.calls_agree` with the request's tools; two
 non-calls agree) the cheaper one's answer is returned; otherwise the
 tie-breaker, if any, is called, and when it agrees with one of the first two
-the cheaper model of that pair answers; otherwise the answer comes from
+the cheaper model of that pair answers (before the tie-breaker, a resolve rule
+for *how* the two disagree, `data.verify.agree.disagreement_kind`, may answer
+with one of them at once or skip the tie-breaker); otherwise the answer comes from
 `escalate`, in order, then the rest of the decision's ranking: a model already
 called answers again at no cost, one that fails is skipped like a fallback
 (at most `max_attempts` new calls). A model that fails gives no answer and
@@ -38,7 +40,7 @@ import anyio
 from data.pool import Pool
 from data.pool_runner.wire import WireError
 from data.schema import Tool
-from data.verify.agree import calls_agree
+from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.answers import Answer, read_answer
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import GatewayError
@@ -106,9 +108,9 @@ class Run:
     strategy: Strategy
     calls: list[CallRecord] = field(default_factory=list)
     checks: list[dict[str, Any]] = field(default_factory=list)
-    verdict: str | None = None  # agree | disagree | tie_broken (cascades only)
+    verdict: str | None = None  # agree | disagree | tie_broken | resolved (cascades only)
     returned: CallRecord | None = None
-    rule: str | None = None  # why that answer: single | fallback | agree | tie_broken | escalate
+    rule: str | None = None  # why that answer: single | fallback | agree | tie_broken | resolved | escalate
     reused: bool = False  # the returned answer came from a call made earlier in the cascade
 
     @property
@@ -279,6 +281,8 @@ class Cascade:
             check.update(agree=False, why="; ".join(f"{r.model} gave no answer ({r.outcome})" for r in silent))
         else:
             check["agree"] = calls_agree(tools, x.answer.calls, y.answer.calls)
+            if not check["agree"]:
+                check["kind"] = disagreement_kind(tools, x.answer.calls, y.answer.calls)
         run.checks.append(check)
         return check["agree"]
 
@@ -301,7 +305,11 @@ class Cascade:
         if self._agree_check(run, recs[a], recs[b], req.tools):
             run.verdict = "agree"
             return self._answer(run, recs[self._cheaper(req, a, b)], "agree")
-        if s.tie_breaker is not None:
+        action = s.action_for(run.checks[-1].get("kind"))  # no kind when a first model gave no answer
+        if action in ("first", "second"):
+            run.verdict = "resolved"
+            return self._answer(run, recs[a if action == "first" else b], "resolved")
+        if s.tie_breaker is not None and action != "escalate":
             t = recs[s.tie_breaker] = await self._call(s.tie_breaker, "tie_breaker", req)
             run.calls.append(t)
             self._count_failures(t)

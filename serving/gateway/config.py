@@ -30,6 +30,8 @@ class CascadeSettings(BaseModel):
     first: list[str] = Field(min_length=1, max_length=2, description="Called first (two: concurrently).")
     tie_breaker: str | None = Field(default=None, description="Called when the first two disagree.")
     escalate: list[str] = Field(default_factory=list, description="On disagreement, in order (a single: its fallbacks).")
+    resolve: dict[str, str] = Field(default_factory=dict, description="Disagreement kind (first_declines, second_declines, "
+                                    "count, functions, arguments) → first | second | escalate: resolved without asking more.")
 
     @model_validator(mode="after")
     def _a_strategy(self) -> CascadeSettings:
@@ -37,7 +39,7 @@ class CascadeSettings(BaseModel):
         return self
 
     def strategy(self) -> Strategy:
-        return Strategy(tuple(self.first), self.tie_breaker, tuple(self.escalate))
+        return Strategy(tuple(self.first), self.tie_breaker, tuple(self.escalate), tuple(self.resolve.items()))
 
 
 class RouterSettings(BaseModel):

@@ -40,7 +40,7 @@ class GatewayMetrics:
         # Strategies (serving/gateway/cascade.py): what ran, how the agreement check went, what it cost.
         self.strategies = Counter("switchcraft_strategies", "Strategies run, by kind (single | agree) and source "
                                   "(decision | config | request | model)", ["kind", "source"], registry=r)
-        self.agreements = Counter("switchcraft_agreements", "Agreement verdicts of cascades (agree | disagree | tie_broken)",
+        self.agreements = Counter("switchcraft_agreements", "Agreement verdicts of cascades (agree | disagree | tie_broken | resolved)",
                                   ["verdict"], registry=r)
         self.escalations = Counter("switchcraft_escalations", "Cascades answered by escalation, by the model that answered",
                                    ["to_model"], registry=r)

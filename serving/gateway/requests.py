@@ -450,14 +450,15 @@ def check_strategy(strategy: Strategy, pool_names: list[str], where: str) -> Str
 
 
 def strategy_from(value: Any, pool_names: list[str], where: str) -> Strategy | None:
-    """A strategy a request asks for: `{first: [a, b], tie_breaker?: c, escalate: [d, …]}` (or `{first: [a]}`)."""
+    """A strategy a request asks for: `{first: [a, b], tie_breaker?: c, escalate: [d, …], resolve?: {kind: action}}`
+    (or `{first: [a]}`)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise bad("must be an object {first: [a, b], tie_breaker: c, escalate: [d]}", where)
-    unknown = set(value) - {"first", "tie_breaker", "escalate"}
+    unknown = set(value) - {"first", "tie_breaker", "escalate", "resolve"}
     if unknown:
-        raise bad(f"unknown field(s) {sorted(unknown)}; known: first, tie_breaker, escalate", where)
+        raise bad(f"unknown field(s) {sorted(unknown)}; known: first, tie_breaker, escalate, resolve", where)
     for key in ("first", "escalate"):
         v = value.get(key)
         if (v is None and key == "first") or (v is not None and (not isinstance(v, list)
@@ -466,8 +467,11 @@ def strategy_from(value: Any, pool_names: list[str], where: str) -> Strategy | N
     tie = value.get("tie_breaker")
     if tie is not None and not isinstance(tie, str):
         raise bad("must be a pool model name", f"{where}.tie_breaker")
+    resolve = value.get("resolve") or {}
+    if not isinstance(resolve, dict) or not all(isinstance(k, str) and isinstance(a, str) for k, a in resolve.items()):
+        raise bad("must be an object {disagreement kind: first | second | escalate}", f"{where}.resolve")
     try:
-        strategy = Strategy(tuple(value["first"]), tie, tuple(value.get("escalate") or ()))
+        strategy = Strategy(tuple(value["first"]), tie, tuple(value.get("escalate") or ()), tuple(resolve.items()))
     except ValueError as e:
         raise bad(str(e), where) from None
     try:

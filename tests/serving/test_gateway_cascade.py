@@ -18,7 +18,7 @@ from data.decoders import decode
 from data.pool import load_pool
 from data.replay import Faults
 from data.replay_serve import ReplayServer, build_state
-from data.verify.agree import calls_agree
+from data.verify.agree import calls_agree, disagreement_kind
 from data.verify.batch import is_text
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
@@ -139,7 +139,7 @@ def test_first_models_agree_answer_from_the_cheaper_at_the_cost_of_two_calls(gat
     costs = meta["decision"]["costs"]
     cheaper = min((A, B), key=lambda m: costs[m])
     assert meta["strategy"] == {"kind": "agree", "name": f"agree({A}, {B} → {TOP})", "first": [A, B], "tie_breaker": None,
-                                "escalate": [TOP], "source": "config", "ran": "agree"}
+                                "escalate": [TOP], "resolve": {}, "source": "config", "ran": "agree"}
     assert meta["agreement"] == {"verdict": "agree", "checks": [{"models": [A, B], "agree": True}]}
     assert meta["returned"] == {"model": cheaper, "rule": "agree", "reused": False} and meta["escalated"] is False
     assert r.json()["model"] == meta["answered_by"] == r.headers["x-switchcraft-model"] == cheaper
@@ -166,7 +166,8 @@ def test_first_models_disagree_escalate_and_the_trace_lists_all_three_calls(gate
     url = make({"first": [A, B], "escalate": [TOP]})
     r = chat(url, ex)
     meta = r.json()["switchcraft"]
-    assert meta["agreement"] == {"verdict": "disagree", "checks": [{"models": [A, B], "agree": False}]}
+    kind = disagreement_kind(tools_of(ex), decoded(good.state, A, ex), decoded(good.state, B, ex))
+    assert meta["agreement"] == {"verdict": "disagree", "checks": [{"models": [A, B], "agree": False, "kind": kind}]}
     assert meta["returned"] == {"model": TOP, "rule": "escalate", "reused": False} and meta["escalated"] is True
     assert [(c["model"], c["role"], c["returned"]) for c in meta["calls"]] == [
         (A, "first", False), (B, "first", False), (TOP, "escalate", True)]
@@ -187,6 +188,32 @@ def test_first_models_disagree_escalate_and_the_trace_lists_all_three_calls(gate
         assert line in text, line
     top_cost = next(x for x in text.splitlines() if x.startswith(f'switchcraft_upstream_cost_usd_total{{model="{TOP}"}}'))
     assert float(top_cost.split()[-1]) == pytest.approx(cost_of(good.state, TOP, ex))
+
+
+def test_a_resolve_rule_answers_a_disagreement_of_its_kind_without_asking_more(gateway, picked):
+    """The rule for how the two disagree decides at once: no tie-breaker, no escalation, two calls paid."""
+    make, good, _ = gateway
+    ex = picked["tie"]  # the first two disagree (a tie-breaker would side with one)
+    kind = disagreement_kind(tools_of(ex), decoded(good.state, A, ex), decoded(good.state, B, ex))
+    url = make({"first": [A, B], "tie_breaker": TIE, "escalate": [TOP], "resolve": {kind: "second"}})
+    r = chat(url, ex)
+    meta = r.json()["switchcraft"]
+    assert meta["agreement"] == {"verdict": "resolved", "checks": [{"models": [A, B], "agree": False, "kind": kind}]}
+    assert meta["returned"] == {"model": B, "rule": "resolved", "reused": False} and meta["escalated"] is False
+    assert [c["model"] for c in meta["calls"]] == [A, B] and completions(good.state) == {A: 1, B: 1}
+    assert meta["cost_usd"] == pytest.approx(cost_of(good.state, A, ex) + cost_of(good.state, B, ex))
+    assert meta["strategy"]["resolve"] == {kind: "second"} and meta["strategy"]["name"].endswith(f"; {kind}: second)")
+    b_calls = decode(good.state.recordings[POOL.get(B).recording][ex.id].raw, tools_of(ex)).calls
+    assert [name for name, _ in returned_calls(r)] == [c.name for c in b_calls]
+    # "escalate" skips the tie-breaker: the escalation model answers, the tie-breaker is never called.
+    url = make({"first": [A, B], "tie_breaker": TIE, "escalate": [TOP], "resolve": {kind: "escalate"}})
+    meta = chat(url, ex).json()["switchcraft"]
+    assert meta["returned"]["model"] == TOP and [c["model"] for c in meta["calls"]] == [A, B, TOP]
+    assert completions(good.state) == {A: 1, B: 1, TOP: 1}
+    # A rule for another kind changes nothing: the tie-breaker is asked as before.
+    other = next(k for k in ("first_declines", "second_declines", "count", "functions", "arguments") if k != kind)
+    url = make({"first": [A, B], "tie_breaker": TIE, "escalate": [TOP], "resolve": {other: "first"}})
+    assert chat(url, ex).json()["switchcraft"]["agreement"]["verdict"] == "tie_broken"
 
 
 def test_a_tie_breaker_that_sides_with_one_first_model(gateway, picked):
@@ -283,6 +310,12 @@ def test_a_request_may_ask_for_a_strategy_and_streams_take_the_single_model_path
     assert r.status_code == 422 and B in r.json()["error"]["message"]
     r = post(url + "/v1/chat/completions", json=openai_body(ex, switchcraft={"strategy": {**asked, "first": [A, "x"]}}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "switchcraft.strategy.first[1]"
+    for bad_resolve, says in (([["count", "first"]], "must be an object"), ({"count": "third"}, "unknown action 'third'")):
+        r = post(url + "/v1/chat/completions", json=openai_body(ex, switchcraft={"strategy": {**asked, "resolve": bad_resolve}}))
+        assert r.status_code == 400 and says in r.json()["error"]["message"], r.text
+    kind = disagreement_kind(tools_of(ex), decoded(good.state, A, ex), decoded(good.state, B, ex))
+    meta = chat(url, ex, switchcraft={"strategy": {**asked, "resolve": {kind: "first"}}}).json()["switchcraft"]
+    assert meta["returned"] == {"model": A, "rule": "resolved", "reused": False} and len(meta["calls"]) == 2
     # /v1/route shows the strategy the chat endpoint would run.
     route = post(url + "/v1/route", json={"messages": openai_body(ex)["messages"],
                                                 "constraints": {"strategy": asked}}).json()
