@@ -82,7 +82,8 @@ def _literal(s: str) -> Any:
         pass
     try:
         return ast.literal_eval(s)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        # TypeError: a literal Python cannot build, e.g. a set of dicts `{{'a': 1}}` (unhashable members).
         return UNREADABLE
 
 

@@ -246,3 +246,9 @@ def test_arrays_with_a_documented_positional_format_keep_their_order():
     )
     assert mismatch([[2, 1], [3, 4]], [[3, 4], [1, 2]], nested) == "value_error:array"
     assert mismatch([[1, 2], [3, 4]], [[3, 4], [1, 2]], nested) is None
+
+
+@pytest.mark.parametrize("text, type_", [("{{'a': 1}}", "object"), ("{{'a': 1}, {'b': 2}}", "array")])
+def test_a_literal_python_cannot_build_is_unreadable_not_a_crash(text, type_):
+    """A set of dicts (seen in a recorded open-weight answer): TypeError inside literal_eval."""
+    assert decode_encoded(text, type_) is UNREADABLE
