@@ -45,6 +45,8 @@ class BackboneSettings(BaseModel):
         default="mean", description="segments: mean of user, tools and turns apart, plus user*tools."
     )
     tokenizer: str | None = Field(default=None, description="Tokenizer folder, when the backbone's own is not here.")
+    layers: int | None = Field(default=None, ge=1, description="Keep only the first N transformer layers (a faster "
+                               "router: the cost of the encoder is about linear in its depth); null: all of them.")
 
 
 class FinetuneSettings(BaseModel):

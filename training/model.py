@@ -70,6 +70,8 @@ def load_backbone(settings: BackboneSettings):
         encoder = AutoModel.from_config(config)
     else:
         encoder = AutoModel.from_pretrained(where, local_files_only=True)
+    if settings.layers is not None:
+        truncate_layers(encoder, settings.layers, settings.name)
     tokenizer = _load_tokenizer(settings, where, local)
     if tokenizer.vocab_size > encoder.config.vocab_size:
         raise ValueError(
@@ -77,6 +79,30 @@ def load_backbone(settings: BackboneSettings):
             "pair the backbone with its own tokenizer (backbone.tokenizer=DIR)"
         )
     return encoder, tokenizer
+
+
+def truncate_layers(encoder, n: int, name: str = "backbone") -> None:
+    """Keep the first `n` transformer layers (in place; the config says so, so a saved router reloads as it is).
+
+    The lower layers of a pretrained encoder are a usable encoder on their own (the route of layer-dropping
+    distillation); in frozen mode the head is trained on their features, so nothing else changes."""
+    import torch.nn as nn
+
+    for stack_path, config_key in (("encoder.layer", "num_hidden_layers"), ("transformer.layer", "n_layers")):
+        owner, attr = encoder, stack_path.split(".")
+        for part in attr[:-1]:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                break
+        layers = getattr(owner, attr[-1], None) if owner is not None else None
+        if isinstance(layers, nn.ModuleList):
+            if n > len(layers):
+                raise ValueError(f"backbone.layers={n}: {name} has only {len(layers)} layers")
+            setattr(owner, attr[-1], nn.ModuleList(list(layers)[:n]))
+            setattr(encoder.config, config_key, n)
+            return
+    raise ValueError(f"backbone.layers: cannot find the layer stack of {name} ({type(encoder).__name__}); "
+                     "supported: BERT-style (encoder.layer) and DistilBERT-style (transformer.layer) encoders")
 
 
 def _load_tokenizer(settings: BackboneSettings, where: str, local: bool):
