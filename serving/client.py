@@ -160,12 +160,20 @@ class RouterClient:
         t0 = time.perf_counter()
         encoded = [self.encoder.encode(m, t) for m, t in requests]
         probs = self.infer_encoded(encoded)
-        decisions = [self.policy.decide(p, constraints, threshold=threshold) for p in probs]
-        if self.strategy_policy is not None and threshold is None:
-            for d, p in zip(decisions, probs):
-                self._choose_strategy(d, p, constraints)
+        decisions = [self.decide(p, constraints, threshold=threshold) for p in probs]
         ms = (time.perf_counter() - t0) * 1e3
         return [RoutedDecision(d, self.version, ms, self.backend.name, len(ids)) for d, (ids, _) in zip(decisions, encoded)]
+
+    def decide(self, probs: np.ndarray, constraints: Constraints | None = None, *,
+               threshold: float | None = None) -> Decision:
+        """One request's decision from its probabilities: the policy, then the strategy policy (unless τ is given).
+
+        Per request, so requests with different constraints can share one inference call (serving/gateway/batcher.py).
+        Raises NoEligibleModel when the constraints leave no model."""
+        decision = self.policy.decide(probs, constraints, threshold=threshold)
+        if self.strategy_policy is not None and threshold is None:
+            self._choose_strategy(decision, probs, constraints)
+        return decision
 
     def _choose_strategy(self, decision: Decision, probs: np.ndarray, constraints: Constraints | None) -> None:
         """Replace the single decision's strategy with the strategy policy's, where the caller's constraints allow.

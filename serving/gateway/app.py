@@ -40,6 +40,7 @@ from serving.backends import BackendError
 from serving.client import RouterClient
 from serving.gateway.answers import upstream_body
 from serving.gateway.auth import Guard, Identity, KeyStore, forbidden, narrow, restrict_models
+from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import CatchAll
@@ -97,6 +98,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
     keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
+    batcher = RoutingBatcher(client, metrics, max_batch_size=cfg.router.max_batch_size,
+                             delay_s=cfg.router.batch_delay_ms / 1e3, max_queue=cfg.router.max_queue)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -104,11 +107,12 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             log.warning(json.dumps({"event": "auth", "mode": "none",
                                     "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
         yield
+        await batcher.aclose()
         await upstreams.aclose()
 
     app = FastAPI(title="switchcraft gateway", lifespan=lifespan)
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = metrics, client, tools, keys
-    app.state.upstreams, app.state.guard = upstreams, guard
+    app.state.upstreams, app.state.guard, app.state.batcher = upstreams, guard, batcher
     app.add_middleware(CatchAll, metrics=metrics, log=log)
 
     async def read_body(request: Request) -> dict[str, Any]:
@@ -200,7 +204,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             req_tools = tooled.tools
         t0 = time.perf_counter()
         try:
-            routed = await anyio.to_thread.run_sync(lambda: client.route(messages, req_tools, constraints, threshold=threshold))
+            routed = await batcher.route(messages, req_tools, constraints, threshold=threshold)
         except NoEligibleModel as e:
             raise GatewayError(422, str(e), param=constraints_field) from None
         except BackendError as e:

@@ -52,7 +52,13 @@ class RouterSettings(BaseModel):
     threads: int | None = Field(default=None, ge=1, description="ONNX Runtime intra-op threads (default: all cores).")
     spin: bool = Field(default=False, description="Let ORT workers busy-wait between runs (a dedicated CPU only).")
     timeout_s: float = Field(default=2.0, gt=0, description="Per routing call to Triton.")
-    max_batch_size: int = Field(default=32, ge=1)
+    max_batch_size: int = Field(default=32, ge=1, description="Routing calls merged into one inference call at most "
+                                "(the gateway's micro-batcher; 1: every request alone).")
+    batch_delay_ms: float = Field(default=2.0, ge=0, le=1000, description="How long the first routing call of a batch "
+                                  "waits for others to join (0: only what is already queued; more waits only while "
+                                  "the backend is idle).")
+    max_queue: int = Field(default=64, ge=1, description="Routing calls waiting or in flight at most; beyond it a "
+                           "request gets 429 router_busy with Retry-After (backpressure, never a silent timeout).")
     pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")
     rule: Literal["threshold", "lambda"] | None = Field(default=None, description="Policy rule (default: router.json's, else threshold).")
     lam: float | None = Field(default=None, gt=0, description="λ of the lambda rule (switchcraft evaluate prints a calibrated one).")

@@ -20,6 +20,7 @@ from prometheus_client import (
 ROUTING_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 COST_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1)
 
 
@@ -35,6 +36,15 @@ class GatewayMetrics:
         self.upstream_errors = Counter("switchcraft_upstream_errors", "Failed upstream attempts", ["model", "reason"], registry=r)
         self.routing_latency = Histogram("switchcraft_routing_latency_seconds", "Packing + router graph + policy",
                                          buckets=ROUTING_BUCKETS, registry=r)
+        # The routing micro-batcher (serving/gateway/batcher.py).
+        self.router_batch_size = Histogram("switchcraft_router_batch_size", "Routing calls merged into one inference "
+                                           "call", buckets=BATCH_BUCKETS, registry=r)
+        self.router_queue_wait = Histogram("switchcraft_router_queue_wait_seconds", "From admission (packing "
+                                           "included) until the call's batch starts", buckets=ROUTING_BUCKETS, registry=r)
+        self.router_queue = Gauge("switchcraft_router_queue", "Routing calls admitted and not yet answered "
+                                  "(at most router.max_queue)", registry=r)
+        self.router_busy = Counter("switchcraft_router_busy", "Requests refused with 429 router_busy: "
+                                   "router.max_queue calls were already admitted", registry=r)
         self.upstream_latency = Histogram("switchcraft_upstream_latency_seconds", "Upstream call until headers (streams) "
                                           "or the whole body", ["model"], buckets=UPSTREAM_BUCKETS, registry=r)
         # Strategies (serving/gateway/cascade.py): what ran, how the agreement check went, what it cost.
