@@ -208,6 +208,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         except NoEligibleModel as e:
             raise GatewayError(422, str(e), param=constraints_field) from None
         except BackendError as e:
+            metrics.router_unavailable.inc()
             raise GatewayError(503, f"router backend unavailable: {e}", type="router_unavailable") from None
         metrics.routing_latency.observe(time.perf_counter() - t0)
         metrics.decisions.labels(model=routed.decision.chosen, rule=routed.decision.rule).inc()

@@ -73,6 +73,7 @@ class Outcome:
     fallback: bool = False
     abandoned: int = 0
     answered_by: str | None = None
+    retry_after: bool = False  # a 429 or 503 that said when to come back (Retry-After and retry-after-ms)
 
 
 @dataclass
@@ -98,6 +99,13 @@ class GatewayBenchResult:
             "p99_503_ms": float(np.percentile(unavailable, 99)) if unavailable else None,
             "throughput_rps": len(self.outcomes) / self.wall_s if self.wall_s else 0.0,
             "circuit_opens": self.metrics.get("switchcraft_circuit_opens_total", 0.0),
+            "busy_429": statuses.get("429", 0),
+            "busy_429_with_retry_after": sum(1 for o in self.outcomes if o.status == 429 and o.retry_after),
+            "router_503": self.metrics.get("switchcraft_router_unavailable_total", 0.0),
+            "router_batches": self.metrics.get("switchcraft_router_batch_size_count", 0.0),
+            "mean_router_batch": (self.metrics.get("switchcraft_router_batch_size_sum", 0.0)
+                                  / self.metrics["switchcraft_router_batch_size_count"])
+            if self.metrics.get("switchcraft_router_batch_size_count") else None,
             "abandoned_cost_usd": self.metrics.get("switchcraft_abandoned_cost_usd_total", 0.0),
         }
 
@@ -108,14 +116,16 @@ def to_markdown(result: GatewayBenchResult) -> str:
             if result.killed else "no faults")
     failed = ", ".join(f"{k}: {v}" for k, v in s["failed"].items()) or "none"
     max503 = "" if s["max_503_ms"] is None else f"{s['p50_503_ms']:.1f} / {s['p99_503_ms']:.1f} / {s['max_503_ms']:.1f}"
+    batch = "" if s["mean_router_batch"] is None else f"{s['mean_router_batch']:.1f}"
     return "\n".join([
         f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, {kill}",
         "",
         "| ok | failed (by status) | lost | fallbacks | abandoned calls | P50 ms | P95 ms | P99 ms | 503 P50 / P99 / max ms "
-        "| req/s | breaker opens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| req/s | breaker opens | 429 (with Retry-After) | mean router batch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {s['ok']} | {failed} | {s['lost']} | {s['fallbacks']} | {s['abandoned_calls']} | {s['p50_ms']:.1f} | "
-        f"{s['p95_ms']:.1f} | {s['p99_ms']:.1f} | {max503} | {s['throughput_rps']:.1f} | {s['circuit_opens']:g} |",
+        f"{s['p95_ms']:.1f} | {s['p99_ms']:.1f} | {max503} | {s['throughput_rps']:.1f} | {s['circuit_opens']:g} | "
+        f"{s['busy_429']} ({s['busy_429_with_retry_after']}) | {batch} |",
     ])
 
 
@@ -263,7 +273,8 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
                 meta = (r.json() if r.headers.get("content-type", "").startswith("application/json") else {}).get(
                     "switchcraft") or {}
                 outcomes.append(Outcome(r.status_code, (time.perf_counter() - t0) * 1e3, bool(meta.get("fallback")),
-                                        (meta.get("abandoned") or {}).get("calls", 0), meta.get("answered_by")))
+                                        (meta.get("abandoned") or {}).get("calls", 0), meta.get("answered_by"),
+                                        "retry-after" in r.headers and "retry-after-ms" in r.headers))
             except httpx.HTTPError as e:
                 outcomes.append(Outcome(f"error:{type(e).__name__}", (time.perf_counter() - t0) * 1e3))
 

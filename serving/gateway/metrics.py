@@ -45,6 +45,8 @@ class GatewayMetrics:
                                   "(at most router.max_queue)", registry=r)
         self.router_busy = Counter("switchcraft_router_busy", "Requests refused with 429 router_busy: "
                                    "router.max_queue calls were already admitted", registry=r)
+        self.router_unavailable = Counter("switchcraft_router_unavailable", "Requests answered 503 router_unavailable: "
+                                          "the router backend failed or timed out", registry=r)
         self.upstream_latency = Histogram("switchcraft_upstream_latency_seconds", "Upstream call until headers (streams) "
                                           "or the whole body", ["model"], buckets=UPSTREAM_BUCKETS, registry=r)
         # Strategies (serving/gateway/cascade.py): what ran, how the agreement check went, what it cost.

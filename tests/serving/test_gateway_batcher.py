@@ -223,6 +223,7 @@ def test_backend_error_fails_its_batch_with_503_and_the_batcher_lives_on(gateway
     assert failed.status_code == 503 and failed.json()["error"]["type"] == "router_unavailable"
     assert "connection refused" in failed.json()["error"]["message"]
     assert [r.status_code for r in answered] == [200] * 3 and backend.calls == [1, 3]
+    assert metric(url, "switchcraft_router_unavailable_total") == 1
     assert metric(url, "switchcraft_router_queue") == 0
 
 
