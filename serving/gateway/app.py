@@ -99,7 +99,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                                                                     "router.cascade")
     keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
     batcher = RoutingBatcher(client, metrics, max_batch_size=cfg.router.max_batch_size,
-                             delay_s=cfg.router.batch_delay_ms / 1e3, max_queue=cfg.router.max_queue)
+                             delay_s=cfg.router.batch_delay_ms / 1e3, max_queue=cfg.router.max_queue,
+                             length_ratio=cfg.router.batch_length_ratio)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

@@ -57,6 +57,10 @@ class RouterSettings(BaseModel):
     batch_delay_ms: float = Field(default=2.0, ge=0, le=1000, description="How long the first routing call of a batch "
                                   "waits for others to join (0: only what is already queued; more waits only while "
                                   "the backend is idle).")
+    batch_length_ratio: float | None = Field(default=1.25, ge=1, description="A batch is run as one inference call "
+                                             "per group of similar packed length: a group ends where a request is "
+                                             "longer than this × the group's shortest (padding is what a CPU pays "
+                                             "for); null: one call however mixed.")
     max_queue: int = Field(default=64, ge=1, description="Routing calls waiting or in flight at most; beyond it a "
                            "request gets 429 router_busy with Retry-After (backpressure, never a silent timeout).")
     pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")

@@ -107,8 +107,10 @@ def test_batched_decisions_equal_single_calls(router, exported, bfcl_requests, t
         client.route(*bfcl_requests[0], Constraints(max_cost_usd=0.0))
     alone = [client.route(m, t, c, threshold=th).decision for (m, t), c, th in calls if c is None or c.max_cost_usd != 0]
     backend.calls.clear()
-    # Every call in one batch: the batch starts once it is full (the long delay is never reached).
-    batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=len(calls), delay_s=60, max_queue=len(calls))
+    # Every call in one batch: the batch starts once it is full (the long delay is never reached). No length
+    # groups: the most padding a batch can carry, and still every decision of a single call.
+    batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=len(calls), delay_s=60, max_queue=len(calls),
+                             length_ratio=None)
 
     async def all_at_once():
         try:
@@ -178,7 +180,7 @@ def one_then_the_rest(url: str, app, backend: CountingBackend, examples: list) -
 
 
 def test_concurrent_requests_share_backend_calls_and_keep_their_decisions(gateway, shared_data, exported):  # noqa: F811
-    url, app, backend = gateway()
+    url, app, backend = gateway(router={"batch_length_ratio": None})  # one call per batch, whatever the lengths
     examples = bfcl_sample(shared_data, 16)
     answers = one_then_the_rest(url, app, backend, examples)  # the other 15 queue up behind the first
     assert [r.status_code for r in answers] == [200] * 16, [r.text for r in answers if r.status_code != 200]
@@ -227,10 +229,19 @@ def test_backend_error_fails_its_batch_with_503_and_the_batcher_lives_on(gateway
     assert metric(url, "switchcraft_router_queue") == 0
 
 
+def test_a_batch_runs_as_one_call_per_group_of_similar_length(exported):  # noqa: F811
+    client, backend = counting_client(exported[0])
+    batcher = RoutingBatcher(client, GatewayMetrics(), length_ratio=1.25)
+    assert batcher.length_groups([100, 40, 124, 126, 49, 50, 300]) == [[1, 4, 5], [0, 2], [3], [6]]
+    assert RoutingBatcher(client, GatewayMetrics(), length_ratio=None).length_groups([100, 40, 300]) == [[1, 0, 2]]
+    client.close()
+
+
 def test_batcher_settings_are_validated():
     from pydantic import ValidationError
 
-    for bad in ({"batch_delay_ms": -1}, {"max_queue": 0}, {"max_batch_size": 0}, {"batch_delay_ms": 5000}):
+    for bad in ({"batch_delay_ms": -1}, {"max_queue": 0}, {"max_batch_size": 0}, {"batch_delay_ms": 5000},
+                {"batch_length_ratio": 0.5}):
         with pytest.raises(ValidationError, match=next(iter(bad))):
             ServingConfig(router=bad)
     with pytest.raises(ValueError, match="max_queue"):
