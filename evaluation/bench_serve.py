@@ -6,7 +6,9 @@ Every row times one whole routing call at batch 1: packing + metadata
 (client-side), the router graph, and the policy. Engines: PyTorch eager,
 in-process ONNX Runtime fp32 and INT8, Triton over HTTP and gRPC (a real
 tritonserver with the CPU repository variant). Throughput: requests/s with 8
-and 32 callers in flight. Levers, each measured alone against ORT fp32: padding
+and 32 callers in flight, each call alone, and again through the gateway's
+routing micro-batcher (serving/gateway/batcher.py: concurrent calls merged
+into one inference call, each decided alone). Levers, each measured alone against ORT fp32: padding
 to 512 instead of the packed length, no ORT graph optimisation, one thread, a
 3-layer encoder (speed only: it would need retraining). Engines take turns request by
 request, so load drifting on a shared machine hits them alike; no engine's
@@ -43,6 +45,7 @@ class BenchConfig:
     throughput_requests: int = 256
     threads: int | None = None
     triton: bool = True
+    batched: bool = True  # the concurrency sweep through the gateway's micro-batcher too
     levers: bool = True
     data_root: Path = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
     notes: list[str] = field(default_factory=list)
@@ -77,6 +80,36 @@ def throughput(route: Route, requests: Sequence[tuple], concurrency: int, total:
         t0 = time.perf_counter()
         list(pool.map(route, items))
         return total / (time.perf_counter() - t0)
+
+
+def batched_throughput(client, requests: Sequence[tuple], concurrency: int, total: int) -> float:
+    """Requests/s of `concurrency` callers routing through the gateway's micro-batcher (its default delay)."""
+    import asyncio
+
+    from serving.gateway.batcher import RoutingBatcher
+    from serving.gateway.metrics import GatewayMetrics
+
+    items = [requests[i % len(requests)] for i in range(total)]
+
+    async def callers(batch: list[tuple]) -> None:
+        queue = iter(batch)
+
+        async def caller() -> None:
+            for r in queue:
+                await batcher.route(*r)
+
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+
+    async def run() -> float:
+        await callers(items[:concurrency])  # warm the threads and connections
+        t0 = time.perf_counter()
+        await callers(items)
+        seconds = time.perf_counter() - t0
+        await batcher.aclose()
+        return total / seconds
+
+    batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=client.max_batch_size, max_queue=concurrency)
+    return asyncio.run(run())
 
 
 def torch_route(router_dir: Path, threads: int | None):
@@ -161,6 +194,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     fp32 = RouterClient.from_dir(cfg.onnx_dir, threads=cfg.threads)
     lengths = np.array([len(fp32.encoder.encode(m, t)[0]) for m, t in requests])
     engines: list[tuple[str, Route, bool, str]] = []  # name, route, throughput too?, note
+    clients = {"ORT fp32 (in-process)": fp32}  # engines whose sweep also runs through the gateway's batcher
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     with ExitStack() as stack:
@@ -170,6 +204,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
         if fp32.info["onnx"].get("int8"):
             int8 = RouterClient.from_dir(cfg.onnx_dir, int8=True, threads=cfg.threads)
             engines.append(("ORT INT8 (in-process)", lambda r: int8.route(*r), True, ""))
+            clients["ORT INT8 (in-process)"] = int8
         if cfg.triton:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             repo = write_model_repository(cfg.onnx_dir, tmp / "repo", threads=cfg.threads or 0)
@@ -179,6 +214,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
                 stack.callback(client.close)
                 engines.append((f"Triton {proto.upper()} (CPU, Python backend + ORT)",
                                 lambda r, c=client: c.route(*r), True, ""))
+                clients[engines[-1][0]] = client
         if cfg.levers:
             padded = RouterClient.from_dir(cfg.onnx_dir, threads=cfg.threads, pad_multiple=512)
             engines.append(("lever: ORT fp32 padded to 512", lambda r: padded.route(*r), False, ""))
@@ -209,6 +245,8 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
             if conc:
                 for c in cfg.concurrency:
                     row[f"rps_c{c}"] = throughput(route, requests, c, cfg.throughput_requests)
+                    if cfg.batched and name in clients:
+                        row[f"batched_rps_c{c}"] = batched_throughput(clients[name], requests, c, cfg.throughput_requests)
             rows.append(row)
             print(f"  {name}: p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms", flush=True)
     return {
@@ -226,11 +264,14 @@ def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) ->
     rows = result["rows"]
     by = {r["engine"]: r for r in rows}
     fp32 = by.get("ORT fp32 (in-process)")
-    head = ["engine", "P50 ms", "P99 ms", "× vs fp32 P50", *[f"req/s @{c}" for c in concurrency], "note"]
+    batched = [c for c in concurrency if any(f"batched_rps_c{c}" in r for r in rows)]
+    head = ["engine", "P50 ms", "P99 ms", "× vs fp32 P50", *[f"req/s @{c}" for c in concurrency],
+            *[f"req/s @{c} batched" for c in batched], "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         ratio = f"{fp32['p50_ms'] / r['p50_ms']:.2f}" if fp32 else ""
         rps = [f"{r[f'rps_c{c}']:.1f}" if f"rps_c{c}" in r else "" for c in concurrency]
+        rps += [f"{r[f'batched_rps_c{c}']:.1f}" if f"batched_rps_c{c}" in r else "" for c in batched]
         lines.append(f"| {r['engine']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {ratio} | " + " | ".join(rps)
                      + f" | {r.get('note', '')} |")
     tok, enc, m = result["packed_tokens"], result["encode"], result["machine"]
@@ -240,7 +281,9 @@ def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) ->
                    "(inside every row)."),
               (f"Machine: {m['cpus']} CPUs, 1-min load average {m['load_avg_start'][0]:.1f} at start, "
                f"{m['load_avg_end'][0]:.1f} at end; engines timed in turn, request by request; "
-               f"router {result['router_version']}.")]
+               f"router {result['router_version']}."),
+              *(["'batched': the same callers through the gateway's routing micro-batcher (one inference call "
+                 "per gathered batch, each request decided alone)."] if batched else [])]
     checks = []
     torch_row = by.get("PyTorch eager")
     int8 = by.get("ORT INT8 (in-process)")

@@ -79,11 +79,12 @@ output [
     dims: [ {n_models} ]
   }}
 ]
-dynamic_batching {{
+"""
+    if variant == "gpu":
+        body += f"""dynamic_batching {{
   max_queue_delay_microseconds: {queue_delay_us}
 }}
 """
-    if variant == "gpu":
         body += """instance_group [
   {
     count: 1
@@ -106,6 +107,11 @@ dynamic_batching {{
 # }
 """
     else:
+        # No dynamic batching on CPU, by measurement (docs/serving.md): the Python backend pads a ragged batch to
+        # its longest request, and on these 2 cores padding costs more than batching saves. MiniLM router, 128
+        # BFCL requests, gRPC callers each routing alone (load ~3): with dynamic batching (500 us) 28 / 32 / 18
+        # req/s at 1 / 8 / 32 callers, without 32 / 37 / 32; two 1-thread instances 25 / 42 / 19 (better at 8,
+        # collapsing at 32 with the batches). The gateway already sends its own batches grouped by length.
         body += f"""instance_group [
   {{
     count: 1

@@ -172,13 +172,14 @@ def bench_serve(
     throughput_requests: int = typer.Option(256, help="Requests per throughput measurement."),
     threads: int = typer.Option(None, help="Threads for ORT and PyTorch (default: all cores)."),
     triton: bool = typer.Option(True, help="Start a local tritonserver for the Triton rows."),
+    batched: bool = typer.Option(True, help="Also sweep concurrency through the gateway's routing micro-batcher."),
     levers: bool = typer.Option(True, help="Measure each lever alone."),
     data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
     note: list[str] = typer.Option([], help="A note for the table (e.g. 'machine busy')."),
 ) -> None:
     from evaluation.bench_serve import BenchConfig, run_bench, to_markdown, write_results
 
-    cfg = BenchConfig(onnx_dir=onnx_dir, router_dir=router_dir, n_requests=n, threads=threads, triton=triton,
+    cfg = BenchConfig(onnx_dir=onnx_dir, router_dir=router_dir, n_requests=n, threads=threads, triton=triton, batched=batched,
                       throughput_requests=throughput_requests,
                       levers=levers, data_root=data_root, notes=list(note))
     try:

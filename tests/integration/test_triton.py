@@ -4,7 +4,7 @@
 
 The server starts once for the module; decisions through Triton over HTTP and gRPC
 must equal the in-process ONNX Runtime ones on real packed BFCL v1 requests,
-also when concurrent requests of different lengths are batched by Triton.
+also with concurrent requests of different lengths and through the gateway's micro-batcher.
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ def test_decisions_through_triton_equal_in_process(protocol, server, repository,
         client.close()
 
 
-def test_concurrent_ragged_requests_are_batched_by_triton_and_stay_exact(server, repository, in_process, bfcl_requests):  # noqa: F811
+def test_concurrent_requests_of_different_lengths_stay_exact(server, repository, in_process, bfcl_requests):  # noqa: F811
     client = RouterClient.from_dir(repository, backend="triton-grpc", url=server.grpc_url, timeout_s=10)
     try:
-        with ThreadPoolExecutor(8) as pool:  # 8 in flight: the dynamic batcher groups different lengths
+        with ThreadPoolExecutor(8) as pool:  # 8 in flight at once, of different lengths
             remote = list(pool.map(lambda r: client.probabilities([r])[0], bfcl_requests * 2))
         local = in_process.probabilities(bfcl_requests * 2)
         assert np.abs(np.stack(remote) - local).max() < 1e-5
@@ -83,3 +83,34 @@ def test_server_that_cannot_load_says_why(tmp_path, repository):
     (broken / "router" / "1" / "model.onnx").write_bytes(b"not an onnx graph")
     with pytest.raises((RuntimeError, TimeoutError), match="router"):
         TritonServer(broken, startup_timeout_s=30).start()
+
+
+def test_gateway_batcher_through_triton_equals_single_in_process_calls(server, repository, in_process, bfcl_requests):  # noqa: F811
+    """The gateway's micro-batcher sends one ragged batch to Triton's Python backend: every decision as if alone."""
+    import asyncio
+
+    from serving.gateway.batcher import RoutingBatcher
+    from serving.gateway.metrics import GatewayMetrics
+    from serving.policy import Constraints
+
+    client = RouterClient.from_dir(repository, backend="triton-grpc", url=server.grpc_url, timeout_s=10)
+    asks = [(None, None), (Constraints(min_probability=0.4), None), (None, 0.9)]
+    calls = [(r, c, t) for r in bfcl_requests for c, t in asks]
+    batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=len(calls), delay_s=60, max_queue=len(calls))
+
+    async def all_at_once():
+        try:
+            return await asyncio.gather(*(batcher.route(m, t, c, threshold=th) for (m, t), c, th in calls))
+        finally:
+            await batcher.aclose()
+
+    try:
+        together = asyncio.run(all_at_once())
+    finally:
+        client.close()
+    for routed, ((messages, tools), c, th) in zip(together, calls):
+        alone = in_process.route(messages, tools, c, threshold=th).decision
+        assert (routed.decision.chosen, routed.decision.ranking, routed.decision.rule) == (alone.chosen, alone.ranking, alone.rule)
+        p_batched = np.array(list(routed.decision.probabilities.values()))
+        assert np.abs(p_batched - np.array(list(alone.probabilities.values()))).max() < 1e-5
+        assert routed.backend == "triton-grpc"

@@ -37,7 +37,9 @@ def test_bench_serve_times_every_engine_and_lever(exported, tiny_router_dir, tmp
         assert row["n"] == 6 and 0 < row["p50_ms"] <= row["p99_ms"]
     fp32 = result["rows"][1]
     assert fp32["rps_c8"] > 0 and fp32["rps_c32"] > 0
+    assert fp32["batched_rps_c8"] > 0 and fp32["batched_rps_c32"] > 0 and "batched_rps_c8" not in result["rows"][0]
     assert result["packed_tokens"]["max"] <= 256 and result["encode"]["p50_ms"] > 0
     table = out.read_text()
     assert table.startswith("| engine | P50 ms | P99 ms |") and "Targets: in-process P99" in table
+    assert "| req/s @8 batched | req/s @32 batched |" in table
     assert "Note: test run" in table and "INT8 vs fp32" in table
