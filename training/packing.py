@@ -65,16 +65,9 @@ class PackedRequest:
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    """Token ids of `text` without special tokens (no length warning: we cut ourselves).
-
-    A fast tokenizer is asked through its Rust backend directly: the same ids as `tokenizer(text)`
-    (tests/training/test_packing.py checks it on real requests) without the wrapper's per-call overhead,
-    which was a third of the router's packing time (routing runs it several times per request)."""
+    """Token ids of `text` without special tokens (no length warning: we cut ourselves)."""
     if not text:
         return []
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return backend.encode(text, add_special_tokens=False).ids
     return list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 

@@ -221,19 +221,3 @@ def test_metadata_relevance_mismatch_and_parallel_cues(tokenizer):
     m = request_metadata([user("Play Taylor Swift and Maroon 5, for 20 and 15 minutes respectively.")], [], tokenizer)
     assert (m["n_numbers"], m["n_conjunctions"], m["n_commas"]) == (3, 3, 1)
     assert m["best_tool_overlap"] == m["best_name_overlap"] == m["max_tool_params"] == 0
-
-
-def test_encode_through_the_rust_backend_gives_the_wrappers_ids(tokenizer, shared_data):
-    """`encode` skips the transformers wrapper for speed: on real BFCL v1 turns and tool schemas (and odd text),
-    the ids must be exactly the wrapper's."""
-    import json
-
-    from data.sources import read_source
-
-    examples = read_source("bfcl_v1", str(shared_data / "bfcl_v1"))[::20]
-    texts = [m.content or "" for e in examples for m in e.messages]
-    texts += [json.dumps(t.model_dump(exclude={"original"})) for e in examples for t in e.tools]
-    texts += ["héllo wörld 😀", "  spaces\tand\nnewlines  ", "x" * 5000]
-    assert hasattr(tokenizer, "backend_tokenizer")  # the fast path is the one under test
-    for text in texts:
-        assert encode(tokenizer, text) == list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
