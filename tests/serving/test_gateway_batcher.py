@@ -218,7 +218,7 @@ def test_full_queue_answers_429_with_retry_after_and_counts_it(gateway, shared_d
 
 
 def test_backend_error_fails_its_batch_with_503_and_the_batcher_lives_on(gateway, shared_data):
-    url, app, backend = gateway()
+    url, app, backend = gateway(router={"batch_length_ratio": None})
     examples = bfcl_sample(shared_data, 4)
     backend.fail_next = True
     failed, *answered = one_then_the_rest(url, app, backend, examples)
