@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 RUN ?= runs/default
 STAMP := $(VENV)/.installed
 
-.PHONY: install reproduce data outputs labels train test test-fast lint bench bench-tools clean
+.PHONY: install reproduce data outputs labels train tools-train test test-fast lint bench bench-tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ bench: $(STAMP)
 	$(BIN)/python -m evaluation.bench_pool
 	$(BIN)/python -m evaluation.bench_train
 	$(MAKE) bench-tools
+
+# The tool retriever configs/tools.yaml serves (runs/tools_retriever/): fine-tune the encoder on training-only
+# pairs (about 50 min on 2 cores), then fit the BM25/dense fusion on training queries. bench-tools, tools eval
+# and a gateway with tool routing need it; without it they say so and how to make it.
+tools-train: $(STAMP)
+	$(BIN)/switchcraft tools train
+	$(BIN)/switchcraft tools fit-fusion
 
 # Tool routing over 5,000 tools: the default (multi-intent) and the latency profile (one ask, 32 word pieces).
 bench-tools: $(STAMP)
