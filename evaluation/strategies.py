@@ -42,6 +42,7 @@ from evaluation.routing_eval import RoutingData
 Spec = tuple  # (a, b, t | None, e) or (a, b, t | None, e, tol): see the module's docstring
 MIN_RULE_ROWS = 10  # training rows of one disagreement kind before a rule for it may be fitted
 RULE_TOLERANCES = (0.0, 0.02)  # the resolve-rule variants of every agreement on the menu
+MIRROR = {"first_declines": "second_declines", "second_declines": "first_declines"}  # a kind from the other side
 
 
 @dataclass
@@ -84,11 +85,11 @@ class CascadeData:
             ex = examples[data.example_ids[i]]
             lang = language_of(ex)
             agree[i, range(m), range(m)] = True
-            for a, b in itertools.permutations(range(m), 2):
-                if a < b:
-                    agree[i, a, b] = agree[i, b, a] = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
-                if not agree[i, a, b]:
-                    kinds[i, a, b] = code[disagreement_kind(ex.tools, calls[i][a], calls[i][b], language=lang)]
+            for a, b in itertools.combinations(range(m), 2):
+                agree[i, a, b] = agree[i, b, a] = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
+                if not agree[i, a, b]:  # from b's side the same kind, with first and second swapped
+                    kind = disagreement_kind(ex.tools, calls[i][a], calls[i][b], language=lang)
+                    kinds[i, a, b], kinds[i, b, a] = code[kind], code[MIRROR.get(kind, kind)]
         known = {name: int((~np.isnan(latency[:, j])).sum()) for j, name in enumerate(data.models)}
         return cls(data, agree, latency, known, kinds)
 

@@ -99,12 +99,9 @@ def _fold_split(cd: CascadeData, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pick_lambda(points: list[tuple[float, float, float]], *, target: str, best_acc: float, budget: float | None) -> float:
-    """points: (λ, accuracy, mean cost) on training rows. The same targets as routing_eval.choose_tau."""
-    if target == "match_best":
-        ok = [(c, -a, lam) for lam, a, c in points if a >= best_acc]
-        return float(min(ok)[2]) if ok else float(max(points, key=lambda p: (p[1], -p[2]))[0])
-    ok = [(-a, c, lam) for lam, a, c in points if c <= budget]
-    return float(min(ok)[2]) if ok else float(min(points, key=lambda p: p[2])[0])
+    """points: (λ, accuracy, mean cost) on training rows, λ ascending. The same targets as routing_eval.choose_tau;
+    ties go to the smaller λ."""
+    return float(min(points, key=lambda p: _target_key(p, target, best_acc, budget))[0])
 
 
 def _budget(cd: CascadeData, train: np.ndarray, target: str, cost_fraction: float) -> tuple[float, float | None]:
@@ -218,11 +215,13 @@ def _simplest_within_noise(per_row: dict[float, tuple[np.ndarray, np.ndarray]], 
 
 
 def _target_key(point: tuple[float, float, float], target: str, best_acc: float, budget: float | None) -> tuple:
-    """Order (λ, accuracy, cost) points by a target: the smallest key is the best."""
+    """Order (λ, accuracy, cost) points by a target, the smallest key best: match_best, the cheapest point that
+    reaches `best_acc` (else the most accurate); cost_fraction, the most accurate point within `budget` (else the
+    cheapest)."""
     _, acc, cost = point
     if target == "match_best":
         return (0, cost, -acc) if acc >= best_acc else (1, -acc, cost)
-    return (0, -acc, cost) if cost <= budget else (1, cost, -acc)
+    return (0, -acc, cost) if cost <= budget else (1, cost)
 
 
 def _best_fixed_column(cd: CascadeData, sim: Simulated, rows: np.ndarray, target: str, fraction: float) -> int:

@@ -88,17 +88,12 @@ def truncate_layers(encoder, n: int, name: str = "backbone") -> None:
     distillation); in frozen mode the head is trained on their features, so nothing else changes."""
     import torch.nn as nn
 
-    for stack_path, config_key in (("encoder.layer", "num_hidden_layers"), ("transformer.layer", "n_layers")):
-        owner, attr = encoder, stack_path.split(".")
-        for part in attr[:-1]:
-            owner = getattr(owner, part, None)
-            if owner is None:
-                break
-        layers = getattr(owner, attr[-1], None) if owner is not None else None
+    for stack, config_key in (("encoder", "num_hidden_layers"), ("transformer", "n_layers")):
+        layers = getattr(getattr(encoder, stack, None), "layer", None)
         if isinstance(layers, nn.ModuleList):
             if n > len(layers):
                 raise ValueError(f"backbone.layers={n}: {name} has only {len(layers)} layers")
-            setattr(owner, attr[-1], nn.ModuleList(list(layers)[:n]))
+            getattr(encoder, stack).layer = nn.ModuleList(list(layers)[:n])
             setattr(encoder.config, config_key, n)
             return
     raise ValueError(f"backbone.layers: cannot find the layer stack of {name} ({type(encoder).__name__}); "

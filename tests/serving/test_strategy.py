@@ -48,5 +48,8 @@ def test_resolve_rules_name_the_kind_and_action_and_round_trip():
 def test_invalid_resolve_rules_say_why(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         Strategy(**kwargs)
+
+
+def test_from_dict_wants_resolve_as_a_mapping():
     with pytest.raises(ValueError, match="mapping"):
         Strategy.from_dict({"first": ["a", "b"], "escalate": ["c"], "resolve": [["count", "first"]]})
