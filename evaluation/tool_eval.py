@@ -190,7 +190,9 @@ def security_check(bench: Benchmark, index: ToolIndex, cfg: ToolsConfig, n_targe
     from serving.tools.catalog import Catalog
 
     cat = Catalog(locked, bench.catalog.groups.values())
-    idx = ToolIndex(cat, index.encoder, index.tool_vecs, index.group_vecs, index.schema_tokens)
+    # Only access facts changed: the per-field embeddings (if any were made) stay valid.
+    idx = ToolIndex(cat, index.encoder, index.tool_vecs, index.group_vecs, index.schema_tokens,
+                    field_vecs=index.field_cache)
     policy = AccessPolicy(role_permissions={"admin": ["secret.use"]})
     router = ToolRouter(idx, policy, cfg.retrieval, cfg.groups, pinned=[cards[i].key for i in sorted(restricted)[:3]])
     caller = Caller(tenant="eval", roles=("analyst",))

@@ -166,22 +166,31 @@ def register(app: typer.Typer) -> None:
         config: Path = typer.Option(None, help="Tools config (default configs/tools.yaml)."),
         retriever: str = typer.Option("trained", help="trained (the config's encoder) or base."),
         run_dir: str = typer.Option(None, help="Index and embedding cache (default from the config: runs/tools)."),
+        fields: str = typer.Option("bm25", help="Per-field rankings to weight after the grid: bm25, dense, "
+                                   "bm25,dense, or '' (none)."),
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
-        """Grid-search w_bm25 and rrf_k on training queries only; write <train.out_dir>/fusion[_base].json."""
+        """Grid-search w_bm25 and rrf_k, then per-field weights, on training queries only; write <train.out_dir>/fusion[_base].json."""
         from evaluation.tool_eval import retrievers_of
-        from evaluation.tool_fusion import fit_fusion, write_fusion
+        from evaluation.tool_fusion import fit_fusion, parse_fields, write_fusion
 
         try:
+            signals = parse_fields(fields)
             cfg = _load(config, overrides)
             dirs = retrievers_of(cfg, [retriever])[retriever]
             with _one_blas_thread():
-                result = fit_fusion(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo)
-        except (DataError, KeyError, FileNotFoundError) as e:
+                result = fit_fusion(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo, fields=signals)
+        except (DataError, KeyError, FileNotFoundError, ValueError) as e:
             _fail(str(e))
         path = write_fusion(result, Path(cfg.train.out_dir) / ("fusion.json" if retriever == "trained" else "fusion_base.json"))
         typer.echo(json.dumps({k: result[k] for k in ("w_bm25", "w_dense", "rrf_k", "score", "score_of_config")}))
-        typer.echo(f"wrote {path}; set retrieval.w_bm25 / rrf_k in the tools config to use them")
+        if "fields" in result:
+            f = result["fields"]
+            typer.echo(json.dumps({k: f[k] for k in ("w_bm25", "rrf_k", "w_bm25_fields", "w_dense_fields", "score")}))
+            for s in f["steps"]:
+                typer.echo(f"  {s['step']}: {s['score']:.4f}" + (f" ({s['gain']:+.4f})" if "gain" in s else ""))
+        typer.echo(f"wrote {path}; set retrieval.w_bm25 / rrf_k (and w_bm25_fields / w_dense_fields from `fields`) "
+                   "in the tools config to use them")
 
     @tools_app.command("eval")
     def eval_cmd(

@@ -12,6 +12,7 @@ cards and names the file and entry when a card is bad.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -123,6 +124,26 @@ def search_text(card: ToolCard) -> str:
         "; ".join(param_bits),
     ]
     return ". ".join(p for p in parts if p)
+
+
+# The parts of a card that per-field retrieval ranks on their own (`retrieval.w_bm25_fields`).
+FIELDS = ("name", "description", "parameters")
+_VARIANT = re.compile(r"~\d+$")
+
+
+def search_fields(card: ToolCard) -> dict[str, str]:
+    """`search_text` cut into its fields: name words, what it does, its parameters.
+
+    name: the key split into words, without a `~2` variant suffix (`Catalog`'s
+    rename of a duplicate, not a word of the name); description: description,
+    usage note and tags; parameters: each parameter's name words and description.
+    """
+    params = card.parameters.get("properties") or {}
+    bits = [f"{split_identifier(p)} {s.get('description', '') if isinstance(s, dict) else ''}".strip()
+            for p, s in params.items()]
+    return {"name": split_identifier(_VARIANT.sub("", card.key)),
+            "description": ". ".join(p for p in (card.description, card.when_to_use, " ".join(card.tags)) if p),
+            "parameters": "; ".join(bits)}
 
 
 def split_identifier(name: str) -> str:

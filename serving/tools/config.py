@@ -16,6 +16,21 @@ from serving.tools.policy import AccessPolicy
 from training.tool_retriever import RetrieverTrainConfig
 
 
+class FieldWeights(BaseModel):
+    """RRF weights of one signal's per-field rankings (card name, description, parameters); 0: not used."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: float = Field(default=0.0, ge=0)
+    description: float = Field(default=0.0, ge=0)
+    parameters: float = Field(default=0.0, ge=0)
+
+    def weighted(self) -> list[tuple[str, float]]:
+        """(field, weight) of the fields used, in FIELDS order."""
+        return [(f, w) for f, w in (("name", self.name), ("description", self.description),
+                                    ("parameters", self.parameters)) if w > 0]
+
+
 class RetrievalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -23,6 +38,11 @@ class RetrievalConfig(BaseModel):
     rrf_k: float = Field(default=60.0, gt=0)
     w_bm25: float = Field(default=1.0, ge=0)
     w_dense: float = Field(default=1.0, ge=0)
+    # Per-field rankings beside the whole-text ones (serving/tools/index.py): BM25 over a card's name,
+    # description or parameters alone, and the cosine to that field's embedding. All 0 (the default):
+    # exactly the two-signal fusion above.
+    w_bm25_fields: FieldWeights = Field(default_factory=FieldWeights)
+    w_dense_fields: FieldWeights = Field(default_factory=FieldWeights)
     # Query embeddings: int8 is ~2.4x faster with the same recall (see serving/tools/onnx_encoder.py).
     query_precision: Literal["fp32", "int8"] = "int8"
     query_threads: int = Field(default=1, ge=1, description="ONNX Runtime threads embedding a query (latency at low load vs cores)")
@@ -45,8 +65,8 @@ class RetrievalConfig(BaseModel):
 
     @model_validator(mode="after")
     def _some_signal(self):
-        if self.w_bm25 == 0 and self.w_dense == 0:
-            raise ValueError("w_bm25 and w_dense are both 0: give at least one retrieval signal a weight")
+        if self.w_bm25 == 0 and self.w_dense == 0 and not self.w_bm25_fields.weighted() and not self.w_dense_fields.weighted():
+            raise ValueError("w_bm25, w_dense and every per-field weight are 0: give at least one retrieval signal a weight")
         return self
 
 

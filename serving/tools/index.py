@@ -5,6 +5,12 @@ under `<index_dir>/<catalog version>/` (a run directory, never the package),
 so routing a request embeds only the query. BM25 is rebuilt on load: it takes
 well under a second for thousands of cards.
 
+Per-field retrieval (`retrieval.w_bm25_fields` / `w_dense_fields`, off by
+default) ranks the cards' name, description and parameters (`search_fields`)
+on their own as well: a BM25 index per field, built on first use
+(`field_bm25_scores`), and an embedding per card per field, cached beside
+the whole-text ones (`field_vecs`, computed on first use); each ranking enters the RRF with its weight.
+
     from serving.tools.index import ToolIndex
     index = ToolIndex.build(catalog, "runs/tools/index")     # or ToolIndex.load(...)
     bm25, dense = index.scores("refund the last charge")
@@ -14,17 +20,20 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from serving.tools.cards import search_text, split_identifier
+from serving.tools.cards import FIELDS, search_fields, search_text, split_identifier
 from serving.tools.catalog import Catalog
 from serving.tools.encoder import ENCODER_ID, MiniLMEncoder
 
 # Bump when search_text or the tokenisation changes: cached embeddings then no longer match.
 TEXT_RECIPE = "v1"
+# The same for `search_fields` (the per-field embeddings' file names carry it).
+FIELD_RECIPE = "f1"
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
     "a an and are as at be by can could do does for from get give has have i in is it me my of on or "
@@ -40,8 +49,7 @@ def bm25_tokens(text: str, stem) -> list[str]:
 class ToolIndex:
     def __init__(self, catalog: Catalog, encoder: MiniLMEncoder, tool_vecs: np.ndarray, group_vecs: np.ndarray,
                  schema_tokens: np.ndarray, index_dir: Path | None = None, build_seconds: float = 0.0,
-                 query_encoder=None, query_model=None):
-        import bm25s
+                 query_encoder=None, query_model=None, field_vecs: dict | None = None):
         import Stemmer
 
         self.catalog, self.encoder = catalog, encoder
@@ -55,10 +63,21 @@ class ToolIndex:
         self.schema_tokens = schema_tokens  # per card: tokens of its OpenAI definition
         self.index_dir, self.build_seconds = index_dir, build_seconds
         self._stem = Stemmer.Stemmer("english")
-        self.bm25 = bm25s.BM25()
-        docs = [bm25_tokens(search_text(c), self._stem) or ["<empty>"] for c in catalog.cards]
-        self.bm25.index(docs, show_progress=False)
+        self.bm25 = self._bm25_of([search_text(c) for c in catalog.cards])
         self._vocab = self.bm25.vocab_dict
+        self._fields: dict[str, tuple] = {}  # field → (BM25, vocab), built on first use
+        # field → (vectors, card has text), computed on first use; `field_vecs` shares another index's
+        # (the same cards, e.g. with other permissions) instead of embedding them again.
+        self.field_cache: dict[str, tuple[np.ndarray, np.ndarray]] = field_vecs if field_vecs is not None else {}
+        self._field_lock = threading.Lock()
+        self.field_seconds: dict[str, float] = {}  # build time of each per-field index ("bm25:name", "dense:name")
+
+    def _bm25_of(self, texts: list[str]):
+        import bm25s
+
+        bm25 = bm25s.BM25()
+        bm25.index([bm25_tokens(t, self._stem) or ["<empty>"] for t in texts], show_progress=False)
+        return bm25
 
     # -- building and caching -------------------------------------------------
 
@@ -137,6 +156,58 @@ class ToolIndex:
             return np.zeros(len(self.catalog), dtype=np.float32)
         return np.asarray(self.bm25.get_scores(toks), dtype=np.float32)
 
+    def field_bm25(self, field: str):
+        """(BM25 over one field of every card, its vocabulary): built once, on first use."""
+        if field not in FIELDS:
+            raise ValueError(f"unknown card field {field!r}; fields: {', '.join(FIELDS)}")
+        entry = self._fields.get(field)
+        if entry is None:
+            with self._field_lock:
+                entry = self._fields.get(field)
+                if entry is None:
+                    t0 = time.perf_counter()
+                    bm25 = self._bm25_of([search_fields(c)[field] for c in self.catalog.cards])
+                    entry = self._fields[field] = (bm25, bm25.vocab_dict)
+                    self.field_seconds[f"bm25:{field}"] = round(time.perf_counter() - t0, 3)
+        return entry
+
+    def field_bm25_scores(self, query: str, fields: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
+        """BM25 scores of `query` against each of `fields` (the query is tokenised once)."""
+        words = bm25_tokens(query, self._stem)
+        out = {}
+        for field in fields:
+            bm25, vocab = self.field_bm25(field)
+            toks = [t for t in words if t in vocab]
+            out[field] = (np.asarray(bm25.get_scores(toks), dtype=np.float32) if toks
+                          else np.zeros(len(self.catalog), dtype=np.float32))
+        return out
+
+    def field_vecs(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(embedding of one field of every card, which cards have text in it): computed once with the
+        tool encoder and cached beside the whole-text embeddings (`field_vecs_<field>_<recipe>.npy`)."""
+        if field not in FIELDS:
+            raise ValueError(f"unknown card field {field!r}; fields: {', '.join(FIELDS)}")
+        entry = self.field_cache.get(field)
+        if entry is None:
+            with self._field_lock:
+                entry = self.field_cache.get(field)
+                if entry is None:
+                    texts = [search_fields(c)[field] for c in self.catalog.cards]
+                    has = np.array([bool(t.strip()) for t in texts])
+                    path = self.index_dir / f"field_vecs_{field}_{FIELD_RECIPE}.npy" if self.index_dir else None
+                    if path is not None and path.exists():
+                        vecs = np.load(path)
+                    else:
+                        t0 = time.perf_counter()
+                        vecs = np.zeros((len(texts), self.tool_vecs.shape[1]), dtype=np.float32)
+                        if has.any():
+                            vecs[has] = self.encoder.encode([t for t, h in zip(texts, has) if h], batch_size=32)
+                        self.field_seconds[f"dense:{field}"] = round(time.perf_counter() - t0, 2)
+                        if path is not None:
+                            np.save(path, vecs)
+                    entry = self.field_cache[field] = (vecs, has)
+        return entry
+
     def scores(self, query: str, qvec: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(BM25 scores, cosine similarities), one per card."""
         qvec = self.embed_query(query) if qvec is None else qvec
@@ -155,26 +226,34 @@ def checked_model_dir(path: str | None, field: str) -> Path | None:
 
 
 def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: float = 60.0,
-             w_bm25: float = 1.0, w_dense: float = 1.0) -> np.ndarray:
+             w_bm25: float = 1.0, w_dense: float = 1.0,
+             extra: list[tuple[np.ndarray, float, np.ndarray | None]] = ()) -> np.ndarray:
     """Reciprocal rank fusion over the candidate cards (a bool mask); -inf elsewhere.
 
     A card BM25 does not match at all (score 0) gets no BM25 credit: its rank
-    among the zeros would be arbitrary.
+    among the zeros would be arbitrary. `extra`: more rankings (per-field BM25
+    and dense), each `(scores, weight, credited)`: cards outside `credited` (a
+    bool mask; None: all) rank last and get no credit. Without extras (or with
+    zero weights) the sum is exactly the two-signal one.
     """
     fused = np.full(len(dense), -np.inf, dtype=np.float64)
     idx = np.flatnonzero(candidates)
     if idx.size == 0:
         return fused
     total = np.zeros(idx.size, dtype=np.float64)
-    for scores, w in ((bm25, w_bm25), (dense, w_dense)):
+    signals = [(bm25, w_bm25, bm25 > 0), (dense, w_dense, None), *extra]
+    for scores, w, credited in signals:
         if w == 0:
             continue
         s = scores[idx]
+        if credited is not None:
+            ok = credited[idx]
+            s = np.where(ok, s, -np.inf)
         ranks = np.empty(idx.size, dtype=np.float64)
         ranks[np.argsort(-s, kind="stable")] = np.arange(1, idx.size + 1)
         contrib = w / (k + ranks)
-        if scores is bm25:
-            contrib[s <= 0] = 0.0
+        if credited is not None:
+            contrib[~ok] = 0.0
         total += contrib
     fused[idx] = total
     return fused

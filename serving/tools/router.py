@@ -105,6 +105,14 @@ class ToolRouter:
         self._rg_tokens: dict[int, int] = {}  # per group: its tokens inside the request_group tool
         self._rg_base_tokens: int | None = None
         self._pool = None  # worker threads embedding queries while BM25 scores (overlap_bm25)
+        # Per-field rankings (retrieval.w_bm25_fields / w_dense_fields): their indexes are built here,
+        # never on a request.
+        self._bm25_fields = self.retrieval.w_bm25_fields.weighted()
+        self._dense_fields = self.retrieval.w_dense_fields.weighted()
+        for f, _ in self._bm25_fields:
+            index.field_bm25(f)
+        for f, _ in self._dense_fields:
+            index.field_vecs(f)
 
     @classmethod
     def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
@@ -147,13 +155,14 @@ class ToolRouter:
             # ONNX Runtime releases the GIL: BM25 scores the texts on this thread while the query embeds.
             pending = self._embedder().submit(self._vectors, texts, None)
             bm25 = [self.index.bm25_scores(t) for t in texts]
+            fields = [self.field_scores(t) for t in texts]
             Q = pending.result()
         else:
             Q = self._vectors(texts, qvecs)
-            bm25 = None
+            bm25 = fields = None
         self._remember(query, Q[0])
         t2 = time.perf_counter()
-        fused, dense = self.fuse(texts, Q, seen.visible, bm25)
+        fused, dense = self.fuse(texts, Q, seen.visible, bm25, fields)
         t3 = time.perf_counter()
         asks = len(texts) - 1  # 0: one ask
         k = top_k_override or max(self.retrieval.top_k, self.retrieval.k_per_intent * asks)
@@ -248,23 +257,36 @@ class ToolRouter:
             self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="tool-embed")
         return self._pool
 
-    def fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray,
-              bm25: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def field_scores(self, text: str) -> dict[str, np.ndarray]:
+        """Per-field BM25 scores of `text` for the fields weighted in `w_bm25_fields` (none: {})."""
+        return self.index.field_bm25_scores(text, [f for f, _ in self._bm25_fields]) if self._bm25_fields else {}
+
+    def _field_signals(self, fields: dict[str, np.ndarray], fcos: dict[str, np.ndarray], j: int) -> list:
+        """The per-field rankings of text j for `rrf_fuse(extra=...)`: BM25 fields, then dense fields."""
+        out = [(fields[f], w, fields[f] > 0) for f, w in self._bm25_fields]
+        return out + [(fcos[f][:, j], w, self.index.field_vecs(f)[1]) for f, w in self._dense_fields]
+
+    def fuse(self, texts: list[str], Q: np.ndarray, visible: np.ndarray, bm25: list[np.ndarray] | None = None,
+             fields: list[dict[str, np.ndarray]] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Fused scores over visible cards, and each card's best cosine to any of the texts.
 
-        Each text (the whole request, then each ask) gets its own BM25 + dense RRF;
-        a card's score is its best over the texts, an ask's scaled by
-        `intent_weight`, so that every ask's best tools rise together. A sliver of
-        the whole request's score breaks ties between asks.
+        Each text (the whole request, then each ask) gets its own BM25 + dense RRF
+        (with the per-field rankings that are weighted; `fields`: their BM25 scores
+        per text, from `field_scores`); a card's score is its best over the texts,
+        an ask's scaled by `intent_weight`, so that every ask's best tools rise
+        together. A sliver of the whole request's score breaks ties between asks.
         """
         r = self.retrieval
         bm25 = bm25 or [self.index.bm25_scores(t) for t in texts]
+        fields = fields if fields is not None else [self.field_scores(t) for t in texts]
         cos = self.index.tool_vecs @ Q.T  # (cards, texts)
-        fused = rrf_fuse(bm25[0], cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense)
+        fcos = {f: self.index.field_vecs(f)[0] @ Q.T for f, _ in self._dense_fields}
+        fused = rrf_fuse(bm25[0], cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense, self._field_signals(fields[0], fcos, 0))
         if len(texts) > 1:
             best = fused.copy()
             for j in range(1, len(texts)):
-                part = rrf_fuse(bm25[j], cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense)
+                part = rrf_fuse(bm25[j], cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense,
+                                self._field_signals(fields[j], fcos, j))
                 np.maximum(best, r.intent_weight * part, out=best)
             fused = best + 1e-3 * fused
         return fused, cos.max(axis=1)
@@ -347,8 +369,11 @@ class ToolRouter:
             if not mask.any():  # hidden and non-existent groups answer alike: nothing leaks
                 exp = Expansion(group, False, [], "unknown_group")
             else:
-                bm25, dense = self.index.scores(decision.query, self._embed(decision.query))
-                fused = rrf_fuse(bm25, dense, mask, self.retrieval.rrf_k, self.retrieval.w_bm25, self.retrieval.w_dense)
+                qvec = self._embed(decision.query)
+                bm25, dense = self.index.scores(decision.query, qvec)
+                fcos = {f: (self.index.field_vecs(f)[0] @ qvec)[:, None] for f, _ in self._dense_fields}
+                fused = rrf_fuse(bm25, dense, mask, self.retrieval.rrf_k, self.retrieval.w_bm25, self.retrieval.w_dense,
+                                 self._field_signals(self.field_scores(decision.query), fcos, 0))
                 have = set(decision.tool_keys)
                 new = [int(i) for i in top_k(fused, self.gcfg.expand_k + len(have)) if self.catalog.cards[i].key not in have]
                 new = new[: self.gcfg.expand_k]

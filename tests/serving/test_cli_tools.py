@@ -67,3 +67,13 @@ def test_set_overrides_the_tools_config(cards_file, tmp_path):
     assert json.loads(r.output)["intents"] == []
     r = runner.invoke(app, [*base, "--set", "retrieval.max_intents=0"])
     assert r.exit_code == 1 and "retrieval.max_intents" in r.output
+
+
+def test_fit_fusion_names_a_bad_field_signal_or_weight(tmp_path):
+    runner, app = CliRunner(), make_app()
+    r = runner.invoke(app, ["tools", "fit-fusion", "--fields", "bm25,sparse", "--run-dir", str(tmp_path)])
+    assert r.exit_code == 1 and "--fields: unknown signal(s) ['sparse']" in r.output
+    r = runner.invoke(app, ["tools", "fit-fusion", "--run-dir", str(tmp_path),
+                            "--set", "retrieval.w_bm25_fields.name=-0.5"])
+    assert r.exit_code == 1 and "retrieval.w_bm25_fields.name" in r.output
+    assert not any(tmp_path.iterdir())  # nothing was built or written
