@@ -273,6 +273,67 @@ def best_fixed_strategy(
     return _row_of_specs(name or "best fixed strategy", picks, sims, cd, specs, {})
 
 
+@dataclass
+class Ceiling:
+    """What routing *without per-request information* reaches on all rows for a cost target: the best one strategy
+    within the budget, and the best mix of two (a share of requests to each, spending the budget exactly).
+    Chosen on the rows it scores, so optimistic, never a result. A policy can beat it only with what the router
+    knows about each request; where it stays below the best single model, meeting the target must come from that."""
+
+    cost_fraction: float
+    strategy: str  # the best one strategy within the budget ("" when none fits)
+    accuracy: float
+    usd_per_million: float
+    mix: str  # the mix's two strategies, "a + b (share of b)"; the one strategy when no mix does better
+    mix_accuracy: float
+    mix_usd_per_million: float
+    best_single: str  # the best single model on all rows (the report's per-fold reference may mix two)
+    best_single_accuracy: float
+    best_single_usd_per_million: float
+
+    @property
+    def reaches_best_single(self) -> bool:
+        return self.mix_accuracy >= self.best_single_accuracy
+
+
+def fixed_ceilings(cd: CascadeData, fractions: tuple[float, ...] = (0.1, 0.2), *, specs: list[Spec] | None = None
+                   ) -> list[Ceiling]:
+    """Per cost fraction of the best single model's mean cost (all rows), the `Ceiling`: every menu strategy run
+    on every row, resolve rules fitted on the same rows, and the upper hull of their (cost, accuracy) points
+    read at the budget."""
+    specs = specs or default_menu(cd)
+    rows = np.arange(len(cd.data.example_ids))
+    sim = simulate(cd, specs, cd.data.cost.mean(axis=0), fit_rows=rows)
+    acc, cost = sim.correct.mean(axis=0), sim.cost.mean(axis=0)
+    front = pareto_menu(sim, rows)  # cheapest first, accuracy rising: the hull's vertices are among these
+    best = best_single_column(cd.data.correct, cd.data.cost)
+    best_acc, best_cost = float(cd.data.correct[:, best].mean()), float(cd.data.cost[:, best].mean())
+
+    def name(j):
+        return spec_name(specs[j], cd.data.models, sim.rules.get(j))
+
+    out = []
+    for f in fractions:
+        budget = f * best_cost
+        inside = [j for j in front if cost[j] <= budget]
+        if not inside:
+            out.append(Ceiling(f, "", float("nan"), float("nan"), "", float("nan"), float("nan"),
+                               cd.data.models[best], best_acc, best_cost * 1e6))
+            continue
+        one = inside[-1]
+        mix, mix_acc, mix_cost = name(one), float(acc[one]), float(cost[one])
+        for i in inside:
+            for j in front:
+                if cost[j] > budget:
+                    share = (budget - cost[i]) / (cost[j] - cost[i])
+                    a = float(acc[i] + share * (acc[j] - acc[i]))
+                    if a > mix_acc + 1e-12:
+                        mix, mix_acc, mix_cost = f"{name(i)} + {name(j)} ({share:.0%})", a, budget
+        out.append(Ceiling(f, name(one), float(acc[one]), float(cost[one] * 1e6), mix, mix_acc, mix_cost * 1e6,
+                           cd.data.models[best], best_acc, best_cost * 1e6))
+    return out
+
+
 def deployable_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost_fraction", cost_fraction: float = 0.2,
                       **fit_kw) -> StrategyPolicy:
     """The policy to serve: menu, regressions and λ fitted on every held-out row (λ cross-fitted)."""

@@ -193,3 +193,26 @@ def test_strategy_rows_recomputed_from_the_recorded_outputs(tiny_run):
         assert rows[name]["accuracy"] == pytest.approx(np.mean(ok)), name
         assert rows[name]["usd_per_million"] == pytest.approx(np.mean(paid) * 1e6), name
         assert rows[name]["accuracy_ci_low"] <= rows[name]["accuracy"] <= rows[name]["accuracy_ci_high"]
+
+
+def test_the_ceiling_bounds_every_single_model_within_its_budget(tiny_run):
+    """The in-sample ceiling per cost target is at least as accurate as any single model that fits the budget on
+    all rows (it chooses among them too), its mix spends no more than the budget, and the report says whether
+    routing without per-request information reaches the best single model."""
+    run, _ = tiny_run
+    metrics = json.loads((run / "report" / "metrics.json").read_text())
+    labels = pd.DataFrame([lb.model_dump() for lb in read_labels(run / "labels.parquet")])
+    labels = labels[labels.example_id.isin(pd.read_csv(run / "report" / "strategy_choices.csv").example_id)]
+    per_model = labels.groupby("model").agg(acc=("correct", "mean"), cost=("cost_usd", "mean"))
+    best = per_model.sort_values(["acc", "cost"], ascending=[False, True]).iloc[0]
+    ceilings = metrics["fixed_strategy_ceiling"]
+    assert [c["cost_fraction"] for c in ceilings] == [0.2, 0.1]
+    for c in ceilings:
+        assert c["best_single_accuracy"] == pytest.approx(best.acc)
+        assert c["usd_per_million"] <= c["cost_fraction"] * best.cost * 1e6 + 1e-6
+        fits = per_model[per_model.cost <= c["cost_fraction"] * best.cost]
+        assert c["accuracy"] >= fits.acc.max() - 1e-12 and c["mix_accuracy"] >= c["accuracy"]
+        assert c["mix_usd_per_million"] <= c["cost_fraction"] * best.cost * 1e6 + 1e-6
+        assert c["reaches_best_single"] == (c["mix_accuracy"] >= c["best_single_accuracy"])
+    report = (run / "report" / "report.md").read_text()
+    assert "## Can this pool meet the cost targets? (in-sample ceiling)" in report

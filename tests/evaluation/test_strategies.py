@@ -13,7 +13,7 @@ from data.schema import Call, Example, Expected, Message, Output, Tool
 from evaluation.routing_eval import RoutingData
 from evaluation.stats import paired_bootstrap
 from evaluation.strategies import CascadeData, menu_of, pareto_menu, simulate, spec_name
-from evaluation.strategy_eval import best_fixed_strategy, evaluate_strategy_policy, fold_simulations
+from evaluation.strategy_eval import best_fixed_strategy, evaluate_strategy_policy, fixed_ceilings, fold_simulations
 
 MODELS = ["cheap_a", "cheap_b", "strong"]
 COSTS = np.array([1.0, 2.0, 10.0])
@@ -116,6 +116,30 @@ def test_policy_beats_the_strong_model_at_a_fraction_of_its_cost_on_synthetic_da
     assert sum(res.chosen.values()) == len(probs)
     fixed = best_fixed_strategy(cd, target="cost_fraction", cost_fraction=0.5, specs=specs, sims=sims)
     assert fixed.outcome.mean_cost_usd <= 0.5 * 10.0 + 1e-9
+
+
+def test_the_in_sample_ceiling_is_the_best_strategy_and_the_best_mix_of_two_within_each_budget():
+    cd, _ = _synthetic()
+    specs = menu_of(3)
+    tight, loose = fixed_ceilings(cd, (0.1, 0.7), specs=specs)
+    sim = simulate(cd, specs, COSTS)
+    acc, cost = sim.correct.mean(axis=0), sim.cost.mean(axis=0)
+    strong_acc = cd.data.correct[:, 2].mean()
+    assert loose.accuracy == pytest.approx(acc[cost <= 0.7 * 10.0].max())
+    assert loose.usd_per_million <= 0.7 * 10.0 * 1e6 and loose.strategy.startswith("agree(")
+    # The mix, by brute force over every pair of strategies on either side of the budget.
+    budget = 0.7 * 10.0
+    mixes = [acc[i] + (budget - cost[i]) / (cost[j] - cost[i]) * (acc[j] - acc[i])
+             for i in np.flatnonzero(cost <= budget) for j in np.flatnonzero(cost > budget)]
+    assert loose.mix_accuracy == pytest.approx(max(loose.accuracy, max(mixes)))
+    assert loose.best_single_accuracy == pytest.approx(strong_acc) and loose.best_single_usd_per_million == 10.0 * 1e6
+    assert loose.reaches_best_single == (loose.mix_accuracy >= strong_acc)
+    # At 10% of the strong model's cost only cheap_a alone fits, and no mix reaches the strong model.
+    assert tight.strategy == "single(cheap_a)" and not tight.reaches_best_single
+    assert tight.accuracy <= tight.mix_accuracy < strong_acc
+    # A budget nothing fits says so instead of naming the cheapest strategy.
+    none = fixed_ceilings(cd, (0.05,), specs=specs)[0]
+    assert none.strategy == "" and np.isnan(none.accuracy) and not none.reaches_best_single
 
 
 def test_held_out_labels_never_choose_the_parameters():
