@@ -134,9 +134,10 @@ def field_search(cfg: ToolsConfig, fitted, start: tuple[float, float], signals: 
     """Coordinate search, from the grid's best (w_bm25, rrf_k) with no field weighted: one stage per signal
     in `signals`, each over w_bm25, rrf_k and every field weight so far, until a pass changes nothing."""
     memo: dict[tuple, list[float]] = {}
+    dims = ["w_bm25", "rrf_k", *(f"{sig}.{f}" for sig in FIELD_SIGNALS for f in FIELDS)]
 
     def per_bench(point: dict) -> list[float]:
-        key = tuple(sorted(point.items()))
+        key = tuple(point.get(d, 0.0) for d in dims)  # a field not searched yet weighs 0
         if key not in memo:
             upd = {"w_bm25": point["w_bm25"], "w_dense": 1.0, "rrf_k": point["rrf_k"]}
             for sig in FIELD_SIGNALS:
@@ -178,7 +179,7 @@ def field_search(cfg: ToolsConfig, fitted, start: tuple[float, float], signals: 
     return {"w_bm25": point["w_bm25"], "w_dense": 1.0, "rrf_k": point["rrf_k"],
             **{f"w_{sig}_fields": {f: point.get(f"{sig}.{f}", 0.0) for f in FIELDS} for sig in FIELD_SIGNALS},
             "score": evaluate(point), "steps": steps, "signals": list(signals),
-            "points": [{**dict(k), "score": float(np.mean(v)), "per_benchmark": dict(zip(names, v))}
+            "points": [{**dict(zip(dims, k)), "score": float(np.mean(v)), "per_benchmark": dict(zip(names, v))}
                        for k, v in memo.items()]}
 
 
