@@ -60,10 +60,14 @@ def _score(router: ToolRouter, prepared, keys, by_name: bool) -> float:
 def parse_fields(text: str | None) -> tuple[str, ...]:
     """`--fields bm25,dense` → ("bm25", "dense"); "" or None: no per-field search."""
     got = tuple(dict.fromkeys(p.strip() for p in (text or "").split(",") if p.strip()))
-    bad = [p for p in got if p not in FIELD_SIGNALS]
-    if bad:
-        raise ValueError(f"--fields: unknown signal(s) {bad}; choose from {', '.join(FIELD_SIGNALS)} (comma-separated)")
+    _check_signals(got, "--fields")
     return got
+
+
+def _check_signals(signals: tuple[str, ...], what: str) -> None:
+    bad = [p for p in signals if p not in FIELD_SIGNALS]
+    if bad:
+        raise ValueError(f"{what}: unknown signal(s) {bad}; choose from {', '.join(FIELD_SIGNALS)} (comma-separated)")
 
 
 def fit_fusion(cfg: ToolsConfig, data_root: str | Path, run_dir: str | Path, model_dir: str | None = None,
@@ -71,9 +75,7 @@ def fit_fusion(cfg: ToolsConfig, data_root: str | Path, run_dir: str | Path, mod
                fields: tuple[str, ...] = ()) -> dict:
     """The grid's scores and the best (w_bm25, rrf_k), on at most `per_bench` training queries per benchmark;
     with `fields` ("bm25", "dense"), the per-field coordinate search after it (`result["fields"]`)."""
-    bad = [f for f in fields if f not in FIELD_SIGNALS]
-    if bad:
-        raise ValueError(f"fields: unknown signal(s) {bad}; choose from {', '.join(FIELD_SIGNALS)}")
+    _check_signals(fields, "fields")
     grid = list(itertools.product(W_BM25, RRF_K))
     scores = {g: [] for g in grid}
     fitted, used, build = training_sets(cfg, data_root, run_dir, model_dir, query_model_dir, per_bench, fields)

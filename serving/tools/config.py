@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
+from serving.tools.cards import FIELDS
 from serving.tools.policy import AccessPolicy
 from training.tool_retriever import RetrieverTrainConfig
 
@@ -27,8 +28,7 @@ class FieldWeights(BaseModel):
 
     def weighted(self) -> list[tuple[str, float]]:
         """(field, weight) of the fields used, in FIELDS order."""
-        return [(f, w) for f, w in (("name", self.name), ("description", self.description),
-                                    ("parameters", self.parameters)) if w > 0]
+        return [(f, getattr(self, f)) for f in FIELDS if getattr(self, f) > 0]
 
 
 class RetrievalConfig(BaseModel):

@@ -151,62 +151,61 @@ class ToolIndex:
         return self.query_encoder.encode([query])[0]
 
     def bm25_scores(self, query: str) -> np.ndarray:
-        toks = [t for t in bm25_tokens(query, self._stem) if t in self._vocab]
+        return self._scores_of(self.bm25, self._vocab, bm25_tokens(query, self._stem))
+
+    def _scores_of(self, bm25, vocab, words: list[str]) -> np.ndarray:
+        """One BM25 index's scores for tokenised words (words it never saw dropped; none left: all 0)."""
+        toks = [t for t in words if t in vocab]
         if not toks:
             return np.zeros(len(self.catalog), dtype=np.float32)
-        return np.asarray(self.bm25.get_scores(toks), dtype=np.float32)
+        return np.asarray(bm25.get_scores(toks), dtype=np.float32)
+
+    def _once(self, cache: dict, field: str, build):
+        """`cache[field]`, built by `build()` under the lock the first time (routing threads may race)."""
+        if field not in FIELDS:
+            raise ValueError(f"unknown card field {field!r}; fields: {', '.join(FIELDS)}")
+        entry = cache.get(field)
+        if entry is None:
+            with self._field_lock:
+                entry = cache.get(field)
+                if entry is None:
+                    entry = cache[field] = build()
+        return entry
 
     def field_bm25(self, field: str):
         """(BM25 over one field of every card, its vocabulary): built once, on first use."""
-        if field not in FIELDS:
-            raise ValueError(f"unknown card field {field!r}; fields: {', '.join(FIELDS)}")
-        entry = self._fields.get(field)
-        if entry is None:
-            with self._field_lock:
-                entry = self._fields.get(field)
-                if entry is None:
-                    t0 = time.perf_counter()
-                    bm25 = self._bm25_of([search_fields(c)[field] for c in self.catalog.cards])
-                    entry = self._fields[field] = (bm25, bm25.vocab_dict)
-                    self.field_seconds[f"bm25:{field}"] = round(time.perf_counter() - t0, 3)
-        return entry
+        def build():
+            t0 = time.perf_counter()
+            bm25 = self._bm25_of([search_fields(c)[field] for c in self.catalog.cards])
+            self.field_seconds[f"bm25:{field}"] = round(time.perf_counter() - t0, 3)
+            return bm25, bm25.vocab_dict
+
+        return self._once(self._fields, field, build)
 
     def field_bm25_scores(self, query: str, fields: tuple[str, ...] | list[str]) -> dict[str, np.ndarray]:
         """BM25 scores of `query` against each of `fields` (the query is tokenised once)."""
         words = bm25_tokens(query, self._stem)
-        out = {}
-        for field in fields:
-            bm25, vocab = self.field_bm25(field)
-            toks = [t for t in words if t in vocab]
-            out[field] = (np.asarray(bm25.get_scores(toks), dtype=np.float32) if toks
-                          else np.zeros(len(self.catalog), dtype=np.float32))
-        return out
+        return {field: self._scores_of(*self.field_bm25(field), words) for field in fields}
 
     def field_vecs(self, field: str) -> tuple[np.ndarray, np.ndarray]:
         """(embedding of one field of every card, which cards have text in it): computed once with the
         tool encoder and cached beside the whole-text embeddings (`field_vecs_<field>_<recipe>.npy`)."""
-        if field not in FIELDS:
-            raise ValueError(f"unknown card field {field!r}; fields: {', '.join(FIELDS)}")
-        entry = self.field_cache.get(field)
-        if entry is None:
-            with self._field_lock:
-                entry = self.field_cache.get(field)
-                if entry is None:
-                    texts = [search_fields(c)[field] for c in self.catalog.cards]
-                    has = np.array([bool(t.strip()) for t in texts])
-                    path = self.index_dir / f"field_vecs_{field}_{FIELD_RECIPE}.npy" if self.index_dir else None
-                    if path is not None and path.exists():
-                        vecs = np.load(path)
-                    else:
-                        t0 = time.perf_counter()
-                        vecs = np.zeros((len(texts), self.tool_vecs.shape[1]), dtype=np.float32)
-                        if has.any():
-                            vecs[has] = self.encoder.encode([t for t, h in zip(texts, has) if h], batch_size=32)
-                        self.field_seconds[f"dense:{field}"] = round(time.perf_counter() - t0, 2)
-                        if path is not None:
-                            np.save(path, vecs)
-                    entry = self.field_cache[field] = (vecs, has)
-        return entry
+        def build():
+            texts = [search_fields(c)[field] for c in self.catalog.cards]
+            has = np.array([bool(t.strip()) for t in texts])
+            path = self.index_dir / f"field_vecs_{field}_{FIELD_RECIPE}.npy" if self.index_dir else None
+            if path is not None and path.exists():
+                return np.load(path), has
+            t0 = time.perf_counter()
+            vecs = np.zeros((len(texts), self.tool_vecs.shape[1]), dtype=np.float32)
+            if has.any():
+                vecs[has] = self.encoder.encode([t for t, h in zip(texts, has) if h], batch_size=32)
+            self.field_seconds[f"dense:{field}"] = round(time.perf_counter() - t0, 2)
+            if path is not None:
+                np.save(path, vecs)
+            return vecs, has
+
+        return self._once(self.field_cache, field, build)
 
     def scores(self, query: str, qvec: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(BM25 scores, cosine similarities), one per card."""

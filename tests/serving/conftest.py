@@ -39,6 +39,18 @@ def encoder():
     return MiniLMEncoder.load()
 
 
+def build_tiny_index(encoder, tmp_path_factory):
+    """The index of CARDS_YAML, built with `encoder` under fresh temporary folders (for module fixtures)."""
+    from serving.tools.catalog import Catalog
+    from serving.tools.index import ToolIndex
+    from serving.tools.loaders import load_cards
+
+    path = tmp_path_factory.mktemp("cards") / "cards.yaml"
+    path.write_text(CARDS_YAML)
+    cards, groups = load_cards(path)
+    return ToolIndex.build(Catalog(cards, groups), tmp_path_factory.mktemp("index"), encoder=encoder)
+
+
 @pytest.fixture()
 def cards_file(tmp_path):
     p = tmp_path / "cards.yaml"

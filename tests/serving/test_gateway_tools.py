@@ -19,12 +19,10 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_messages
 from serving.gateway.tools import GatewayTools
-from serving.tools.catalog import REQUEST_GROUP, Catalog
+from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.config import RetrievalConfig
-from serving.tools.index import ToolIndex
-from serving.tools.loaders import load_cards
 from serving.tools.router import ToolRouter
-from tests.serving.conftest import CARDS_YAML
+from tests.serving.conftest import CARDS_YAML, build_tiny_index
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
 from tests.serving.test_tool_router import POLICY
@@ -42,10 +40,7 @@ FORBIDDEN_FOR_SUPPORT = {"payments.refund_payment", "payments.charge_card", "inv
 
 @pytest.fixture(scope="module")
 def tool_index(encoder, tmp_path_factory):
-    path = tmp_path_factory.mktemp("cards") / "cards.yaml"
-    path.write_text(CARDS_YAML)
-    cards, groups = load_cards(path)
-    return ToolIndex.build(Catalog(cards, groups), tmp_path_factory.mktemp("index"), encoder=encoder)
+    return build_tiny_index(encoder, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from serving.tools.config import FieldWeights, RetrievalConfig, ToolsConfig, loa
 from serving.tools.index import ToolIndex, bm25_tokens, rrf_fuse, top_k
 from serving.tools.policy import AccessPolicy
 from serving.tools.router import ToolRouter
+from tests.serving.conftest import build_tiny_index
 
 ALL_FIELDS = {"w_bm25_fields": FieldWeights(name=0.5, description=0.25, parameters=0.25),
               "w_dense_fields": FieldWeights(name=0.25, description=0.25, parameters=0.25)}
@@ -266,13 +267,7 @@ def test_no_unauthorised_exposure_with_every_field_ranking_on(metatool, index_fo
 
 @pytest.fixture(scope="module")
 def index_for_tiny_catalog(encoder, tmp_path_factory):
-    from serving.tools.loaders import load_cards
-    from tests.serving.conftest import CARDS_YAML
-
-    path = tmp_path_factory.mktemp("cards") / "cards.yaml"
-    path.write_text(CARDS_YAML)
-    cards, groups = load_cards(path)
-    return ToolIndex.build(Catalog(cards, groups), tmp_path_factory.mktemp("index"), encoder=encoder)
+    return build_tiny_index(encoder, tmp_path_factory)
 
 
 def test_the_field_search_reports_each_step_and_never_loses(shared_data, tmp_path):

@@ -11,9 +11,9 @@ from serving.tools.cards import ToolCard
 from serving.tools.catalog import REQUEST_GROUP, Catalog
 from serving.tools.config import GroupConfig, RetrievalConfig
 from serving.tools.index import ToolIndex, rrf_fuse, top_k
-from serving.tools.loaders import load_cards
 from serving.tools.policy import AccessPolicy, Caller
 from serving.tools.router import ToolRouter
+from tests.serving.conftest import build_tiny_index
 
 POLICY = AccessPolicy(
     role_permissions={"support": ["payments.read"], "admin": ["payments.read", "payments.refund", "payments.write", "invoices.write"]},
@@ -24,12 +24,7 @@ ADMIN = Caller(tenant="acme", roles=["admin"], environment="prod")
 
 @pytest.fixture(scope="module")
 def index(encoder, tmp_path_factory):
-    from tests.serving.conftest import CARDS_YAML
-
-    path = tmp_path_factory.mktemp("cards") / "cards.yaml"
-    path.write_text(CARDS_YAML)
-    cards, groups = load_cards(path)
-    return ToolIndex.build(Catalog(cards, groups), tmp_path_factory.mktemp("index"), encoder=encoder)
+    return build_tiny_index(encoder, tmp_path_factory)
 
 
 def router(index, **kw):
