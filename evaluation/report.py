@@ -50,6 +50,7 @@ from evaluation.strategy_eval import (  # noqa: E402
     evaluate_strategy_policies,
     fixed_ceilings,
     fold_simulations,
+    simulate_all_rows,
     row_of_choice,
 )
 
@@ -74,6 +75,7 @@ class Evaluation:
     strategies: dict[str, RowOutcome] = field(default_factory=dict)  # headline name → held-out outcome
     references_extra: dict[str, dict[str, RouterResult]] = field(default_factory=dict)  # e.g. the category prior
     ceilings: list[Ceiling] = field(default_factory=list)  # in-sample: can any one strategy meet the cost targets?
+    all_rows: dict = field(default_factory=dict)  # {"specs", "sim"}: the menu on every row (ceilings, deployable policy)
 
 
 def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
@@ -131,7 +133,10 @@ def run_evaluation(
     if outputs is not None and pool is not None:
         ev.cascade = CascadeData.from_outputs(outputs, examples, pool, data, progress=progress)
         ev.strategies = strategy_rows(ev.cascade, probs)
-        ev.ceilings = fixed_ceilings(ev.cascade, tuple(f for t, f, _ in STRATEGY_TARGETS if t == "cost_fraction"))
+        specs = default_menu(ev.cascade)
+        ev.all_rows = {"specs": specs, "sim": simulate_all_rows(ev.cascade, specs)}
+        ev.ceilings = fixed_ceilings(ev.cascade, tuple(f for t, f, _ in STRATEGY_TARGETS if t == "cost_fraction"),
+                                     **ev.all_rows)
     return ev
 
 
@@ -182,7 +187,7 @@ def evaluate_run(run_dir: str | Path, *, labels: str | Path | None = None, examp
     if ev.cascade is not None and (run / "router" / "router.json").exists():
         from evaluation.strategy_eval import write_strategy_policy
 
-        deploy["strategy_policy"] = str(write_strategy_policy(run / "router", ev.cascade, probs))
+        deploy["strategy_policy"] = str(write_strategy_policy(run / "router", ev.cascade, probs, **ev.all_rows))
     context = {"command": f"switchcraft evaluate {run}", "labels": str(labels), "examples": str(examples), "target": target,
                "deploy": deploy}
     metrics = run / "router" / "metrics.json"

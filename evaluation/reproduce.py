@@ -123,7 +123,8 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                             embeddings=embeddings, target=opts.target, budget_per_million=opts.budget_per_million,
                             outputs=outputs, pool=pool, progress=opts.progress)
         if router_dir(train_cfg).exists() and ev.cascade is not None:
-            path = write_strategy_policy(router_dir(train_cfg), ev.cascade, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0])
+            path = write_strategy_policy(router_dir(train_cfg), ev.cascade, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0],
+                                         **ev.all_rows)
             console.print(f"strategy policy (≤ 20% of best-single cost) written into {path}")
         context = {
             "command": "switchcraft reproduce",

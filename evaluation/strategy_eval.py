@@ -296,14 +296,20 @@ class Ceiling:
         return self.mix_accuracy >= self.best_single_accuracy
 
 
-def fixed_ceilings(cd: CascadeData, fractions: tuple[float, ...] = (0.1, 0.2), *, specs: list[Spec] | None = None
-                   ) -> list[Ceiling]:
+def simulate_all_rows(cd: CascadeData, specs: list[Spec]) -> Simulated:
+    """Every spec on every row, "cheaper" by the mean costs over all rows and resolve rules fitted on all rows:
+    what the in-sample ceiling and the deployable policy both start from (pass it to each to simulate once)."""
+    return simulate(cd, specs, cd.data.cost.mean(axis=0), fit_rows=np.arange(len(cd.data.example_ids)))
+
+
+def fixed_ceilings(cd: CascadeData, fractions: tuple[float, ...] = (0.1, 0.2), *, specs: list[Spec] | None = None,
+                   sim: Simulated | None = None) -> list[Ceiling]:
     """Per cost fraction of the best single model's mean cost (all rows), the `Ceiling`: every menu strategy run
     on every row, resolve rules fitted on the same rows, and the upper hull of their (cost, accuracy) points
     read at the budget."""
     specs = specs or default_menu(cd)
     rows = np.arange(len(cd.data.example_ids))
-    sim = simulate(cd, specs, cd.data.cost.mean(axis=0), fit_rows=rows)
+    sim = sim or simulate_all_rows(cd, specs)
     acc, cost = sim.correct.mean(axis=0), sim.cost.mean(axis=0)
     front = pareto_menu(sim, rows)  # cheapest first, accuracy rising: the hull's vertices are among these
     best = best_single_column(cd.data.correct, cd.data.cost)
@@ -335,18 +341,19 @@ def fixed_ceilings(cd: CascadeData, fractions: tuple[float, ...] = (0.1, 0.2), *
 
 
 def deployable_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost_fraction", cost_fraction: float = 0.2,
-                      **fit_kw) -> StrategyPolicy:
-    """The policy to serve: menu, regressions and λ fitted on every held-out row (λ cross-fitted)."""
-    specs = default_menu(cd)
-    rows = np.arange(len(probs))
-    sim = simulate(cd, specs, cd.data.cost.mean(axis=0), fit_rows=rows)
-    return fit_policies(cd, probs, rows, sim, specs, [(target, cost_fraction)], **fit_kw)[0][0]
+                      specs: list[Spec] | None = None, sim: Simulated | None = None, **fit_kw) -> StrategyPolicy:
+    """The policy to serve: menu, regressions and λ fitted on every held-out row (λ cross-fitted). `specs` and
+    `sim`: the menu and its `simulate_all_rows`, when the caller has them already."""
+    specs = specs or default_menu(cd)
+    sim = sim or simulate_all_rows(cd, specs)
+    return fit_policies(cd, probs, np.arange(len(probs)), sim, specs, [(target, cost_fraction)], **fit_kw)[0][0]
 
 
-def write_strategy_policy(router_dir: str | Path, cd: CascadeData, probs: np.ndarray, *, cost_fraction: float = 0.2) -> Path:
+def write_strategy_policy(router_dir: str | Path, cd: CascadeData, probs: np.ndarray, *, cost_fraction: float = 0.2,
+                          specs: list[Spec] | None = None, sim: Simulated | None = None) -> Path:
     """The deployable policy into `<router_dir>/router.json` (`strategy_policy`): `switchcraft export` and the
     Triton repository carry it to serving, where RouterClient runs it."""
-    policy = deployable_policy(cd, probs, target="cost_fraction", cost_fraction=cost_fraction)
+    policy = deployable_policy(cd, probs, target="cost_fraction", cost_fraction=cost_fraction, specs=specs, sim=sim)
     path = Path(router_dir) / "router.json"
     info = json.loads(path.read_text())
     if list(info.get("models") or []) != cd.data.models:
