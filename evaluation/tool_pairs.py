@@ -166,5 +166,16 @@ def training_pairs(data_root: str | Path, cfg: TrainDataConfig | None = None, lo
     return pairs, counts
 
 
+def training_asks(pairs: list[Pair], max_parts: int, forbidden: set[str]) -> list[str]:
+    """The asks serving would embed one by one for the training queries (`split_intents`), not already a query.
+
+    For the distilled query encoder, which must embed asks as the trained one does. An ask whose folded text
+    is in `forbidden` (`heldout_texts`) is left out, like a training query.
+    """
+    queries = {p.query for p in pairs}
+    asks = {a for q in queries for a in split_intents(q, max_parts) if a != q}
+    return sorted(a for a in asks - queries if _fold(a) not in forbidden)
+
+
 def source_counts(pairs: list[Pair]) -> Counter:
     return Counter(p.source for p in pairs)

@@ -137,14 +137,15 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Fine-tune the retriever on training-only query → tool pairs (MNRL, BM25 hard negatives); write train.out_dir."""
-        from evaluation.tool_pairs import training_pairs
+        from evaluation.tool_pairs import heldout_texts, training_asks, training_pairs
         from serving.tools.encoder import default_model_dir
         from training.tool_retriever import fit
 
         try:
             cfg = _load(config, overrides)
             pairs, counts = training_pairs(data_root, cfg.train.data, log=typer.echo)
-            out = fit(pairs, cfg.train, cfg.train.base_model or default_model_dir(), log=typer.echo)
+            asks = training_asks(pairs, cfg.retrieval.max_intents, heldout_texts(data_root)) if cfg.train.query_layers else []
+            out = fit(pairs, cfg.train, cfg.train.base_model or default_model_dir(), log=typer.echo, distil_texts=asks)
         except (DataError, KeyError, ValueError) as e:
             _fail(str(e))
         record = json.loads((out / "train.json").read_text())

@@ -1,7 +1,7 @@
 """Fine-tune the tool retriever's sentence encoder on query → tool pairs (sentence-transformers, MNRL).
 
     switchcraft tools train                      # configs/tools.yaml `train:` → runs/tools_retriever/
-    switchcraft tools train --set train.epochs=2 --set train.max_queries.xlam=500
+    switchcraft tools train --set train.epochs=2 --set train.data.max_queries.xlam=500
 
 The loss is sentence-transformers' `MultipleNegativesRankingLoss`: for each
 query, its tool's text against every other tool text in the batch (in-batch
@@ -72,6 +72,7 @@ class RetrieverTrainConfig(BaseModel):
     seed: int = 0
     query_layers: int | None = Field(default=None, ge=1, description="distil a query encoder of this many layers")
     distil_epochs: float = Field(default=2.0, gt=0)
+    distil_learning_rate: float | None = Field(default=None, gt=0, description="the student's (null: learning_rate)")
 
     @field_validator("out_dir")
     @classmethod
@@ -111,8 +112,13 @@ def _train(model, dataset, loss, args) -> list[dict]:
             for h in trainer.state.log_history if "loss" in h or "train_loss" in h]
 
 
-def fit(pairs: list[Pair], cfg: RetrieverTrainConfig, base_model: str | Path, log=print) -> Path:
-    """Fine-tune `base_model` on `pairs`; write `<out_dir>/model` (and `query_model`); return out_dir."""
+def fit(pairs: list[Pair], cfg: RetrieverTrainConfig, base_model: str | Path, log=print,
+        distil_texts: list[str] = ()) -> Path:
+    """Fine-tune `base_model` on `pairs`; write `<out_dir>/model` (and `query_model`); return out_dir.
+
+    The query student (`cfg.query_layers`) learns the trained model's vectors of every training query and of
+    `distil_texts` besides (the asks serving embeds one by one: the caller splits them, training sees texts only).
+    """
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer import losses
@@ -140,7 +146,9 @@ def fit(pairs: list[Pair], cfg: RetrieverTrainConfig, base_model: str | Path, lo
               "pairs_by_source": _by_source(pairs), "loss": curve}
     if cfg.query_layers:
         t1 = time.perf_counter()
-        record["query_model"] = distil_query_encoder(model, sorted({p.query for p in pairs}), cfg, out)
+        texts = sorted({p.query for p in pairs} | set(distil_texts))
+        log(f"distilling a {cfg.query_layers}-layer query encoder on {len(texts)} texts, {cfg.distil_epochs} epoch(s)")
+        record["query_model"] = distil_query_encoder(model, texts, cfg, out)
         seconds["query_model"] = round(time.perf_counter() - t1, 1)
     record.update(seconds=seconds, versions=_versions(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     (out / "train.json").write_text(json.dumps(record, indent=2))
@@ -162,9 +170,11 @@ def distil_query_encoder(teacher, queries: list[str], cfg: RetrieverTrainConfig,
     bert.config.num_hidden_layers = keep
     targets = teacher.encode(queries, batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
     data = Dataset.from_dict({"sentence": queries, "label": [t.tolist() for t in targets]})
-    curve = _train(student, data, losses.MSELoss(student), _args(cfg, out, cfg.distil_epochs, "batch_sampler"))
+    lr = cfg.distil_learning_rate or cfg.learning_rate
+    args = _args(cfg.model_copy(update={"learning_rate": lr}), out, cfg.distil_epochs, "batch_sampler")
+    curve = _train(student, data, losses.MSELoss(student), args)
     student.save(str(out / "query_model"))
-    return {"layers": keep, "queries": len(queries), "loss": curve}
+    return {"layers": keep, "texts": len(queries), "learning_rate": lr, "loss": curve}
 
 
 def _by_source(pairs: list[Pair]) -> dict[str, int]:

@@ -1,10 +1,10 @@
 """Training pairs: hard negatives are near misses but never a needed tool; the held-out split is fixed."""
 
 from evaluation.tool_data import Benchmark, Query, in_fraction
-from evaluation.tool_pairs import NegativeMiner, _pairs_of
+from evaluation.tool_pairs import NegativeMiner, _fold, _pairs_of, training_asks
 from serving.tools.cards import ToolCard, search_text
 from serving.tools.catalog import Catalog
-from training.tool_retriever import TrainDataConfig
+from training.tool_retriever import Pair, TrainDataConfig
 
 CARDS = [ToolCard(name="get_weather", description="weather forecast for a city"),
          ToolCard(name="get_weather~2", description="weather forecast for a city and a date"),
@@ -38,3 +38,15 @@ def test_the_held_out_split_is_a_fixed_function_of_the_id():
     assert picked == [i for i in ids if in_fraction(i, 0.5)]  # deterministic
     assert 900 < len(picked) < 1100 and not any(in_fraction(i, 0.0) for i in ids)
     assert {i for i in ids if in_fraction(i, 0.1)} <= set(picked)  # a smaller fraction is a subset
+
+
+def test_training_asks_are_the_split_asks_not_already_queries_nor_evaluated():
+    multi = "Find the area of a rectangle with length 7. Also, calculate the area of a circle with radius 5."
+    evaluated = "Tell me the weather in Paris tomorrow please."
+    pairs = [Pair(multi, "area", None, "t"), Pair(multi, "circle", None, "t"),
+             Pair("Find the area of a rectangle with length 7.", "area", None, "t"),  # an ask already a pair query
+             Pair("convert 100 usd to eur", "fx", None, "t"),
+             Pair(f"Book a table for two at eight. {evaluated}", "book", None, "t")]
+    asks = training_asks(pairs, 6, {_fold(evaluated)})
+    assert asks == ["Also, calculate the area of a circle with radius 5.", "Book a table for two at eight."]
+    assert training_asks(pairs, 1, set()) == []  # one ask per request: nothing is embedded on its own

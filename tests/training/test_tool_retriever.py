@@ -20,12 +20,14 @@ def test_fit_writes_a_model_serving_can_load(tmp_path):
     from serving.tools.encoder import MiniLMEncoder, default_model_dir
 
     cfg = RetrieverTrainConfig(out_dir=str(tmp_path / "tools_r"), batch_size=4, epochs=2, max_seq_length=16,
-                               learning_rate=1e-4, threads=1, query_layers=1, distil_epochs=1)
+                               learning_rate=1e-4, threads=1, query_layers=1, distil_epochs=1, distil_learning_rate=5e-4)
     base = MiniLMEncoder.load()
-    out = fit(PAIRS, cfg, default_model_dir(), log=lambda *_: None)
+    out = fit(PAIRS, cfg, default_model_dir(), log=lambda *_: None, distil_texts=["refund it", "restart the web server"])
     record = json.loads((out / "train.json").read_text())
     assert record["pairs"] == 4 and record["pairs_by_source"] == {"t": 4} and record["loss"]
     assert record["query_model"]["layers"] == 1 and "sentence_transformers" in record["versions"]
+    # The student learns every query and the extra texts once each, at its own learning rate.
+    assert record["query_model"]["texts"] == 5 and record["query_model"]["learning_rate"] == 5e-4
     trained, student = MiniLMEncoder.load(out / "model"), MiniLMEncoder.load(out / "query_model")
     assert trained.n_layers == 6 and student.n_layers == 1 and trained.name != base.name
     q, t = [p.query for p in PAIRS], [p.positive for p in PAIRS]
