@@ -48,7 +48,8 @@ bench: $(STAMP)
 	$(MAKE) bench-tools
 
 # The tool retriever configs/tools.yaml serves (runs/tools_retriever/): fine-tune the encoder on training-only
-# pairs (18 min on an idle 2-core machine, 50 with the cores shared), then fit the BM25/dense fusion on training queries. bench-tools, tools eval
+# pairs (every training row: 48 min on a clean clone of the 2-core machine, 34 of them fine-tuning), then fit the BM25/dense
+# fusion on training queries. bench-tools, tools eval
 # and a gateway with tool routing need it; without it they say so and how to make it.
 tools-train: $(STAMP)
 	$(BIN)/switchcraft tools train
