@@ -25,6 +25,7 @@ defined by the benchmark readers; the training loop itself is
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
 from pathlib import Path
@@ -127,9 +128,14 @@ def _source_benchmark(name: str, location: Path) -> Benchmark:
     return Benchmark(name, Catalog(list(cards.values())), queries)
 
 
-def heldout_texts(data_root: str | Path) -> set[str]:
-    """Every evaluated query's text, folded: nothing here may be trained on."""
-    return {_fold(q.text) for name in BENCHMARKS for q in read_benchmark(name, data_root, heldout=True).queries}
+def heldout_texts(data_root: str | Path) -> frozenset[str]:
+    """Every evaluated query's text, folded: nothing here may be trained on (read once per data root)."""
+    return _heldout_texts(str(Path(data_root).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _heldout_texts(root: str) -> frozenset[str]:
+    return frozenset(_fold(q.text) for name in BENCHMARKS for q in read_benchmark(name, root, heldout=True).queries)
 
 
 def training_pairs(data_root: str | Path, cfg: TrainDataConfig | None = None, log=print
@@ -166,7 +172,7 @@ def training_pairs(data_root: str | Path, cfg: TrainDataConfig | None = None, lo
     return pairs, counts
 
 
-def training_asks(pairs: list[Pair], max_parts: int, forbidden: set[str]) -> list[str]:
+def training_asks(pairs: list[Pair], max_parts: int, forbidden: frozenset[str] | set[str]) -> list[str]:
     """The asks serving would embed one by one for the training queries (`split_intents`), not already a query.
 
     For the distilled query encoder, which must embed asks as the trained one does. An ask whose folded text
