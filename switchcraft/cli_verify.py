@@ -2,6 +2,7 @@
 
 switchcraft verify CASES.jsonl [--out FILE]
 switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
+switchcraft label --consensus [--truth LABELS.parquet]     # no ground truth: agreement among the pool (data/consensus.py)
 switchcraft verify-agreement [--run-dir runs/default]
 switchcraft bench verify [--repeat 3]
 """
@@ -74,8 +75,16 @@ def label_command(
     run_dir: Path = typer.Option(Path("runs/default"), help="Where labels.parquet and its summary go."),
     config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
     data_root: str = typer.Option(None, help="Override the config's data_root."),
+    consensus: bool = typer.Option(
+        False, "--consensus", help="No expected answers: label from agreement among the pool's answers."
+    ),
+    truth: Path = typer.Option(
+        None, help="With --consensus: the verifier's labels.parquet to report agreement with "
+        "(default: <run-dir>/labels.parquet when it exists)."
+    ),
 ) -> None:
-    """Verify every output of every pool model and write labels.parquet with real costs."""
+    """Verify every output of every pool model and write labels.parquet with real costs
+    (--consensus: labels_consensus.parquet from agreement among the pool's answers, no expected answer)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -88,6 +97,11 @@ def label_command(
         _fail(
             "no outputs or examples given and none configured (outputs.bfcl_v1, sources.bfcl_v1 in the data config)"
         )
+    if consensus:
+        _consensus_labels(pool, outputs, examples, run_dir, truth)
+        return
+    if truth is not None:
+        _fail("--truth goes with --consensus")
     try:
         run = run_labels(pool, outputs, examples, run_dir, price_file=cfg.output_path("prices"))
     except DataError as e:
@@ -100,6 +114,45 @@ def label_command(
         table.add_row(s.model, f"{s.outputs:,}", f"{s.accuracy:.2%}", cost, f"{s.costed:,}")
     Console(width=120).print(table)
     typer.echo(f"wrote {run.labels_path}, {run.summary_path}, {run.meta_path} in {run.seconds:.1f} s")
+
+
+def _consensus_labels(pool: Path, outputs: str, examples: str, run_dir: Path, truth: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from data.consensus import run_consensus_labels
+
+    if truth is not None and not truth.exists():
+        _fail(f"{truth}: no such labels file (--truth)")
+    truth = truth if truth is not None else (run_dir / "labels.parquet" if (run_dir / "labels.parquet").exists() else None)
+    try:
+        run = run_consensus_labels(pool, outputs, examples, run_dir, truth=truth)
+    except DataError as e:
+        _fail(str(e))
+    res, agr = run.result, run.agreement
+    table = Table(title=f"Consensus labels: {len(res.frame):,} (example x model), no expected answers")
+    cols = ["model", "answers", "consensus accuracy", "reliability (call / decline)"]
+    cols += ["true accuracy", "agreement"] if agr else []
+    for col in cols:
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    for m in res.models:
+        g = res.frame[res.frame["model"] == m]
+        r = res.reliability[m]
+        row = [m, f"{len(g):,}", f"{g['correct'].mean():.2%}", f"{r['calling']:.3f} / {r['declining']:.3f}"]
+        if agr:
+            pm = agr["per_model"].get(m, {})
+            row += [f"{pm.get('true_accuracy', float('nan')):.2%}", f"{pm.get('agreement', float('nan')):.2%}"]
+        table.add_row(*row)
+    Console(width=140).print(table)
+    typer.echo(f"abstained (no answer group supported): {int(res.consensus.abstained.sum())} of "
+               f"{len(res.example_ids):,} queries; EM iterations: {res.consensus.iterations}")
+    if agr:
+        typer.echo(f"agreement with the verifier's labels ({truth}): {agr['agreement']:.2%} of {agr['pairs']:,} pairs "
+                   f"({agr['agreement_not_abstained']:.2%} where not abstained); accuracy ranking Spearman "
+                   f"{agr['accuracy_rank_spearman']:.3f}")
+        for cat, v in sorted(agr["per_category"].items()):
+            typer.echo(f"  {cat:40s} {v['agreement']:.2%} ({v['pairs']:,})")
+    typer.echo(f"wrote {run.labels_path}, {run.meta_path} in {run.seconds:.1f} s")
 
 
 def agreement_command(

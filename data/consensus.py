@@ -1,0 +1,360 @@
+"""Consensus labels: each (query, model) labelled from agreement in meaning among the pool's answers, with no
+expected answer (no ground truth).
+
+    switchcraft label --consensus [--pool configs/pool.yaml] [--run-dir runs/default]
+
+    from data.consensus import consensus_labels
+    res = consensus_labels(answers, tools)          # the learn step's entry point
+    res.frame                                       # example_id, model, correct, p_correct, confidence, abstained
+    res.reliability                                 # model -> estimated accuracy (when it calls, when it declines)
+
+`consensus_labels(answers, tools, *, languages=None, models=None, config=ConsensusConfig()) -> ConsensusResult`
+- `answers`: a DataFrame or an iterable of mappings with `example_id`, `model` and `calls` (a list of
+  `data.schema.Call` or `{"name", "arguments"}` dicts; None or [] for an answer that makes no call — a native
+  function-calling model's text answer is no call, `data.verify.agree.effective_calls`). A (query, model) pair
+  with no row is "not asked": it gets no label and takes no part in that query's vote (exploration logs and
+  new models answer only some queries).
+- `tools`: example_id -> the tools offered with that query (what the agreement check compares calls against);
+  `languages`: example_id -> "python" | "java" | "javascript" (default python).
+- `models`: the column order (default: sorted names).
+
+How (`fit_consensus`, on the agreement tensor): for each query every distinct answer is a hypothesis for the
+right one, its supporters being the models whose answers agree with it in meaning (`data.verify.agree.
+calls_agree`, both directions) (optionally also the hypothesis that no answer is right). A model is right with its
+reliability r (two coins per model: one when it calls, one when it declines), so a hypothesis' likelihood is
+the product of r over its supporters and (1 - r) over the other answering models. An EM of the Dawid–Skene
+kind alternates the posterior over hypotheses per query and each model's reliability (its expected accuracy,
+Beta(1, 1)-smoothed). A label's `p_correct` is the posterior of the hypotheses the model's answer supports;
+`correct` = p_correct > 0.5; `confidence` = max(p, 1 - p); a query is `abstained` when no hypothesis reaches
+`min_support` posterior (no group is supported): its labels are still the most probable ones, flagged.
+docs/consensus.md has the measured agreement with the verifier's labels and the variants compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from data.errors import DataError
+from data.schema import Call, Example, Label, Output, Tool
+
+
+@dataclass(frozen=True)
+class ConsensusConfig:
+    two_coin: bool = True  # separate reliabilities for calling and declining answers
+    # "No answer is right" as a hypothesis of its own: measured the same on the default pool (92.6%), and on a
+    # few queries the EM can drift to "everyone is wrong" (docs/consensus.md); off by default.
+    none_hypothesis: bool = False
+    min_support: float = 0.5  # a query whose best hypothesis is below this posterior is abstained
+    max_iter: int = 50
+    tol: float = 1e-5
+    init_reliability: float = 0.7  # the same for every model: the first E-step is a plurality vote
+
+
+@dataclass
+class Consensus:
+    """The EM's result on an agreement tensor (rows = queries, columns = models)."""
+
+    p_correct: np.ndarray  # float, n × m; NaN where the model did not answer
+    support: np.ndarray  # float, n: the posterior of each query's most probable hypothesis
+    none: np.ndarray  # float, n: the posterior that no answer is right
+    reliability: np.ndarray  # float, 2 × m: (calling, declining) estimated accuracy
+    iterations: int
+    config: ConsensusConfig
+
+    @property
+    def correct(self) -> np.ndarray:
+        return np.nan_to_num(self.p_correct, nan=0.0) > 0.5
+
+    @property
+    def abstained(self) -> np.ndarray:
+        return self.support < self.config.min_support
+
+    @property
+    def confidence(self) -> np.ndarray:
+        return np.maximum(self.p_correct, 1 - self.p_correct)
+
+
+def _hypotheses(agree: np.ndarray, answered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(query of each candidate, n_cand × m supporter mask): every distinct answer's supporters, per query."""
+    qs, masks = [], []
+    for i in range(agree.shape[0]):
+        seen = set()
+        for j in np.flatnonzero(answered[i]):
+            s = agree[i, j] & answered[i]
+            s[j] = True
+            key = s.tobytes()
+            if key not in seen:
+                seen.add(key)
+                qs.append(i)
+                masks.append(s)
+    m = agree.shape[1]
+    return np.asarray(qs, dtype=int), (np.asarray(masks, dtype=bool) if masks else np.zeros((0, m), bool))
+
+
+def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, declined: np.ndarray | None = None,
+                  config: ConsensusConfig | None = None) -> Consensus:
+    """The EM on `agree` (bool, n × m × m: do models a and b's answers to query i mean the same calls),
+    `answered` (bool, n × m; default all) and `declined` (bool, n × m: the answer makes no call; needed for
+    the two-coin model, else one coin)."""
+    cfg = config or ConsensusConfig()
+    agree = np.asarray(agree, dtype=bool)
+    if agree.ndim != 3 or agree.shape[1] != agree.shape[2]:
+        raise ValueError(f"agree must be n × m × m, got shape {agree.shape}")
+    n, m, _ = agree.shape
+    answered = np.ones((n, m), bool) if answered is None else np.asarray(answered, dtype=bool)
+    coin = np.zeros((n, m), int) if declined is None or not cfg.two_coin else np.asarray(declined, dtype=bool).astype(int)
+    q, mask = _hypotheses(agree, answered)
+    k = np.bincount(q, minlength=n).astype(float)  # hypotheses (answers) per query
+    rel = np.full((2, m), cfg.init_reliability)
+    pi0 = 0.05 if cfg.none_hypothesis else 0.0
+    cols = np.arange(m)
+    iterations = 0
+    for iterations in range(1, cfg.max_iter + 1):  # noqa: B007 - the count is returned
+        lr, lw = np.log(rel[coin, cols]), np.log1p(-rel[coin, cols])  # n × m
+        lr, lw = np.where(answered, lr, 0.0), np.where(answered, lw, 0.0)
+        ll = (mask * lr[q]).sum(1) + ((answered[q] & ~mask) * lw[q]).sum(1) - np.log(np.maximum(k[q], 1))
+        ll += np.log1p(-pi0) if pi0 > 0 else 0.0
+        ll_none = np.log(pi0) + lw.sum(1) if pi0 > 0 else np.full(n, -np.inf)
+        top = ll_none.copy()
+        np.maximum.at(top, q, ll)
+        w, w_none = np.exp(ll - top[q]), np.exp(ll_none - top)
+        z = w_none.copy()
+        np.add.at(z, q, w)
+        post, post_none = w / z[q], w_none / z
+        p = np.zeros((n, m))
+        np.add.at(p, q, mask * post[:, None])
+        p = np.minimum(p, 1.0)
+        new = rel.copy()
+        for c in (0, 1):
+            here = answered & (coin == c)
+            new[c] = (np.where(here, p, 0).sum(0) + 1) / (here.sum(0) + 2)
+        new = np.clip(new, 0.01, 0.99)
+        new_pi0 = float(np.clip((post_none.sum() + 1) / (n + 2), 1e-3, 0.5)) if cfg.none_hypothesis else 0.0
+        done = np.abs(new - rel).max() < cfg.tol and abs(new_pi0 - pi0) < cfg.tol
+        rel, pi0 = new, new_pi0
+        if done:
+            break
+    support = post_none.copy()
+    np.maximum.at(support, q, post)
+    return Consensus(np.where(answered, p, np.nan), support, post_none, rel, iterations, cfg)
+
+
+# --- from answers ---------------------------------------------------------------
+
+
+def _as_calls(v: Any) -> list[Call]:
+    if v is None or (isinstance(v, float) and v != v):
+        return []
+    if isinstance(v, str):
+        v = json.loads(v)
+    out = []
+    for c in v:
+        if isinstance(c, Call):
+            out.append(c)
+        elif isinstance(c, Mapping):
+            out.append(Call(name=str(c.get("name")), arguments=dict(c.get("arguments") or {})))
+        else:
+            raise DataError(f"a call must be a Call or a {{name, arguments}} mapping, got {type(c).__name__}",
+                            field="calls")
+    return out
+
+
+def agreement_tensor(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools: Mapping[str, Sequence[Tool]], *,
+                     languages: Mapping[str, str] | None = None, models: Sequence[str] | None = None,
+                     ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(example ids, models, agree n × m × m, answered n × m, declined n × m) from answer rows."""
+    from data.verify.agree import calls_agree
+
+    rows = answers.to_dict(orient="records") if isinstance(answers, pd.DataFrame) else list(answers)
+    for n_row, r in enumerate(rows):
+        for f in ("example_id", "model"):
+            if f not in r or r[f] is None:
+                raise DataError(f"answer row {n_row} has no {f!r}", field=f)
+    names = list(models) if models is not None else sorted({str(r["model"]) for r in rows})
+    col = {name: j for j, name in enumerate(names)}
+    ids = sorted({str(r["example_id"]) for r in rows})
+    row = {e: i for i, e in enumerate(ids)}
+    n, m = len(ids), len(names)
+    calls: list[list[list[Call] | None]] = [[None] * m for _ in range(n)]
+    for n_row, r in enumerate(rows):
+        if str(r["model"]) not in col:
+            continue
+        e = str(r["example_id"])
+        if e not in tools:
+            raise DataError(f"answer row {n_row}: no tools for example {e!r}", field="example_id",
+                            hint="pass the tools offered with every answered query")
+        i, j = row[e], col[str(r["model"])]
+        if calls[i][j] is not None:
+            raise DataError(f"answer row {n_row}: a second answer of {names[j]} to {e!r}", field="model")
+        calls[i][j] = _as_calls(r.get("calls"))
+    answered = np.array([[c is not None for c in rowc] for rowc in calls], dtype=bool).reshape(n, m)
+    declined = np.array([[c is not None and not c for c in rowc] for rowc in calls], dtype=bool).reshape(n, m)
+    agree = np.zeros((n, m, m), dtype=bool)
+    for i, e in enumerate(ids):
+        lang = (languages or {}).get(e)
+        here = np.flatnonzero(answered[i])
+        agree[i, here, here] = True
+        for a, b in itertools.combinations(here, 2):
+            agree[i, a, b] = agree[i, b, a] = calls_agree(tools[e], calls[i][a], calls[i][b], language=lang)
+    return ids, names, agree, answered, declined
+
+
+@dataclass
+class ConsensusResult:
+    example_ids: list[str]
+    models: list[str]
+    consensus: Consensus
+    frame: pd.DataFrame  # one row per answered (example, model): correct, p_correct, confidence, abstained
+    reliability: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def consensus_labels(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools: Mapping[str, Sequence[Tool]], *,
+                     languages: Mapping[str, str] | None = None, models: Sequence[str] | None = None,
+                     config: ConsensusConfig | None = None) -> ConsensusResult:
+    """Consensus labels from answer rows (see the module docstring): the learn step's entry point."""
+    ids, names, agree, answered, declined = agreement_tensor(answers, tools, languages=languages, models=models)
+    return result_of(ids, names, fit_consensus(agree, answered, declined, config))
+
+
+def result_of(ids: list[str], names: list[str], con: Consensus) -> ConsensusResult:
+    i, j = np.nonzero(~np.isnan(con.p_correct))
+    frame = pd.DataFrame({
+        "example_id": np.asarray(ids, dtype=object)[i], "model": np.asarray(names, dtype=object)[j],
+        "correct": con.correct[i, j], "p_correct": con.p_correct[i, j], "confidence": con.confidence[i, j],
+        "abstained": con.abstained[i]})
+    rel = {name: {"calling": float(con.reliability[0, c]), "declining": float(con.reliability[1, c])}
+           for c, name in enumerate(names)}
+    return ConsensusResult(ids, names, con, frame, rel)
+
+
+def answers_of_outputs(outputs: Iterable[Output], pool) -> list[dict]:
+    """Answer rows of a pool's recorded outputs (pool names; a native model's text answer is no call)."""
+    from data.verify.agree import effective_calls
+    from data.verify.batch import is_text
+
+    by_recording = {m.recording: m for m in pool.models} | {m.name: m for m in pool.models}
+    rows = []
+    for o in outputs:
+        pm = by_recording.get(o.model)
+        if pm is None:
+            continue
+        native_text = pm.prompt_style == "native" and is_text(o.raw)
+        rows.append({"example_id": o.example_id, "model": pm.name,
+                     "calls": effective_calls(o.calls, o.decode_error, native_text=native_text)})
+    return rows
+
+
+def consensus_of_outputs(outputs: Iterable[Output], examples: Mapping[str, Example], pool,
+                         config: ConsensusConfig | None = None) -> ConsensusResult:
+    from data.verify import language_of
+
+    rows = answers_of_outputs(outputs, pool)
+    ids = {r["example_id"] for r in rows}
+    missing = sorted(ids - set(examples))
+    if missing:
+        raise DataError(f"{len(missing)} outputs answer unknown examples, e.g. {missing[:3]}",
+                        hint="pass the examples these outputs answer")
+    return consensus_labels(rows, {e: examples[e].tools for e in ids}, languages={e: language_of(examples[e]) for e in ids},
+                            models=pool.names, config=config)
+
+
+# --- against ground truth -------------------------------------------------------
+
+
+def agreement_with_truth(frame: pd.DataFrame, truth: Iterable[Label], categories: Mapping[str, str] | None = None
+                         ) -> dict[str, Any]:
+    """Share of (query, model) labels equal to the verifier's: overall, on non-abstained queries, per model,
+    per category; and the accuracy each gives every model."""
+    t = pd.DataFrame([{"example_id": lb.example_id, "model": lb.model, "true": bool(lb.correct)} for lb in truth])
+    d = frame.merge(t, on=["example_id", "model"], how="inner")
+    if d.empty:
+        raise DataError("no (example, model) pair has both a consensus and a true label")
+    d["same"] = d["correct"] == d["true"]
+    d["category"] = d["example_id"].map(categories or {}).fillna("")
+    kept = d[~d["abstained"]]
+    per_model = {m: {"agreement": float(g["same"].mean()), "consensus_accuracy": float(g["correct"].mean()),
+                     "true_accuracy": float(g["true"].mean()), "pairs": int(len(g))}
+                 for m, g in d.groupby("model", sort=False)}
+    per_cat = {c: {"agreement": float(g["same"].mean()), "pairs": int(len(g))}
+               for c, g in d.groupby("category") if c}
+    rank = pd.DataFrame(per_model).T
+    spearman = float(rank["consensus_accuracy"].rank().corr(rank["true_accuracy"].rank())) if len(rank) > 1 else float("nan")
+    return {"agreement": float(d["same"].mean()), "pairs": int(len(d)),
+            "abstained_queries": int(d.loc[d["abstained"], "example_id"].nunique()),
+            "queries": int(d["example_id"].nunique()),
+            "agreement_not_abstained": float(kept["same"].mean()) if len(kept) else float("nan"),
+            "agreement_abstained": float(d.loc[d["abstained"], "same"].mean()) if d["abstained"].any() else float("nan"),
+            "accuracy_rank_spearman": spearman, "per_model": per_model, "per_category": per_cat}
+
+
+# --- the command ------------------------------------------------------------------
+
+
+CONSENSUS_LABELS = "labels_consensus.parquet"
+
+
+@dataclass
+class ConsensusRun:
+    labels_path: Path
+    meta_path: Path
+    result: ConsensusResult
+    agreement: dict[str, Any] | None
+    seconds: float
+
+
+def to_labels(res: ConsensusResult, costs: Mapping[tuple[str, str], float | None]) -> pd.DataFrame:
+    """The Label contract's columns (reason "ok" / "consensus_wrong", detail p=…) plus p_correct, confidence,
+    abstained: `data.schema.read_labels` reads it as labels."""
+    f = res.frame
+    return pd.DataFrame({
+        "example_id": f["example_id"], "model": f["model"], "correct": f["correct"].astype(bool),
+        "reason": np.where(f["correct"], "ok", "consensus_wrong"),
+        "detail": [f"consensus p={p:.3f}" + (" abstained" if a else "") for p, a in zip(f["p_correct"], f["abstained"])],
+        "cost_usd": [costs.get((e, m)) for e, m in zip(f["example_id"], f["model"])],
+        "p_correct": f["p_correct"], "confidence": f["confidence"], "abstained": f["abstained"].astype(bool)})
+
+
+def run_consensus_labels(pool_path: str | Path, outputs_path: str | Path, examples_path: str | Path,
+                         run_dir: str | Path, *, truth: str | Path | None = None,
+                         config: ConsensusConfig | None = None) -> ConsensusRun:
+    """Consensus-label every output of the pool's models into `<run_dir>/labels_consensus.parquet`; with
+    `truth` (a labels.parquet from the verifier), the agreement with it, in `labels_consensus.json`."""
+    from data.labels import load_examples, load_outputs
+    from data.pool import load_pool
+    from data.schema import read_labels
+
+    t0 = time.perf_counter()
+    pool = load_pool(pool_path)
+    examples = load_examples(examples_path)
+    outputs = load_outputs(outputs_path, examples, pool)
+    res = consensus_of_outputs(outputs, examples, pool, config)
+    if res.frame.empty:
+        raise DataError("no outputs of any pool model", path=outputs_path, hint=f"pool models: {', '.join(pool.names)}")
+    by_recording = {m.recording: m for m in pool.models} | {m.name: m for m in pool.models}
+    costs = {(o.example_id, by_recording[o.model].name): by_recording[o.model].prices.output_cost_usd(o)
+             for o in outputs if o.model in by_recording}
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    path = run / CONSENSUS_LABELS
+    to_labels(res, costs).to_parquet(path, index=False)
+    agreement = None
+    if truth is not None and Path(truth).exists():
+        agreement = agreement_with_truth(res.frame, read_labels(truth), {e: x.category for e, x in examples.items()})
+    seconds = time.perf_counter() - t0
+    meta = {"command": "switchcraft label --consensus", "pool": str(pool_path), "outputs": str(outputs_path),
+            "labels": int(len(res.frame)), "queries": len(res.example_ids), "iterations": res.consensus.iterations,
+            "abstained_queries": int(res.consensus.abstained.sum()), "reliability": res.reliability,
+            "config": res.consensus.config.__dict__, "truth": str(truth) if truth else None, "agreement": agreement,
+            "seconds": round(seconds, 2)}
+    meta_path = run / "labels_consensus.json"
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return ConsensusRun(path, meta_path, res, agreement, seconds)
