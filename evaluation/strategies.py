@@ -9,7 +9,7 @@ A spec is `(a, b, t, e)` column indices: `a == b` and `t is None` is single(a);
 otherwise agree(a, b[, t] → e), run as `serving.strategy` says: a and b together
 (latency: the slower), the cheaper answers when they agree; else the
 tie-breaker t (latency added), whose agreement with a or b answers with the
-cheaper of that pair; else e (latency added; no new call when e is a or b).
+cheaper of that pair (with both: the cheapest of the three); else e (latency added; no new call when e is a or b).
 A fifth element, `(a, b, t, e, tol)`, adds resolve rules (`serving.strategy`):
 per kind of disagreement, on the `fit_rows` given to `simulate` (training rows
 only), the cheapest of answering with a, with b, escalating past t, or going
@@ -151,12 +151,14 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
             paid = paid + np.where(asked, cost[:, t], 0.0)
             wait = wait + np.where(asked, lat[:, t], 0.0)
             calls = calls + asked
-            with_a, with_b = asked & cd.agree[:, t, a], asked & ~cd.agree[:, t, a] & cd.agree[:, t, b]
+            side_a, side_b = asked & cd.agree[:, t, a], asked & cd.agree[:, t, b]
             pick_a = a if costs[a] <= costs[t] else t
             pick_b = b if costs[b] <= costs[t] else t
-            ok = np.where(with_a, correct[:, pick_a], ok)
-            ok = np.where(with_b, correct[:, pick_b], ok)
-            done = done | with_a | with_b
+            pick_both = pick_a if costs[pick_a] <= costs[pick_b] else pick_b  # the gateway's order on ties
+            ok = np.where(side_a & ~side_b, correct[:, pick_a], ok)
+            ok = np.where(side_b & ~side_a, correct[:, pick_b], ok)
+            ok = np.where(side_a & side_b, correct[:, pick_both], ok)
+            done = done | side_a | side_b
         rest = ~done
         new_e = e not in (a, b, t)
         if new_e:

@@ -75,3 +75,35 @@ def test_the_kind_of_a_disagreement_from_the_first_answers_side():
     assert disagreement_kind(TOOLS, [c("math_factorial", n=3)], [c("math.factorial", n=4)]) == "arguments"
     with pytest.raises(ValueError, match="both make no call"):
         disagreement_kind(TOOLS, [], [])
+
+
+OPTIONAL = [Tool(name="f", parameters={"type": "object", "properties": {
+    "n": {"type": "integer"},
+    "s": {"type": "string"},
+    "xs": {"type": "array", "items": {"type": "integer"}},
+}, "required": ["n"]})]
+
+
+@pytest.mark.parametrize("spelled, left_out", [
+    ([c("f", n=1, s="")], [c("f", n=1)]),  # an empty string where the other leaves the argument out
+    ([c("f", n=1, xs=[])], [c("f", n=1)]),  # an empty list where the other leaves it out
+])
+def test_agreement_is_checked_both_ways_whichever_side_comes_first(spelled, left_out):
+    from data.verify.agree import _one_way
+
+    # The verifier's two directions differ on these pairs (an argument with no documented default)...
+    assert _one_way(OPTIONAL, left_out, spelled, "python") != _one_way(OPTIONAL, spelled, left_out, "python")
+    # ...so one direction alone, either one, would call one of the two orders an agreement.
+    assert not calls_agree(OPTIONAL, spelled, left_out, language="python")
+    assert not calls_agree(OPTIONAL, left_out, spelled, language="python")
+    assert calls_agree(OPTIONAL, spelled, spelled, language="python")
+
+
+def test_the_functions_called_are_compared_as_a_multiset():
+    from data.verify.agree import disagreement_kind
+
+    paris, rome, five = c("get_weather", city="Paris"), c("get_weather", city="Rome"), c("math.factorial", n=5)
+    # The same set of functions, {get_weather, math.factorial}, called a different number of times each.
+    assert disagreement_kind(TOOLS, [paris, rome, five], [paris, five, five]) == "functions"
+    assert disagreement_kind(TOOLS, [paris, five, five], [paris, rome, five]) == "functions"
+    assert disagreement_kind(TOOLS, [paris, rome, five], [five, rome, rome]) == "arguments"

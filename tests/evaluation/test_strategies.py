@@ -60,7 +60,7 @@ def test_tie_breaker_sides_with_one_then_escalates_when_it_agrees_with_neither()
     models3 = ["a", "b", "t"]
     cd = _cd([[False, True, True], [True, False, False], [False, False, False]], agree_ab=[False] * 3,
              agree_ta=[False, True, False], agree_tb=[True, False, False])
-    cd.data.models = models3 + []
+    cd.data.models = models3
     # 4 models are needed for t → e; reuse column 0 as e (already called).
     sim = simulate(cd, [(0, 1, 2, 0)], COSTS)
     # Row 0: t agrees with b → the cheaper of (b, t) = b (2 < 10), right. Row 1: t agrees with a → a, right.
@@ -68,6 +68,50 @@ def test_tie_breaker_sides_with_one_then_escalates_when_it_agrees_with_neither()
     assert sim.correct[:, 0].tolist() == [True, True, False]
     assert sim.cost[:, 0].tolist() == [13.0, 13.0, 13.0] and sim.calls[:, 0].tolist() == [3, 3, 3]
     assert sim.latency[:, 0].tolist() == [7.0, 7.0, 7.0]
+
+
+def test_an_agreement_answers_with_the_cheaper_whichever_side_it_is_on():
+    # They agree on both rows; a is right on row 0 only, b on row 1 only (labels can differ in rare cases).
+    cd = _cd([[True, False, False], [False, True, False]], agree_ab=[True, True])
+    a_cheaper = simulate(cd, [(0, 1, None, 2)], np.array([1.0, 2.0, 10.0]))
+    b_cheaper = simulate(cd, [(0, 1, None, 2)], np.array([2.0, 1.0, 10.0]))
+    assert a_cheaper.correct[:, 0].tolist() == [True, False]  # a's labels
+    assert b_cheaper.correct[:, 0].tolist() == [False, True]  # b's labels
+
+
+def test_a_tie_break_answers_with_the_cheaper_of_the_agreeing_pair_whichever_it_is():
+    """Four models, e dearest and wrong everywhere; each row's label says which model answered."""
+    models = ["a", "b", "t", "e"]
+    # Rows: 0 t sides with a, 1 t sides with b, 2 t sides with both (a and b still disagree), 3 with neither.
+    agree_ta, agree_tb = [True, False, True, False], [False, True, True, False]
+    n = 4
+    agree = np.zeros((n, 4, 4), bool)
+    agree[:, range(4), range(4)] = True
+    agree[:, 2, 0] = agree[:, 0, 2] = agree_ta
+    agree[:, 2, 1] = agree[:, 1, 2] = agree_tb
+
+    def answered_by(costs, correct_col):
+        correct = np.zeros((n, 4), bool)
+        correct[:, correct_col] = True
+        data = RoutingData([f"x:{i}" for i in range(n)], np.array(["c"] * n), models, correct,
+                           np.tile(costs, (n, 1)), np.zeros(n, int))
+        cd = CascadeData(data, agree, np.ones((n, 4)), {m: n for m in models})
+        return simulate(cd, [(0, 1, 2, 3)], costs).correct[:, 0].tolist()
+
+    t_cheapest, t_dearest = np.array([2.0, 3.0, 1.0, 10.0]), np.array([1.0, 2.0, 5.0, 10.0])
+    b_cheapest = np.array([3.0, 1.0, 2.0, 10.0])
+    # t the cheapest: t answers whenever it sides with anyone.
+    assert answered_by(t_cheapest, 2) == [True, True, True, False]
+    assert answered_by(t_cheapest, 0) == answered_by(t_cheapest, 1) == [False] * 4
+    # t the dearest: the first model it sides with answers; siding with both, the cheaper of a and b (a).
+    assert answered_by(t_dearest, 0) == [True, False, True, False]
+    assert answered_by(t_dearest, 1) == [False, True, False, False]
+    assert answered_by(t_dearest, 2) == [False] * 4
+    # Siding with both when b is the cheapest of the three: b answers (as the gateway does).
+    assert answered_by(b_cheapest, 1) == [False, True, True, False]
+    assert answered_by(b_cheapest, 2) == [True, False, False, False]
+    # With neither, e answers.
+    assert answered_by(t_dearest, 3) == [False, False, False, True]
 
 
 def test_unknown_latency_stays_unknown():
@@ -142,15 +186,52 @@ def test_the_in_sample_ceiling_is_the_best_strategy_and_the_best_mix_of_two_with
     assert none.strategy == "" and np.isnan(none.accuracy) and not none.reaches_best_single
 
 
+def _with_kinds(cd, seed=0):
+    """The synthetic data with kinds of disagreement: half the disagreements are "first_declines", where the
+    cheapest model (a) is right 97% of the time (a rule "answer with a" pays), the rest "arguments"."""
+    from data.verify.agree import DISAGREEMENT_KINDS
+
+    rng = np.random.default_rng(seed)
+    n = len(cd.data.example_ids)
+    cd.kinds = np.zeros((n, 3, 3), np.int8)
+    split = ~cd.agree[:, 0, 1]
+    declines = split & (rng.random(n) < 0.5)
+    cd.kinds[declines, 0, 1] = DISAGREEMENT_KINDS.index("first_declines") + 1
+    cd.kinds[declines, 1, 0] = DISAGREEMENT_KINDS.index("second_declines") + 1
+    cd.kinds[split & ~declines, 0, 1] = cd.kinds[split & ~declines, 1, 0] = DISAGREEMENT_KINDS.index("arguments") + 1
+    cd.data.correct[declines, 0] = rng.random(int(declines.sum())) < 0.97
+    return cd, declines
+
+
 def test_held_out_labels_never_choose_the_parameters():
-    cd, probs = _synthetic()
-    base = evaluate_strategy_policy(cd, probs, target="cost_fraction", cost_fraction=0.5)
-    flipped = _cd(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
-    test = cd.data.folds == 0
-    flipped.data.correct[test] = ~flipped.data.correct[test]
-    flipped.agree[test, 0, 1] = flipped.agree[test, 1, 0] = ~cd.agree[test, 0, 1]
-    other = evaluate_strategy_policy(flipped, probs, target="cost_fraction", cost_fraction=0.5)
-    assert other.params[0] == base.params[0]  # fold 0's λ comes from folds 1–4 only
+    """In every fold, the resolve rules, λ and the strategies run on the test rows come from the other folds:
+    making the cheap model wrong on the test fold's "first_declines" rows (where a rule answers with it) moves
+    none of them, though the same change on all rows would drop the rule."""
+    from evaluation.strategy_eval import _fold_split, default_menu, fit_policies
+
+    cd, probs = _synthetic(n=400)
+    cd, declines = _with_kinds(cd)
+    specs = default_menu(cd)
+    assert any(len(s) == 5 for s in specs)  # the rule variants are on the menu
+    sims = fold_simulations(cd, specs)
+    fit = dict(inner_folds=3, c_grid=(0.0, 0.3))
+    for k in cd.data.fold_ids:
+        assert {"first_declines": "first"} in sims[k].rules.values()
+        train, test = _fold_split(cd, k)
+        flipped = _cd(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
+        flipped.kinds = cd.kinds
+        flipped.data.correct[test[declines[test]], 0] = False
+        other_sims = fold_simulations(flipped, specs)
+        assert other_sims[k].rules == sims[k].rules
+        (base,), menu = fit_policies(cd, probs, train, sims[k], specs, [("cost_fraction", 0.5)], **fit)
+        (other,), other_menu = fit_policies(flipped, probs, train, other_sims[k], specs, [("cost_fraction", 0.5)], **fit)
+        assert other_menu == menu and other.lam == base.lam and other.c == base.c
+        assert other.choose(probs[test]).tolist() == base.choose(probs[test]).tolist()
+    # The same change on every row does move the rules: the check above can see a leak.
+    every = _cd(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
+    every.kinds = cd.kinds
+    every.data.correct[declines, 0] = False
+    assert {"first_declines": "first"} not in fold_simulations(every, specs)[0].rules.values()
 
 
 def test_from_outputs_reads_native_text_as_no_call_and_refuses_missing_outputs():
