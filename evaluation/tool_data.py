@@ -44,6 +44,7 @@ class Query:
     n_calls: int = 1
     split: str = ""  # e.g. the source category; reports break figures down by it
     domain: str = "out"  # train (never evaluated) | in | out: see the module docstring
+    offered: list[str] = field(default_factory=list)  # BFCL: catalog keys of every doc the question came with
 
 
 def in_fraction(key: str, fraction: float) -> bool:
@@ -61,6 +62,7 @@ class Benchmark:
     catalog: Catalog
     queries: list[Query]
     notes: list[str] = field(default_factory=list)
+    pool_keys: list[str] = field(default_factory=list)  # BFCL: the cards of thousand_tools' 2,405-function pool
 
 
 def _slug(s: str) -> str:
@@ -108,8 +110,7 @@ def read_bfcl(data_root: str | Path, bfcl_eval_data: str | Path | None = None) -
         bfcl_eval_data = Path(bfcl_eval.__file__).parent / "data"
     b = _BfclCatalogBuilder()
     pool = root / "bfcl_v4_outputs/thousand_tools/all_unique_functions.json"
-    for row in json.loads(pool.read_text()):
-        b.add(row["function"])
+    pool_keys = list(dict.fromkeys(b.add(row["function"]) for row in json.loads(pool.read_text())))
     queries, notes = [], []
     for source, loc in (("bfcl_v1", root / "bfcl_v1"), ("bfcl_v4", bfcl_eval_data)):
         examples = read_source(source, str(loc))
@@ -128,8 +129,10 @@ def read_bfcl(data_root: str | Path, bfcl_eval_data: str | Path | None = None) -
             needed = list(dict.fromkeys(keys[n] for n in names))
             live = source == "bfcl_v4" and ex.category.startswith("live_")
             domain = ("train" if in_fraction(ex.id, BFCL_LIVE_TRAIN) else "in") if live else "out"
-            queries.append(Query(ex.id, ex.question, needed, len(calls), f"{source}:{ex.category}", domain))
-    return Benchmark("bfcl", Catalog(b.cards, sources=[str(pool), str(root / "bfcl_v1"), str(bfcl_eval_data)]), queries, notes)
+            queries.append(Query(ex.id, ex.question, needed, len(calls), f"{source}:{ex.category}", domain,
+                                 list(dict.fromkeys(keys.values()))))
+    return Benchmark("bfcl", Catalog(b.cards, sources=[str(pool), str(root / "bfcl_v1"), str(bfcl_eval_data)]), queries, notes,
+                     pool_keys)
 
 
 # -- MetaTool, Seal-Tools, StableToolBench -----------------------------------------

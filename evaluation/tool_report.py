@@ -179,6 +179,62 @@ def write_report(results: dict, run_dir: Path) -> Path:
             out.append(f"| {b} | {s['restricted_tools']:,} | {s['adversarial_queries']:,} | {s['expansions_tried']:,} | "
                        f"{s['unauthorised_exposures']} |")
     out += ["", "![Recall@K](recall_at_k.png)", ""]
+    if (run_dir / "value.json").exists():  # switchcraft tools value, into the same run directory
+        out += [value_section(json.loads((run_dir / "value.json").read_text()), level=2), ""]
     path = run_dir / "report.md"
     path.write_text("\n".join(out))
     return path
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _ci(lo_hi, pct: bool = True) -> str:
+    lo, hi = lo_hi
+    return f"[{_pct(lo)}, {_pct(hi)}]" if pct else f"[{lo:,.0f}, {hi:,.0f}]"
+
+
+def value_section(v: dict, level: int = 1) -> str:
+    """The end-to-end table of `switchcraft tools value` (evaluation/tool_value.py)."""
+    h = "#" * level
+    out = [f"{h} End-to-end value: the recorded thousand-tools runs with and without the tool router", "",
+           f"Encoder {v['encoder']}; catalog {v['catalog_tools']:,} tools (the {v['pool_tools']:,} pool cards + "
+           "the questions' own docs): the router always faces every distractor. Accuracy with the router = "
+           "mean over questions of [every needed tool exposed] × the recorded accuracy at the number of tools "
+           "it offers (exposed + request_group), linear between recorded pool sizes. Assumption: accuracy "
+           "with K tools depends on K, not on which K. Tokens: question + offered schemas (WordPiece); "
+           "95% intervals (Wilson for a recorded accuracy, bootstrap otherwise).", "",
+           "| model | category | distractors | accuracy without (%) | with router (%) | gain (points) | "
+           "prompt tokens without | with router | USD / 1k requests without → with |",
+           "|---|---|---:|---|---|---|---|---|---|"]
+    for r in v["rows"]:
+        usd = ("—" if r["usd_per_1k_without"] is None
+               else f"{r['usd_per_1k_without']:.3f} → {r['usd_per_1k_router']:.3f}")
+        out.append(f"| {r['model']} | {r['category']} | {r['distractors']} | {_pct(r['acc_without'])} "
+                   f"{_ci(r['acc_without_ci'])} | {_pct(r['acc_router'])} {_ci(r['acc_router_ci'])} | "
+                   f"{100 * r['gain']:+.1f} {_ci(r['gain_ci'])} | {r['tokens_without']:,.0f} "
+                   f"{_ci(r['tokens_without_ci'], False)} | {r['tokens_router']:,.0f} {_ci(r['tokens_router_ci'], False)} | "
+                   f"{usd} |")
+    out += ["", "| category | questions | every needed tool exposed (exact) | by name | after request_group | "
+            "tools offered | own docs |", "|---|---:|---|---|---|---:|---:|"]
+    for c, s in v["routed"].items():
+        out.append(f"| {c} | {s['n']} | {_pct(s['hit'])} {_ci(s['hit_ci'])} | {_pct(s['hit_name'])} "
+                   f"{_ci(s['hit_name_ci'])} | {_pct(s['hit_after'])} {_ci(s['hit_after_ci'])} | "
+                   f"{s['offered_mean']:.1f} | {s['own_mean']:.1f} |")
+    cc = v.get("curve_checks", {})
+    if cc:
+        out += ["", f"Recorded curves: {cc['points']} points, {len(cc['not_whole'])} not a whole number of answers; "
+                f"{cc['rises']} rises with more distractors, {len(cc['rises_outside_noise'])} beyond the Wilson "
+                f"interval of the point before ({', '.join(cc['rises_outside_noise']) or 'none'})."]
+    for tag, c in (v.get("per_query") or {}).items():
+        acc = ", ".join(f"{p}: {_pct(a)}" for p, a in c["name_accuracy"].items())
+        conf = "; ".join(f"pool {p}: {d['called_a_tool_the_router_exposes']} of {d['lost']} "
+                         f"({d['no_call']} no call)" for p, d in c["confusions"].items())
+        out += ["", f"Per-query check ({tag}, simple_python, {c['n']} questions with recorded predictions): "
+                f"right function named by pool size {acc}%; router exposes the needed tool "
+                f"{_pct(c['recall_all_needed'])}%. Estimate from the curve {_pct(c['product'])}%, from each "
+                f"question's own recorded answers {_pct(c['per_query'])}% (difference 95% "
+                f"{_ci(c['per_query_minus_product_ci'])} points). Questions named right at pool 0 and wrong with "
+                f"distractors that called a tool the router also exposes: {conf}."]
+    return "\n".join(out)

@@ -6,8 +6,10 @@
     switchcraft tools eval --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --run-dir runs/tools_fast
     switchcraft tools train [--set train.epochs=2]   # fine-tune the retriever → runs/tools_retriever/
     switchcraft tools fit-fusion                     # BM25/dense weights on training queries → runs/tools_retriever/fusion.json
+    switchcraft tools value [--retriever base]       # recorded thousand-tools accuracy with and without the router → value.md
 
-Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tool_pairs` and `evaluation.tool_eval`.
+Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tool_pairs`, `evaluation.tool_eval` and
+`evaluation.tool_value`.
 """
 
 from __future__ import annotations
@@ -217,3 +219,53 @@ def register(app: typer.Typer) -> None:
         except (DataError, KeyError, FileNotFoundError) as e:
             _fail(str(e))
         typer.echo(f"wrote {Path(out) / 'report.md'}")
+
+    @tools_app.command("value")
+    def value_cmd(
+        data_root: str = typer.Option("../shared/data", help="The shared data folder (bfcl_v4_outputs/thousand_tools)."),
+        run_dir: str = typer.Option(None, help="Where value.md / value.json go (default from the config: runs/tools)."),
+        config: Path = typer.Option(None, help="Tools config: retrieval and group settings, encoder."),
+        retriever: str = typer.Option("trained", help="trained (the config's encoder) or base (all-MiniLM-L6-v2)."),
+        pool: list[int] = typer.Option(None, "--pool", help="Recorded distractor counts to tabulate (default 128, 512)."),
+        prices: str = typer.Option("../shared/data/bfcl_v1_prices_2024-08.json",
+                                   help="Prices JSON (models.<name>.input_per_mtok); '' for none."),
+        price: list[str] = typer.Option(None, "--price", metavar="MODEL=USD", help="USD per million input tokens "
+                                        "for a model the prices file lacks (repeatable)."),
+        predictions: str = typer.Option(None, help="Folder of per-query predictions_<model>_pool<N>.jsonl files "
+                                        "(test_id → called function) to check the estimate per query."),
+        limit: int = typer.Option(None, help="At most this many questions per category (a quick look)."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    ) -> None:
+        """Accuracy and prompt tokens of each recorded model × category with N offered tools vs the router in front."""
+        from evaluation.tool_value import read_prices, run
+
+        try:
+            cfg = _load(config, overrides)
+            if retriever == "base":
+                cfg = cfg.model_copy(update={"encoder": None, "query_encoder": None})
+            elif retriever != "trained":
+                _fail(f"--retriever {retriever!r}: base or trained")
+            if cfg.encoder and not (Path(cfg.encoder) / "model.safetensors").exists():
+                _fail(f"encoder: {cfg.encoder} holds no trained retriever; build it with `make tools-train` "
+                      "(switchcraft tools train, ~48 min on 2 cores), or pass --retriever base")
+            out = run_dir or cfg.run_dir
+            with _one_blas_thread():
+                result = run(data_root, out, cfg, read_prices(prices or None, price or []), tuple(pool or (128, 512)),
+                             predictions, limit, log=typer.echo)
+        except (DataError, KeyError, FileNotFoundError, ValueError) as e:
+            _fail(str(e))
+        _refresh_report(Path(out))
+        for r in result["rows"]:
+            typer.echo(f"{r['model']} {r['category']} {r['distractors']}: {100 * r['acc_without']:.1f}% → "
+                       f"{100 * r['acc_router']:.1f}% [{100 * r['acc_router_ci'][0]:.1f}, {100 * r['acc_router_ci'][1]:.1f}]; "
+                       f"tokens {r['tokens_without']:,.0f} → {r['tokens_router']:,.0f}")
+        typer.echo(f"wrote {Path(out) / 'value.md'}")
+
+
+def _refresh_report(run_dir: Path) -> None:
+    """Rewrite report.md with the value section when a `tools eval` already wrote its metrics there."""
+    metrics = run_dir / "metrics.json"
+    if metrics.exists():
+        from evaluation.tool_report import write_report
+
+        write_report(json.loads(metrics.read_text()), run_dir)

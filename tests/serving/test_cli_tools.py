@@ -77,3 +77,13 @@ def test_fit_fusion_names_a_bad_field_signal_or_weight(tmp_path):
                             "--set", "retrieval.w_bm25_fields.name=-0.5"])
     assert r.exit_code == 1 and "retrieval.w_bm25_fields.name" in r.output
     assert not any(tmp_path.iterdir())  # nothing was built or written
+
+
+def test_value_says_how_to_build_a_missing_retriever(tmp_path):
+    cfg = tmp_path / "tools.yaml"
+    cfg.write_text(f"encoder: {tmp_path / 'no_such_retriever'}\n")
+    r = CliRunner().invoke(make_app(), ["tools", "value", "--config", str(cfg), "--run-dir", str(tmp_path / "v")])
+    assert r.exit_code == 1
+    assert "make tools-train" in r.output and "--retriever base" in r.output
+    r = CliRunner().invoke(make_app(), ["tools", "value", "--config", str(cfg), "--retriever", "other"])
+    assert r.exit_code == 1 and "base or trained" in r.output
