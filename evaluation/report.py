@@ -419,8 +419,10 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcraft: oracle-gap report", context: dict | None = None,
-                 retest=None) -> Path:
-    """`retest`: an evaluation.retest.RetestResult, written beside the report and summarised in it."""
+                 retest=None, extra_metrics: dict | None = None, extra_markdown: list[str] | None = None) -> Path:
+    """`retest`: an evaluation.retest.RetestResult, written beside the report and summarised in it.
+    `extra_metrics` / `extra_markdown`: more metrics.json keys, and a section after the headline's plots
+    (e.g. "Without ground truth", `evaluation.consensus_eval`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     head, singles, cats = headline(ev), singles_table(ev), category_table(ev)
@@ -455,6 +457,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "latency_recorded": ev.cascade.latency_known if ev.cascade is not None else None,
         "fixed_strategy_ceiling": [{**vars(c), "reaches_best_single": c.reaches_best_single} for c in ev.ceilings],
         "context": context or {},
+        **(extra_metrics or {}),
     }
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=2, allow_nan=False))
     lines = [
@@ -470,6 +473,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         headline_markdown(head), "",
         "![every row](cost_accuracy_strategies.png)", "",
         "![τ sweep](cost_accuracy_tau.png)", "", "![λ sweep](cost_accuracy_lambda.png)", "",
+        *(extra_markdown or []),
         "## Every single model", "", _md(singles), "",
         "## Accuracy per category", "", _md(cats), "",
     ]

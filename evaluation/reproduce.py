@@ -2,12 +2,15 @@
 
     switchcraft reproduce                      # runs/default/report/report.md
     switchcraft reproduce --run-dir runs/tiny --max-examples 120 --folds 3   # a quick slice
+    switchcraft reproduce --labels consensus   # also fit everything on consensus labels (no ground truth)
 
 Steps (each writes into the run dir, each timed):
 ingest BFCL v1 → import the 71 models' recordings → label with our verifier →
 train the router with grouped k-fold (frozen MiniLM on a CPU; fine-tuning
 when asked) → evaluate against every baseline on the same held-out folds →
-write the report.
+write the report. With `--labels consensus`, also: consensus labels (`data.consensus`, no expected
+answers), a second router trained on them (`<run>/consensus/`), and the report's section "Without ground
+truth" (`evaluation.consensus_eval`): everything fitted on consensus labels, scored with the true ones.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class ReproduceOptions:
     knn: bool = True
     import_all_models: bool = True  # False: only the pool's recordings (quick slices)
     progress: bool = field(default_factory=lambda: __import__("sys").stdout.isatty())  # bars only on a terminal
+    labels: str = "truth"  # "consensus": also fit on consensus labels (report section "Without ground truth")
 
 
 @dataclass
@@ -96,6 +100,15 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     step("import recorded outputs", _import)
     labels_run = step("label", lambda: run_labels(opts.pool, outputs_path, examples_path, run))
     console.print(f"{labels_run.labels:,} labels for {len(pool.models)} pool models")
+    if opts.labels not in ("truth", "consensus"):
+        raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
+    consensus = None
+    if opts.labels == "consensus":
+        from data.consensus import run_consensus_labels
+
+        consensus = step("consensus labels", lambda: run_consensus_labels(opts.pool, outputs_path, examples_path, run,
+                                                                          truth=labels_run.labels_path))
+        console.print(f"consensus labels agree with the verifier's on {consensus.agreement['agreement']:.2%} of pairs")
 
     overrides = [f"run_dir={run}", f"labels={labels_run.labels_path}", f"examples={examples_path}",
                  f"pool={opts.pool}", f"progress={str(opts.progress).lower()}"]
@@ -106,6 +119,16 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     train_cfg = load_train_config(opts.train_config, overrides + list(opts.train_overrides))
     train_metrics = step(f"train ({train_cfg.mode}, {train_cfg.backbone.name}, {train_cfg.folds}-fold)",
                          lambda: run_training(train_cfg))
+
+    if consensus is not None:
+        # The same recipe on consensus labels only: no auxiliary targets (they are other models' verified labels).
+        cons_dir = run / "consensus"
+        cons_dir.mkdir(exist_ok=True)
+        if not (cons_dir / "cache").exists() and (run / "cache").is_dir():
+            (cons_dir / "cache").symlink_to((run / "cache").resolve(), target_is_directory=True)  # same features
+        cons_cfg = load_train_config(opts.train_config, overrides + list(opts.train_overrides) + [
+            f"run_dir={cons_dir}", f"labels={consensus.labels_path}", "aux.outputs=null"])
+        step("train on consensus labels", lambda: run_training(cons_cfg))
 
     def _evaluate():
         oof = pd.read_parquet(run / OOF_FILE)
@@ -134,6 +157,10 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
             "target": opts.target,
             "timings_s": timings,
         }
+        if consensus is not None:
+            from evaluation.consensus_eval import without_truth
+
+            context["extra"] = without_truth(ev, consensus.labels_path, run / "consensus" / OOF_FILE, consensus.agreement)
         return ev, context
 
     ev, context = step("evaluate", _evaluate)
@@ -158,7 +185,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
             return None
 
     retest_result = step("test–retest", _retest)
-    report = write_report(ev, run / "report", context=context, retest=retest_result)
+    extra_metrics, extra_markdown = context.pop("extra", ({}, []))
+    report = write_report(ev, run / "report", context=context, retest=retest_result, extra_metrics=extra_metrics,
+                          extra_markdown=extra_markdown)
     (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report)}, indent=2))
     from evaluation.report import headline
 

@@ -1,0 +1,187 @@
+"""Without ground truth: everything fitted on consensus labels, every row scored with the true labels.
+
+    switchcraft reproduce --labels consensus        # report section "Without ground truth"
+
+    from evaluation.consensus_eval import consensus_fit_rows
+    rows = consensus_fit_rows(cd, fit_correct, probs)       # cd: CascadeData with the TRUE labels
+
+For test fold k, everything that chooses from labels (the strategy menu, the resolve rules, the success
+regressions, λ, the best single model and the cost budget it sets) sees the training folds' *consensus*
+labels (`fit_correct`, from `data.consensus`), and the router probabilities come from a router trained on
+consensus labels only; the rows of fold k are then scored with the verifier's labels. Implemented by running
+the usual held-out code once per fold on a matrix that holds consensus labels on the training folds and true
+labels on fold k: that code fits on training rows only, so nothing true reaches the fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from evaluation.routing_eval import evaluate_router, profiled_costs
+from evaluation.stats import paired_bootstrap
+from evaluation.strategies import CascadeData, simulate
+from evaluation.strategy_eval import (RowOutcome, _best_fixed_column, _fold_split, _row_of_specs, default_menu,
+                                      fit_policies, row_of_choice)
+
+# (target, cost fraction, row name): the strategy rows the section compares, as in the headline.
+TARGETS = (("match_best", 0.2, "best-single accuracy"), ("cost_fraction", 0.2, "≤ 20% of best-single cost"),
+           ("cost_fraction", 0.1, "≤ 10% of best-single cost"))
+
+
+def hybrid(cd: CascadeData, fit_correct: np.ndarray, k: int) -> CascadeData:
+    """`cd` with consensus labels on every row but fold k's (whose true labels score the fold)."""
+    test = cd.data.folds == k
+    correct = np.where(test[:, None], cd.data.correct, fit_correct)
+    return replace(cd, data=replace(cd.data, correct=correct))
+
+
+def consensus_fit_rows(cd: CascadeData, fit_correct: np.ndarray, probs: np.ndarray, *,
+                       prefix: str = "switchcraft strategies") -> dict[str, RowOutcome]:
+    """The strategy policy at each of TARGETS, the best fixed strategy (≤ 20%), and the router's λ rule, all fitted
+    on consensus labels per fold and scored with the true labels of the held-out fold."""
+    if fit_correct.shape != cd.data.correct.shape or probs.shape != cd.data.correct.shape:
+        raise ValueError(f"consensus labels {fit_correct.shape} and probabilities {probs.shape} must match the "
+                         f"true labels {cd.data.correct.shape}")
+    specs = default_menu(cd)
+    n = len(probs)
+    targets = [(t, f) for t, f, _ in TARGETS]
+    picks = np.zeros((len(targets) + 1, n), dtype=int)
+    params: list[dict[int, float]] = [{} for _ in targets]
+    sims = {}
+    lam_choice = {t: np.zeros(n, dtype=int) for t in ("match_best", "cost_fraction")}
+    lam_params = {t: {} for t in lam_choice}
+    for k in cd.data.fold_ids:
+        cdk = hybrid(cd, fit_correct, k)
+        train, test = _fold_split(cdk, k)
+        sims[k] = simulate(cdk, specs, profiled_costs(cdk.data, train), fit_rows=train)
+        policies, menu = fit_policies(cdk, probs, train, sims[k], specs, targets)
+        for i, policy in enumerate(policies):
+            picks[i, test] = np.asarray(menu)[policy.choose(probs[test])]
+            params[i][k] = policy.lam
+        picks[-1, test] = _best_fixed_column(cdk, sims[k], train, "cost_fraction", 0.2)
+        for t in lam_choice:
+            r = evaluate_router("router", probs, cdk.data, target=t, rule="lambda")
+            lam_choice[t][test] = r.choice[test]
+            lam_params[t][k] = r.taus[k]
+    # Scoring: sims[k] holds fold k's true labels on fold k's rows (the only rows read from it).
+    out = {f"{prefix}, λ for {what}": _row_of_specs("", picks[i], sims, cd, specs, params[i])
+           for i, (_, _, what) in enumerate(TARGETS)}
+    out["best fixed strategy on training folds, for ≤ 20% of best-single cost"] = _row_of_specs(
+        "", picks[-1], sims, cd, specs, {})
+    for t, what in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
+        out[f"switchcraft router, λ rule, λ for {what}"] = row_of_choice("", lam_choice[t], cd, lam_params[t])
+    for name, r in out.items():
+        r.name = name
+    return out
+
+
+def side_by_side(consensus: dict[str, RowOutcome], truth: dict[str, RowOutcome], best_single: RowOutcome
+                 ) -> list[dict]:
+    """Per row: the consensus-fit and the truth-fit outcome (true labels), and the paired differences with
+    95% bootstrap intervals (same resampled queries)."""
+    out = []
+    for name, c in consensus.items():
+        t = truth.get(name)
+        if t is None:
+            continue
+        ci = paired_bootstrap({"truth": (t.correct, t.cost), "consensus": (c.correct, c.cost),
+                               "best": (best_single.correct, best_single.cost)}, reference="truth")
+        best_cost = float(best_single.cost.mean())
+        out.append({
+            "routing": name,
+            "consensus_fit_accuracy": float(c.correct.mean()),
+            "consensus_fit_accuracy_ci": [ci["consensus"].accuracy.low, ci["consensus"].accuracy.high],
+            "consensus_fit_usd_per_million": float(c.cost.mean() * 1e6),
+            "consensus_fit_usd_per_million_ci": [ci["consensus"].usd_per_million.low, ci["consensus"].usd_per_million.high],
+            "consensus_fit_cost_share_of_best_single": float(c.cost.mean() / best_cost),
+            "truth_fit_accuracy": float(t.correct.mean()),
+            "truth_fit_accuracy_ci": [ci["truth"].accuracy.low, ci["truth"].accuracy.high],
+            "truth_fit_usd_per_million": float(t.cost.mean() * 1e6),
+            "truth_fit_cost_share_of_best_single": float(t.cost.mean() / best_cost),
+            "delta_accuracy": float(c.correct.mean() - t.correct.mean()),
+            "delta_accuracy_ci": [ci["consensus"].delta_accuracy.low, ci["consensus"].delta_accuracy.high],
+            "delta_usd_per_million": float((c.cost.mean() - t.cost.mean()) * 1e6),
+            "delta_usd_per_million_ci": [ci["consensus"].delta_usd_per_million.low,
+                                         ci["consensus"].delta_usd_per_million.high],
+        })
+    return out
+
+
+def section_markdown(rows: list[dict], agreement: dict, best_single: RowOutcome) -> list[str]:
+    """The report's "Without ground truth" section."""
+    lines = [
+        "## Without ground truth", "",
+        "What a user without expected answers gets: consensus labels (`data/consensus.py`: agreement in meaning "
+        "among the pool's answers, a reliability-weighted EM) stand in for the verifier's labels everywhere a "
+        "label is used — the router (trained on them, no auxiliary verified labels), the strategy menu, resolve "
+        "rules, regressions, λ and the budget's best single model — and every row is scored with the verifier's "
+        "labels on the held-out folds. Δ: consensus-fit minus truth-fit on the same resampled queries (95% paired "
+        "bootstrap).", "",
+        f"Consensus labels agree with the verifier's on **{agreement['agreement']:.2%}** of (query, model) pairs "
+        f"({agreement['pairs']:,}; {agreement.get('abstained_queries', 0)} queries abstained; models' accuracy "
+        f"ranking Spearman {agreement.get('accuracy_rank_spearman', float('nan')):.2f}). Best single model: "
+        f"{best_single.correct.mean():.3f} at ${best_single.cost.mean() * 1e6:,.0f}/M.", "",
+        "| routing | consensus-fit accuracy [95% CI] | $ / M [95% CI] | truth-fit accuracy [95% CI] | $ / M | "
+        "Δ accuracy [95% CI] | Δ $ / M [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lo, hi = r["consensus_fit_accuracy_ci"]
+        clo, chi = r["consensus_fit_usd_per_million_ci"]
+        tlo, thi = r["truth_fit_accuracy_ci"]
+        dlo, dhi = r["delta_accuracy_ci"]
+        ulo, uhi = r["delta_usd_per_million_ci"]
+        lines.append(
+            f"| {r['routing']} | {r['consensus_fit_accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | "
+            f"{r['consensus_fit_usd_per_million']:,.0f} [{clo:,.0f}, {chi:,.0f}] | "
+            f"{r['truth_fit_accuracy']:.3f} [{tlo:.3f}, {thi:.3f}] | {r['truth_fit_usd_per_million']:,.0f} | "
+            f"{r['delta_accuracy']:+.3f} [{dlo:+.3f}, {dhi:+.3f}] | {r['delta_usd_per_million']:+,.0f} [{ulo:+,.0f}, {uhi:+,.0f}] |")
+    per_model = agreement.get("per_model") or {}
+    if per_model:
+        lines += ["", "| model | consensus accuracy | true accuracy | label agreement |", "|---|---:|---:|---:|"]
+        lines += [f"| {m} | {v['consensus_accuracy']:.3f} | {v['true_accuracy']:.3f} | {v['agreement']:.3f} |"
+                  for m, v in per_model.items()]
+    per_cat = agreement.get("per_category") or {}
+    if per_cat:
+        lines += ["", "| BFCL category | label agreement | pairs |", "|---|---:|---:|"]
+        lines += [f"| {c} | {v['agreement']:.3f} | {v['pairs']:,} |" for c, v in sorted(per_cat.items())]
+    return lines + [""]
+
+
+def without_truth(ev, consensus_labels_path, oof_path, agreement: dict) -> tuple[dict, list[str]]:
+    """(metrics.json entries, report lines) of the "Without ground truth" section: `ev` is the truth-fit
+    evaluation (its strategy rows and CascadeData), `consensus_labels_path` the consensus labels, `oof_path` the
+    held-out probabilities of the router trained on them."""
+    import pandas as pd
+
+    from data.schema import read_labels
+    from evaluation.report import STRATEGIES, oof_matrix
+
+    if ev.cascade is None:
+        raise ValueError("the consensus-fit rows need the recorded outputs (strategy rows)")
+    data = ev.data
+    by_key = {(lb.example_id, lb.model): lb.correct for lb in read_labels(consensus_labels_path)}
+    missing = [(e, m) for e in data.example_ids for m in data.models if (e, m) not in by_key]
+    if missing:
+        raise ValueError(f"{len(missing)} (example, model) pairs have no consensus label, e.g. {missing[:3]}")
+    fit = np.array([[by_key[(e, m)] for m in data.models] for e in data.example_ids], dtype=bool)
+    oof = pd.read_parquet(oof_path)
+    probs, folds = oof_matrix(oof, data.example_ids, data.models)
+    if np.isnan(probs).any():
+        raise ValueError(f"{oof_path}: {int(np.isnan(probs).any(axis=1).sum())} rows have no probability")
+    if any(folds.get(e) != f for e, f in zip(data.example_ids, data.folds)):
+        raise ValueError(f"{oof_path}: the consensus router's folds differ from the truth router's")
+    rows = consensus_fit_rows(ev.cascade, fit, probs, prefix=STRATEGIES)
+    truth = {name: r for name, r in ev.strategies.items()}
+    for t, what in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
+        r = ev.lambda_rule.get(t, {}).get("switchcraft router")
+        if r is not None:
+            truth[f"switchcraft router, λ rule, λ for {what}"] = row_of_choice("", r.choice, ev.cascade)
+    best = row_of_choice("best single model", ev.refs.best_single.choice, ev.cascade)
+    table = side_by_side(rows, truth, best)
+    metrics = {"consensus_label_agreement": agreement,
+               "without_ground_truth": {"rows": table, "chosen": {n: dict(r.chosen.most_common(8)) for n, r in rows.items()},
+                                        "label_accuracy_of_fit": float((fit == data.correct).mean())}}
+    return metrics, section_markdown(table, agreement, best)

@@ -1,0 +1,253 @@
+"""Onboarding a new model from a few hundred unlabelled requests, measured offline.
+
+    python -m evaluation.onboard --run-dir runs/default --model gpt-3.5-turbo-0125-FC --model ... \
+        [--sizes 50 100 200 400] [--draws 3] [--out docs-table.md]
+
+For a model X outside the pool: the pool (labels known as below on every query) plus X, whose answers are
+known on only N probe queries. What X is worth is the change in the policy's held-out outcome when X joins
+the menu, at each target (≤ 20% of the best single model's cost: accuracy gain; best-single accuracy: cost
+saving). Two ways of onboarding X, each against its own no-X baseline:
+
+- **truth**: the verifier's labels on all 1,630 queries, for X and the pool (what a benchmark user has);
+- **consensus, N probes**: consensus labels only (`data.consensus`, no expected answers) — the pool's from the
+  pool's answers on every query, X's from everyone's answers on N random probe queries (X is "not asked"
+  elsewhere, so its vote and label exist only there).
+
+Policy: the best fixed strategy for the target (`evaluation.strategy_eval`: every single model and
+agreement cascade with resolve rules, chosen on the training folds, run on every query of the test fold).
+On the training folds a strategy that calls X is estimated (accuracy, cost, resolve rules, X's profiled cost)
+on the probe queries only; the others on every training query. Held-out outcomes are scored with the true
+labels on the same folds as the router's. Kept value = consensus value / truth value; intervals: 95%
+bootstrap over queries (paired), outcomes averaged over the probe draws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from evaluation.strategies import RULE_TOLERANCES, CascadeData, Simulated, menu_of, simulate, unpack
+
+TARGETS = (("cost_fraction", 0.2), ("match_best", None))
+
+
+def choose_fixed(acc: np.ndarray, cost: np.ndarray, singles: np.ndarray, target: str, fraction: float | None) -> int:
+    """The spec best for `target` given per-spec training estimates: best single = the most accurate single
+    (ties: cheaper); match_best: the cheapest spec at least as accurate (else the most accurate); cost_fraction:
+    the most accurate spec within `fraction` × the best single's cost (ties: cheaper; else the cheapest)."""
+    s = np.flatnonzero(singles)
+    j = s[np.lexsort((cost[s], -acc[s]))[0]]
+    if target == "match_best":
+        ok = np.flatnonzero(acc >= acc[j] - 1e-12)
+        return int(ok[np.argmin(cost[ok])])
+    ok = np.flatnonzero(cost <= fraction * cost[j] + 1e-15)
+    return int(ok[np.lexsort((cost[ok], -acc[ok]))[0]]) if len(ok) else int(np.argmin(cost))
+
+
+def columns(cd: CascadeData, cols: list[int]) -> CascadeData:
+    """`cd` restricted to some models (columns)."""
+    d = cd.data
+    data = replace(d, models=[d.models[c] for c in cols], correct=d.correct[:, cols], cost=d.cost[:, cols])
+    ix = np.ix_(range(len(d.example_ids)), cols, cols)
+    return CascadeData(data, cd.agree[ix], cd.latency[:, cols], {m: cd.latency_known.get(m, 0) for m in data.models},
+                       None if cd.kinds is None else cd.kinds[ix])
+
+
+def with_labels(cd: CascadeData, fit: np.ndarray, test: np.ndarray) -> CascadeData:
+    """Fit labels everywhere but the test rows (true labels there: what scores them)."""
+    return replace(cd, data=replace(cd.data, correct=np.where(test[:, None], cd.data.correct, fit)))
+
+
+def _merge(a: Simulated, b: Simulated, cols_a: np.ndarray, cols_b: np.ndarray, s: int) -> Simulated:
+    n = len(a.correct)
+    out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int), np.zeros((n, s), bool))
+    for src, cols in ((a, cols_a), (b, cols_b)):
+        for f in ("correct", "cost", "latency", "calls", "escalated"):
+            getattr(out, f)[:, cols] = getattr(src, f)
+        out.rules.update({int(cols[k]): r for k, r in src.rules.items()})
+    return out
+
+
+def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
+                   rules: tuple[float, ...] = RULE_TOLERANCES) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold on `fit` labels of the
+    training folds and scored with `cd`'s true labels on the test fold. With `probe` (bool, n) and `new` (a
+    column), the specs that call model `new` are estimated on the probe training rows only."""
+    m = len(cd.data.models)
+    specs = menu_of(m, rules=rules if cd.kinds is not None else ())
+    uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
+    singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
+    n = len(cd.data.example_ids)
+    out = {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS}
+    for k in cd.data.fold_ids:
+        test = cd.data.folds == k
+        train = np.flatnonzero(~test)
+        cdk = with_labels(cd, fit, test)
+        costs = cd.data.cost[train].mean(axis=0)
+        if probe is None or new is None:
+            sim = simulate(cdk, specs, costs, fit_rows=train)
+            acc, paid = sim.correct[train].mean(axis=0), sim.cost[train].mean(axis=0)
+        else:
+            ptrain = np.flatnonzero(~test & probe)
+            if len(ptrain) == 0:
+                raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
+            costs[new] = cd.data.cost[ptrain, new].mean()
+            a_cols, b_cols = np.flatnonzero(~uses_new), np.flatnonzero(uses_new)
+            sa = simulate(cdk, [specs[i] for i in a_cols], costs, fit_rows=train)
+            sb = simulate(cdk, [specs[i] for i in b_cols], costs, fit_rows=ptrain)
+            sim = _merge(sa, sb, a_cols, b_cols, len(specs))
+            acc = np.where(uses_new, sim.correct[ptrain].mean(axis=0), sim.correct[train].mean(axis=0))
+            paid = np.where(uses_new, sim.cost[ptrain].mean(axis=0), sim.cost[train].mean(axis=0))
+        for t, f in TARGETS:
+            j = choose_fixed(acc, paid, singles, t, f)
+            out[t][0][test], out[t][1][test] = sim.correct[test, j], sim.cost[test, j]
+    return out
+
+
+@dataclass
+class Onboarding:
+    model: str
+    values: dict[str, dict]  # arm ("truth", "consensus N=…") -> target -> value with interval
+
+
+def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 2000, seed: int = 0) -> dict:
+    """Per arm and target: the held-out value (≤ 20%: accuracy gain; match_best: cost saving in $/M) against
+    the arm's baseline, its 95% interval, and the share of the truth arm's value kept (with its interval), all
+    on the same bootstrap resamples. `base`: arm -> target -> (correct, cost) without the new model;
+    `arms`: arm -> one such dict per probe draw (averaged per query)."""
+    idx = None
+    res: dict = {}
+
+    def boot(v):
+        return np.asarray(v, float)[idx].mean(axis=1)
+
+    for arm, draws in arms.items():
+        res[arm] = {}
+        for t, _ in TARGETS:
+            ok = np.mean([d[t][0] for d in draws], axis=0)
+            paid = np.mean([d[t][1] for d in draws], axis=0)
+            b_ok, b_paid = base[arm.split(" ")[0]][t]
+            if idx is None:
+                idx = np.random.default_rng(seed).integers(0, len(ok), size=(resamples, len(ok)))
+            v = (ok - b_ok) if t == "cost_fraction" else (b_paid - paid) * 1e6
+            res[arm][t] = {"value": float(v.mean()), "samples": boot(v), "accuracy": float(ok.mean()),
+                           "usd_per_million": float(paid.mean() * 1e6), "baseline_accuracy": float(b_ok.mean()),
+                           "baseline_usd_per_million": float(b_paid.mean() * 1e6)}
+    for arm in res:
+        for t, _ in TARGETS:
+            r, truth = res[arm][t], res["truth"][t]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                kept = r["samples"] / truth["samples"]
+            r["kept"] = float(r["value"] / truth["value"]) if truth["value"] else float("nan")
+            r["kept_ci"] = [float(x) for x in np.nanpercentile(kept, [2.5, 97.5])] if truth["value"] else [np.nan, np.nan]
+            r["value_ci"] = [float(x) for x in np.percentile(r["samples"], [2.5, 97.5])]
+    for arm in res:
+        for t, _ in TARGETS:
+            res[arm][t].pop("samples")
+    return res
+
+
+def priced_entry(recordings: Path, price_file, model: str):
+    """A pool entry for a recorded model, priced from the price file the way `switchcraft pool sample` does."""
+    from data.pool import PoolModel, load_price_table, open_weight_prices
+    from data.pool_sample import recorded_style
+
+    prices = load_price_table(price_file).get(model) or open_weight_prices(price_file).get(model)
+    if prices is None:
+        raise ValueError(f"{model}: no price in {price_file} (pick a priced recording)")
+    if not (recordings / model).is_dir():
+        raise ValueError(f"{model}: no recordings under {recordings}")
+    return PoolModel(name=model, prompt_style=recorded_style(recordings / model), prices=prices)
+
+
+def onboard_model(run_dir: Path, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, pool_path="configs/pool.yaml",
+                  price_file=None, recordings=None, seed: int = 0) -> dict:
+    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`."""
+    import pandas as pd
+
+    from data.config import load_data_config
+    from data.consensus import answers_of_outputs, fit_consensus
+    from data.labels import label_outputs
+    from data.pool import Pool, load_pool
+    from data.schema import read_examples, read_labels, read_outputs
+    from evaluation.routing_eval import RoutingData
+    from training.recipe import OOF_FILE
+
+    cfg = load_data_config("configs/data.yaml")
+    pool = load_pool(pool_path)
+    if model in pool.names:
+        raise ValueError(f"{model} is already in the pool {pool_path}")
+    entry = priced_entry(Path(recordings or cfg.output_path("bfcl_v1")), price_file or cfg.output_path("prices"), model)
+    pool9 = Pool(models=[*pool.models, entry])
+    examples = {e.id: e for e in read_examples(run_dir / "examples.parquet")}
+    outputs = read_outputs(run_dir / "outputs.parquet", models=[m.recording for m in pool9.models])
+    folds = pd.read_parquet(run_dir / OOF_FILE).drop_duplicates("example_id").set_index("example_id")["fold"]
+    folds = {e: int(f) for e, f in folds.items() if f >= 0}
+    labels = read_labels(run_dir / "labels.parquet") + label_outputs([o for o in outputs if o.model == entry.recording],
+                                                                      examples, pool9)
+    data = RoutingData.from_labels(labels, examples, pool9.names, folds)
+    cd9 = CascadeData.from_outputs(outputs, examples, pool9, data)
+    row = {e: i for i, e in enumerate(data.example_ids)}
+    declined = np.zeros(data.correct.shape, bool)
+    for r in answers_of_outputs(outputs, pool9):
+        if r["example_id"] in row:
+            declined[row[r["example_id"]], pool9.names.index(r["model"])] = not r["calls"]
+    m = len(pool.names)
+    cd8 = columns(cd9, list(range(m)))
+    fit8 = fit_consensus(cd8.agree, declined=declined[:, :m]).correct
+    base = {"truth": held_out_fixed(cd8, cd8.data.correct), "consensus": held_out_fixed(cd8, fit8)}
+    arms = {"truth": [held_out_fixed(cd9, cd9.data.correct)]}
+    rng = np.random.default_rng(seed)
+    n = len(data.example_ids)
+    for size in sizes:
+        arms[f"consensus N={size}"] = []
+        for _ in range(draws):
+            probe = np.zeros(n, bool)
+            probe[rng.choice(n, size=min(size, n), replace=False)] = True
+            answered = np.ones((n, m + 1), bool)
+            answered[~probe, m] = False
+            fit9 = fit_consensus(cd9.agree, answered, declined).correct
+            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m))
+    return {"model": model, "prices": entry.prices.model_dump(exclude_none=True), "prompt_style": entry.prompt_style,
+            "true_accuracy": float(data.correct[:, m].mean()), "usd_per_million": float(data.cost[:, m].mean() * 1e6),
+            "draws": draws, "values": value_table(base, arms)}
+
+
+def markdown(results: list[dict]) -> list[str]:
+    lines = ["| new model | labels | ≤ 20% of best-single cost: accuracy gain [95% CI] | kept [95% CI] | "
+             "best-single accuracy: $/M saved [95% CI] | kept [95% CI] |", "|---|---|---|---|---|---|"]
+    for r in results:
+        for arm, v in r["values"].items():
+            a, c = v["cost_fraction"], v["match_best"]
+            kept_a = "—" if arm == "truth" else f"{a['kept']:.0%} [{a['kept_ci'][0]:.0%}, {a['kept_ci'][1]:.0%}]"
+            kept_c = "—" if arm == "truth" else f"{c['kept']:.0%} [{c['kept_ci'][0]:.0%}, {c['kept_ci'][1]:.0%}]"
+            lines.append(f"| {r['model']} | {arm} | {a['value']:+.4f} [{a['value_ci'][0]:+.4f}, {a['value_ci'][1]:+.4f}] "
+                         f"| {kept_a} | {c['value']:+,.0f} [{c['value_ci'][0]:+,.0f}, {c['value_ci'][1]:+,.0f}] | {kept_c} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run-dir", type=Path, default=Path("runs/default"), help="A reproduce run (all models imported).")
+    p.add_argument("--model", action="append", required=True, help="A recorded model outside the pool (repeat).")
+    p.add_argument("--pool", default="configs/pool.yaml")
+    p.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 200, 400])
+    p.add_argument("--draws", type=int, default=3, help="Random probe sets per size.")
+    p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
+    a = p.parse_args(argv)
+    results = []
+    for model in a.model:
+        results.append(onboard_model(a.run_dir, model, sizes=tuple(a.sizes), draws=a.draws, pool_path=a.pool))
+        print("\n".join(markdown(results[-1:])), flush=True)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(results, indent=2))
+        a.out.with_suffix(".md").write_text("\n".join(markdown(results)) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
