@@ -113,7 +113,7 @@ def add_model(cfg: TrainConfig, name: str, router_dir: str | Path | None = None)
     for k in ("format", "head", "versions", "saved"):
         info.pop(k, None)
     # The lexical branch covers the models it was trained with; the new one is the new head's logit alone.
-    save_router(router_dir, model, router.tokenizer, info, lexical=router.lexical)
+    save_router(router_dir, model, router.tokenizer, info, lexical=router.lexical, category=router.category)
     return metrics
 
 

@@ -99,6 +99,18 @@ class LexicalSettings(BaseModel):
     c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of each logistic regression.")
 
 
+class CategorySettings(BaseModel):
+    """The category branch (training/category.py): P(category | request shape) × per-category success rates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    weight: float = Field(default=0.5, gt=0, le=1, description="Its share of the router's logit; the head and lexical "
+                          "blend have the rest.")
+    c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of the category classifier.")
+    prior_rows: float = Field(default=5.0, ge=0, description="Pseudo-rows pulling a category's rate to the model's overall rate.")
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -119,6 +131,7 @@ class TrainConfig(BaseModel):
     frozen: FrozenSettings = Field(default_factory=FrozenSettings)
     aux: AuxSettings = Field(default_factory=AuxSettings)
     lexical: LexicalSettings = Field(default_factory=LexicalSettings)
+    category: CategorySettings = Field(default_factory=CategorySettings)
 
     head_hidden: int = Field(default=256, ge=1)
     dropout: float = Field(default=0.1, ge=0, lt=1)
@@ -150,6 +163,9 @@ class TrainConfig(BaseModel):
     def _one_example_source(self) -> TrainConfig:
         if self.examples is None and not (self.source and self.source_path):
             raise ValueError("say where the examples are: examples=PATH.parquet, or source=NAME source_path=DIR")
+        if self.category.enabled and not self.lexical.enabled:
+            raise ValueError("category.enabled needs lexical.enabled (the category branch reads its TF-IDF); "
+                             "set category.enabled=false or lexical.enabled=true")
         if self.max_folds is not None and self.max_folds > self.folds:
             raise ValueError(f"max_folds={self.max_folds} exceeds folds={self.folds}; lower it or raise folds")
         return self

@@ -35,6 +35,7 @@ class RequestTable:
     groups: list[str]
     stats: list[PackStats]
     models: list[str]
+    categories: list[str] | None = None  # each example's category: a training target of the category branch only
 
     def __len__(self) -> int:
         return len(self.example_ids)
@@ -79,6 +80,7 @@ def build_table(
     return RequestTable(
         example_ids=ids_, ids=[p.ids for p in packed], meta_raw=meta, y=y, mask=mask, cost=cost,
         groups=[group_key(e) for e in examples], stats=[p.stats for p in packed], models=list(models),
+        categories=[e.category for e in examples],
     )
 
 

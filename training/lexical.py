@@ -181,6 +181,10 @@ class LexicalBranch(nn.Module):
         self.register_buffer("intercept", torch.from_numpy(lex.intercept.astype(np.float32)))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.features(input_ids, attention_mask) @ self.coef + self.intercept
+
+    def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The TF-IDF rows, [batch, n_features] (`LexicalModel.features`; the category branch reads them too)."""
         keep = attention_mask > 0
         for s in self.special_ids:
             keep = keep & (input_ids != s)
@@ -193,5 +197,4 @@ class LexicalBranch(nn.Module):
         counts = torch.zeros(input_ids.shape[0], self.n_features + 1, dtype=torch.float32, device=input_ids.device)
         counts = counts.scatter_add(1, cols, torch.ones_like(cols, dtype=torch.float32))[:, : self.n_features]
         tf = torch.where(counts > 0, 1.0 + torch.log(counts.clamp(min=1.0)), torch.zeros_like(counts)) * self.idf
-        x = tf / tf.norm(dim=1, keepdim=True).clamp(min=1e-12)
-        return x @ self.coef + self.intercept
+        return tf / tf.norm(dim=1, keepdim=True).clamp(min=1e-12)

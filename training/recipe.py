@@ -30,6 +30,7 @@ import numpy as np
 from data.errors import DataError
 from data.pool import load_pool
 from data.schema import read_examples, read_labels
+from training.category import CategoryModel
 from training.config import TrainConfig
 from training.dataset import RequestTable, build_table, make_loader
 from training.evaluate import held_out_metrics, oof_frame, plot_oof, write_json
@@ -85,6 +86,8 @@ class Fitted:
     lexical: LexicalModel | None
     head_logits: Callable[[np.ndarray], np.ndarray]  # rows -> [len(rows), n_models], the head alone
     lexical_logits: Callable[[np.ndarray], np.ndarray] | None  # the lexical branch alone
+    category: CategoryModel | None = None
+    category_logits: Callable[[np.ndarray], np.ndarray] | None = None  # the category branch alone
 
     def logits(self, idx: np.ndarray) -> np.ndarray:
         """What the router computes for rows idx (before temperature)."""
@@ -92,7 +95,11 @@ class Fitted:
         if self.lexical is None:
             return z
         w = self.lexical.weight
-        return (1.0 - w) * z + w * self.lexical_logits(idx)
+        z = (1.0 - w) * z + w * self.lexical_logits(idx)
+        if self.category is None:
+            return z
+        wc = self.category.weight
+        return (1.0 - wc) * z + wc * self.category_logits(idx)
 
 
 class TrainRecipe:
@@ -221,11 +228,28 @@ class TrainRecipe:
             model.keep_outputs(len(self.models))  # the extra targets were for training only
         self.accelerator.free_memory()
         # The validation rows stay out of the lexical branch only when a temperature is fitted on them.
-        lexical = self._fit_lexical(train_idx if cfg.temperature_scaling else np.concatenate([train_idx, val_idx]))
-        lex_logits = None
+        fit_rows = train_idx if cfg.temperature_scaling else np.concatenate([train_idx, val_idx])
+        lexical = self._fit_lexical(fit_rows)
+        lex_logits = category = cat_logits = None
         if lexical is not None:
             lex_logits = lambda idx: lexical.logits([self.table.ids[i] for i in idx])
-        return Fitted(model, scaler, result, lexical, lambda idx: self._logits(model, meta, idx, s.batch_size), lex_logits)
+            category = self._fit_category(lexical, meta, fit_rows)
+        if category is not None:
+            cat_logits = lambda idx: category.logits(lexical.features([self.table.ids[i] for i in idx]), meta[idx])
+        return Fitted(model, scaler, result, lexical, lambda idx: self._logits(model, meta, idx, s.batch_size), lex_logits,
+                      category, cat_logits)
+
+    def _fit_category(self, lexical: LexicalModel, meta: np.ndarray, rows: np.ndarray) -> CategoryModel | None:
+        """The category branch on `rows` (their categories are its targets; nothing else of a category is kept)."""
+        cc, t = self.cfg.category, self.table
+        if not cc.enabled or t.categories is None:
+            return None
+        t0 = time.perf_counter()
+        category = CategoryModel.fit(lexical.features([t.ids[i] for i in rows]), meta[rows],
+                                     [t.categories[i] for i in rows], t.y[rows], t.mask[rows], c=cc.c,
+                                     prior_rows=cc.prior_rows, weight=cc.weight)
+        self.timing["category_s"] = self.timing.get("category_s", 0.0) + time.perf_counter() - t0
+        return category
 
     def _fit_lexical(self, train_idx: np.ndarray) -> LexicalModel | None:
         lx = self.cfg.lexical
@@ -276,6 +300,7 @@ class TrainRecipe:
         self.oof_parts: dict[str, np.ndarray] = {}  # each part's held-out logits, for metrics.json
         self.oof_temps = np.ones((n, len(self.models)))
         self.oof_fold = np.full(n, -1)
+        self.category_accuracy: list[tuple[int, int]] = []  # (right, rows) of the category branch per test fold
         for f in range(cfg.max_folds or cfg.folds):
             t0 = time.perf_counter()
             test = np.flatnonzero(self.fold == f)
@@ -286,6 +311,9 @@ class TrainRecipe:
                               for j in range(len(self.models))])
             self.oof_logits[test] = fitted.logits(test)
             parts = {"head": fitted.head_logits} | ({"lexical": fitted.lexical_logits} if fitted.lexical else {})
+            parts |= {"category": fitted.category_logits} if fitted.category else {}
+            if fitted.category is not None:
+                self.category_accuracy.append(self._category_accuracy(fitted, test))
             for name, fn in parts.items():
                 self.oof_parts.setdefault(name, np.full((n, len(self.models)), np.nan))[test] = fn(test)
             self.oof_temps[test] = temps
@@ -313,6 +341,14 @@ class TrainRecipe:
             self.final = (fitted, temps)
             self.timing["final_fit_s"] = time.perf_counter() - t0
 
+    def _category_accuracy(self, fitted: Fitted, test: np.ndarray) -> tuple[int, int]:
+        """How often the category branch's most probable category is the test row's (a diagnostic)."""
+        t, cat = self.table, fitted.category
+        meta = fitted.scaler.transform(t.meta_raw[test])
+        p = cat.category_probs(fitted.lexical.features([t.ids[i] for i in test]), meta)
+        guess = [cat.categories[k] for k in p.argmax(axis=1)]
+        return sum(g == t.categories[i] for g, i in zip(guess, test)), len(test)
+
     def _parts_metrics(self) -> dict:
         """Held-out macro AUC of each part alone (raw logits), and what the blend was made of."""
         from training.calibration import roc_auc
@@ -327,6 +363,10 @@ class TrainRecipe:
         out["aux_models"] = len(self.aux_models)
         out["aux_weight"] = self.cfg.aux.weight if self.aux_models else 0.0
         out["lexical_weight"] = self.cfg.lexical.weight if self.cfg.lexical.enabled else 0.0
+        out["category_weight"] = self.cfg.category.weight if self.category_accuracy else 0.0
+        if self.category_accuracy:
+            right, rows = map(sum, zip(*self.category_accuracy))
+            out["category_accuracy"] = right / rows  # held out: the branch's guess of BFCL's category
         return out
 
     def save(self) -> Path:
@@ -346,7 +386,7 @@ class TrainRecipe:
                 "metadata": scaler.to_json(), "mode": cfg.mode, "backbone": cfg.backbone.model_dump(),
                 "n_examples": len(self.table), "config": cfg.model_dump(), "added_models": [],
                 "aux_models": self.aux_models,
-            }, lexical=fitted.lexical)
+            }, lexical=fitted.lexical, category=fitted.category)
         plot_oof(self, out / "reliability.png")
         self.metrics["timing"] = self.timing
         self.metrics["fold_details"] = self.fold_records

@@ -7,12 +7,12 @@
 
 Folder layout: `encoder/` (Hugging Face weights + config), `tokenizer/`,
 `heads.safetensors`, `lexical.safetensors` (the lexical branch, when trained
-with one), `router.json` (pool order, prices, cost profile, threshold,
+with one), `category.safetensors` (the category branch, likewise), `router.json` (pool order, prices, cost profile, threshold,
 temperatures, packing settings, metadata scaling, the lexical branch's
 settings, versions, the training config). Loading never touches the network.
 
 `Router.net` is the whole computation as one torch module — encoder, heads,
-the lexical branch blended in, temperatures, sigmoid — and is what the ONNX
+the lexical and category branches blended in, temperatures, sigmoid — and is what the ONNX
 export traces, so PyTorch and the exported graph cannot drift apart.
 """
 
@@ -30,6 +30,7 @@ import torch
 
 from training.config import PackingSettings
 from training.dataset import BucketBatches, pad_batch
+from training.category import CATEGORY_FILE, CategoryModel
 from training.lexical import LEXICAL_FILE, LexicalModel
 from training.metadata import MetadataScaler, metadata_row, request_metadata
 from training.model import RouterModel
@@ -59,7 +60,7 @@ def versions() -> dict[str, str]:
 
 
 def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[str, Any],
-                lexical: LexicalModel | None = None) -> Path:
+                lexical: LexicalModel | None = None, category: CategoryModel | None = None) -> Path:
     """Write the folder; `info` becomes router.json (head layout, lexical settings and versions are added here)."""
     from safetensors.torch import save_file
 
@@ -78,6 +79,14 @@ def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[s
         info["lexical"] = lexical.settings()
     elif (out / LEXICAL_FILE).exists():
         (out / LEXICAL_FILE).unlink()  # a stale branch from an earlier router in this folder must not load
+    info.pop("category", None)
+    if category is not None:
+        if lexical is None:
+            raise ValueError("the category branch reads the lexical branch's TF-IDF: save both")
+        category.save(out)
+        info["category"] = category.settings()
+    elif (out / CATEGORY_FILE).exists():
+        (out / CATEGORY_FILE).unlink()
     info.update(
         format=FORMAT,
         head={"sizes": model.head_sizes, "hidden": model.head_hidden, "dropout": model.dropout,
@@ -94,19 +103,28 @@ def save_router(out_dir: str | Path, model: RouterModel, tokenizer, info: dict[s
 class RouterNet(torch.nn.Module):
     """(input_ids, attention_mask, metadata) → probabilities: what `Router` predicts and the ONNX graph computes."""
 
-    def __init__(self, model: RouterModel, lexical: LexicalModel | None, temperatures: np.ndarray) -> None:
+    def __init__(self, model: RouterModel, lexical: LexicalModel | None, temperatures: np.ndarray,
+                 category: CategoryModel | None = None) -> None:
         super().__init__()
+        if category is not None and lexical is None:
+            raise ValueError("the category branch reads the lexical branch's TF-IDF: a router with one needs both")
         self.model = model.eval()
         self.lexical = lexical.torch_branch() if lexical is not None else None
+        self.category = category.torch_branch() if category is not None else None
         self.register_buffer("temperatures", torch.tensor(temperatures, dtype=torch.float32))
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, metadata: torch.Tensor) -> torch.Tensor:
-        """Before temperature: the head's logits, the first models' blended with the lexical branch."""
+        """Before temperature: the head's logits, the first models' blended with the lexical branch, then with
+        the category branch."""
         z = self.model(metadata, input_ids=input_ids, attention_mask=attention_mask)
         if self.lexical is None:
             return z
         k, w = self.lexical.coef.shape[1], self.lexical.weight
-        blended = (1.0 - w) * z[:, :k] + w * self.lexical(input_ids, attention_mask)
+        x = self.lexical.features(input_ids, attention_mask)
+        blended = (1.0 - w) * z[:, :k] + w * (x @ self.lexical.coef + self.lexical.intercept)
+        if self.category is not None:
+            wc = self.category.weight
+            blended = (1.0 - wc) * blended + wc * self.category(x, metadata)
         return torch.cat([blended, z[:, k:]], dim=1)  # models added later (--add-model) keep their head's logit
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, metadata: torch.Tensor) -> torch.Tensor:
@@ -116,18 +134,20 @@ class RouterNet(torch.nn.Module):
 class Router:
     """Predicts P(correct) per pool model for tool-calling requests."""
 
-    def __init__(self, model: RouterModel, tokenizer, info: dict[str, Any], lexical: LexicalModel | None = None) -> None:
+    def __init__(self, model: RouterModel, tokenizer, info: dict[str, Any], lexical: LexicalModel | None = None,
+                 category: CategoryModel | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.info = info
         self.lexical = lexical
+        self.category = category
         self.models: list[str] = list(info["models"])
         self.packing = PackingSettings.model_validate(info["packing"])
         self.scaler = MetadataScaler.from_json(info["metadata"])
         self.threshold: float = float(info.get("threshold", 0.5))
         temps = info.get("temperatures") or {}
         self.temperatures = np.array([float(temps.get(m, 1.0)) for m in self.models])
-        self.net = RouterNet(self.model, lexical, self.temperatures).to(next(model.parameters()).device).eval()
+        self.net = RouterNet(self.model, lexical, self.temperatures, category).to(next(model.parameters()).device).eval()
 
     @property
     def prices(self) -> dict[str, dict]:
@@ -191,4 +211,5 @@ def load_router(path: str | Path, device: str | None = None) -> Router:
         model.add_head(n)
     model.heads.load_state_dict(load_file(path / HEADS_FILE))
     lexical = LexicalModel.load(path, info["lexical"]) if info.get("lexical") else None
-    return Router(model.to(device or "cpu"), tokenizer, info, lexical)
+    category = CategoryModel.load(path, info["category"]) if info.get("category") else None
+    return Router(model.to(device or "cpu"), tokenizer, info, lexical, category)
