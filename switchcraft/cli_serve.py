@@ -105,6 +105,7 @@ def serve(
     from serving.gateway.app import UNAUTHENTICATED, create_app
     from serving.gateway.config import load_serving_config
     from serving.gateway.errors import configure_json_logging
+    from serving.gateway.server import uvicorn_config
 
     try:
         cfg = load_serving_config(config, overrides or [])
@@ -122,7 +123,8 @@ def serve(
     keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
     console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
                   f"{keys})", highlight=False)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, log_config=None)
+    # Headers and bodies have deadlines (header_timeout_s, body_timeout_s): a slow client cannot hold a connection.
+    uvicorn.Server(uvicorn_config(app, cfg)).run()
 
 
 def gateway_key(

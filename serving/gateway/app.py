@@ -114,7 +114,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app = FastAPI(title="switchcraft gateway", lifespan=lifespan)
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = metrics, client, tools, keys
     app.state.upstreams, app.state.guard, app.state.batcher = upstreams, guard, batcher
-    app.add_middleware(CatchAll, metrics=metrics, log=log)
+    app.add_middleware(CatchAll, metrics=metrics, log=log, body_timeout_s=cfg.body_timeout_s)
 
     async def read_body(request: Request) -> dict[str, Any]:
         """The body as a JSON object. Too large: a 413 once the rest is read and dropped (up to DRAIN_BYTES), so the

@@ -119,6 +119,12 @@ class ServingConfig(BaseModel):
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     max_body_bytes: int = Field(default=2_000_000, ge=1024, description="Larger request bodies get 413.")
     max_json_depth: int = Field(default=100, ge=8, le=512, description="Deeper-nested request bodies get 400.")
+    # Slow clients (slow loris; serving/gateway/server.py, errors.py): a worker is never held by a client's pace.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600, description="A request's headers must be complete "
+                                    "this long after its first byte (or the connection's start); else the "
+                                    "connection is closed (408).")
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="A request's body must be complete this "
+                                  "long after its headers; else 408 with connection: close.")
     max_messages: int = Field(default=512, ge=1)
     max_tools: int = Field(default=512, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

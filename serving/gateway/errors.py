@@ -21,14 +21,46 @@ import traceback
 import uuid
 from typing import Any
 
+import anyio
+from starlette.requests import ClientDisconnect
+
 ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat"}
 
 
-class CatchAll:
-    """ASGI middleware: an exception no handler caught is a 500 with `connection: close`, counted and logged."""
+class BodyTimeout(Exception):
+    """The request body did not arrive within `body_timeout_s` of the request's headers."""
 
-    def __init__(self, app, metrics, log: logging.Logger) -> None:
-        self.app, self.metrics, self.log = app, metrics, log
+
+class CatchAll:
+    """ASGI middleware: an exception no handler caught is a 500 with `connection: close`, counted and logged.
+
+    Two client failures are not the gateway's and are told apart: a client that disconnects while sending its body
+    (Starlette's `ClientDisconnect`) is counted as status 499 and in `switchcraft_client_disconnects_total`, logged
+    at INFO, never answered; a body still incomplete `body_timeout_s` after the headers (a slow-loris body) is a 408
+    with `connection: close`, counted in `switchcraft_client_timeouts_total{phase="body"}`."""
+
+    def __init__(self, app, metrics, log: logging.Logger, body_timeout_s: float | None = 30.0) -> None:
+        self.app, self.metrics, self.log, self.body_timeout_s = app, metrics, log, body_timeout_s
+
+    def _deadline(self, receive):
+        """`receive` bounded: the whole body must arrive within body_timeout_s of the first call (the headers)."""
+        if self.body_timeout_s is None:
+            return receive
+        deadline, body_done = time.monotonic() + self.body_timeout_s, False
+
+        async def timed() -> dict[str, Any]:
+            nonlocal body_done
+            if body_done:  # after the body: e.g. a streaming response listening for the disconnect
+                return await receive()
+            try:
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(f"request body not received within {self.body_timeout_s:g} s") from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        return timed
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -42,10 +74,28 @@ class CatchAll:
             await send(message)
 
         try:
-            await self.app(scope, receive, tracking)
+            await self.app(scope, self._deadline(receive), tracking)
+        except ClientDisconnect:  # the client went away mid-body: nobody to answer, nothing of ours failed
+            path = scope.get("path", "")
+            endpoint = ENDPOINTS.get(path, path)
+            self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
+            self.metrics.client_disconnects.labels(endpoint=endpoint).inc()
+            self.log.info(json.dumps({"event": "client_disconnect", "path": path, "status": 499,
+                                      "request_id": _request_id(scope),
+                                      "ms": round((time.perf_counter() - t0) * 1e3, 2)}))
+        except BodyTimeout as exc:
+            path = scope.get("path", "")
+            rid = _request_id(scope)
+            self.metrics.requests.labels(endpoint=ENDPOINTS.get(path, path), status="408").inc()
+            self.metrics.client_timeouts.labels(phase="body").inc()
+            self.log.info(json.dumps({"event": "client_timeout", "phase": "body", "path": path, "status": 408,
+                                      "request_id": rid, "ms": round((time.perf_counter() - t0) * 1e3, 2)}))
+            if not started:
+                await _send_json(send, 408, {"error": {"message": f"{exc}; send it faster or retry",
+                                                       "type": "request_timeout", "param": "body", "code": 408}}, rid)
         except Exception as exc:  # noqa: BLE001 - the point of this class
             path = scope.get("path", "")
-            rid = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode(errors="replace") or uuid.uuid4().hex
+            rid = _request_id(scope)
             self.metrics.requests.labels(endpoint=ENDPOINTS.get(path, path), status="500").inc()
             self.log.error(json.dumps({
                 "event": "unhandled", "path": path, "request_id": rid, "status": 500, "error": type(exc).__name__,
@@ -54,13 +104,22 @@ class CatchAll:
                 "traceback": "".join(traceback.format_tb(exc.__traceback__)) + type(exc).__name__}))
             if started:  # bytes already went out: nothing to answer with; the server closes the connection
                 return
-            body = json.dumps({"error": {"message": f"internal error ({type(exc).__name__}); the gateway logged it "
-                                                    f"under request_id {rid}", "type": "server_error", "param": None,
-                                         "code": 500}}).encode()
-            await send({"type": "http.response.start", "status": 500, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"), (b"x-request-id", rid.encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await _send_json(send, 500, {"error": {"message": f"internal error ({type(exc).__name__}); the gateway "
+                                                          f"logged it under request_id {rid}", "type": "server_error",
+                                                   "param": None, "code": 500}}, rid)
+
+
+def _request_id(scope) -> str:
+    return dict(scope.get("headers") or []).get(b"x-request-id", b"").decode(errors="replace") or uuid.uuid4().hex
+
+
+async def _send_json(send, status: int, payload: dict, rid: str) -> None:
+    """A JSON answer that closes the connection (the client's next request opens a fresh one)."""
+    body = json.dumps(payload).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"), (b"x-request-id", rid.encode())]})
+    await send({"type": "http.response.body", "body": body})
 
 
 class JsonLines(logging.Formatter):

@@ -85,6 +85,14 @@ class GatewayMetrics:
                                       "router's expected cost of the model for that request)", ["model"], registry=r)
         self.hedges = Counter("switchcraft_hedges", "Hedged calls started (upstream.hedge_after_s), by model",
                               ["model"], registry=r)
+        # Slow or vanishing clients, rate-limited upstreams (serving/gateway/errors.py, server.py, breaker.py).
+        self.client_disconnects = Counter("switchcraft_client_disconnects", "Requests whose client disconnected "
+                                          "while sending the body (status 499)", ["endpoint"], registry=r)
+        self.client_timeouts = Counter("switchcraft_client_timeouts", "Clients too slow: headers not complete "
+                                       "within header_timeout_s (connection closed), or body within body_timeout_s "
+                                       "(408)", ["phase"], registry=r)
+        self.upstream_rate_limited = Counter("switchcraft_upstream_rate_limited", "Upstream 429s: the endpoint gets "
+                                             "no calls until its Retry-After has passed", ["endpoint"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

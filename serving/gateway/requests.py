@@ -25,8 +25,9 @@ from serving.strategy import Strategy
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
          "function": "tool"}
 SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
-ROUTER_MODEL = re.compile(r"^router(?:-(?P<tau>[0-9.]+))?$")
+ROUTER_MODEL = re.compile(r"router(?:-(?P<tau>[0-9.]+))?")  # re.fullmatch: `$` would let "router-0.5\n" through
 MAX_INT_DIGITS = 64
+MAX_ARGUMENT_DEPTH = 100  # an earlier turn's tool-call arguments (a JSON string inside the body): as max_json_depth
 STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 # Tokens the strict reader marks: NaN, Infinity, exponents (1e999) and long digit runs.
@@ -196,13 +197,32 @@ def _calls(tool_calls: Any, where: str) -> list[Call]:
         fn = tc.get("function") if isinstance(tc, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise bad("each tool call needs function.name", f"{where}[{i}]")
-        args = fn.get("arguments", "{}")
-        try:
-            parsed = json.loads(args) if isinstance(args, str) else args
-        except json.JSONDecodeError:
-            parsed = {}  # a model's malformed arguments are history, not the caller's error
+        parsed = _arguments(fn.get("arguments", "{}"), f"{where}[{i}].function.arguments")
         calls.append(Call(name=fn["name"], arguments=parsed if isinstance(parsed, dict) else {}))
     return calls
+
+
+def _arguments(args: Any, where: str) -> Any:
+    """A tool call's arguments: a JSON string read with the body's strict rules (depth, NaN, number size), since
+    the router packs them. Malformed JSON is a model's history, not the caller's error: read as no arguments."""
+    if not isinstance(args, str):
+        return args
+    raw = args.encode("utf-8", "surrogatepass")
+    depth = _json_depth(raw)
+    if depth > MAX_ARGUMENT_DEPTH:
+        raise bad(f"JSON nested {depth} levels deep; the limit is {MAX_ARGUMENT_DEPTH}", where)
+    try:
+        parsed = json.loads(args, parse_constant=_bad_constant, parse_float=_float, parse_int=_int)
+    except json.JSONDecodeError:
+        return {}
+    except (ValueError, RecursionError) as e:
+        raise bad(f"cannot be read as JSON ({type(e).__name__})", where) from None
+    if BAD_TOKENS.search(raw):
+        for inner, v in _walk(parsed):
+            if isinstance(v, _Bad):
+                raise bad(f"{v.token[:20]}{'…' if len(v.token) > 20 else ''} {_why(v.token)}"
+                          f"{' (at ' + inner + ')' if inner else ''}; send a finite number or null", where)
+    return parsed
 
 
 def to_messages(messages: Any, max_messages: int = 512) -> list[Message]:
@@ -333,7 +353,7 @@ def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | No
     """("route", τ or None) for `router` / `router-<τ>`; ("pass", name) for a pool model."""
     if not isinstance(model, str) or not model:
         raise bad("is required: 'router', 'router-<threshold>' or a pool model name", "model")
-    m = ROUTER_MODEL.match(model)
+    m = ROUTER_MODEL.fullmatch(model)
     if m:
         if m.group("tau") is None:
             return "route", None
@@ -344,6 +364,9 @@ def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | No
         if not 0 <= tau <= 1:
             raise bad(f"threshold in {model!r} must be a number within [0, 1], like router-0.7", "model")
         return "route", tau
+    if model not in pool_names and model.startswith("router"):
+        raise bad(f"{model[:60]!r} is neither 'router' nor 'router-<threshold>' (like router-0.7) nor a pool model",
+                  "model")
     if model not in pool_names:
         raise GatewayError(404, f"model {model!r} is not in the pool; use 'router' or one of: {', '.join(pool_names)}",
                            param="model", type="model_not_found")

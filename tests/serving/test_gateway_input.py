@@ -101,6 +101,35 @@ def test_deep_nesting_is_a_400_not_a_recursion_error(gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "metadata.a[0][0][0][0]…"
 
 
+@pytest.mark.parametrize("arguments, fragment", [
+    ('{"number": ' + "7" * 5_000 + "}", "has more than 64 digits (at number)"),
+    ("[" * 100_000, "nested 100000 levels deep; the limit is 100"),
+    ('{"x": NaN}', "is not a JSON number"),
+])
+@pytest.mark.parametrize("endpoint", ["/v1/route", "/v1/chat/completions"])
+def test_an_earlier_calls_hostile_arguments_are_a_400_naming_them(gateway, endpoint, arguments, fragment):
+    """Issue 21: `{"number": <5,000 digits>}` or 100,000 `[` in an earlier assistant turn's arguments were a 500."""
+    messages = [USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "12"}, {"role": "user", "content": "and tomorrow?"}]
+    r = post(gateway + endpoint, json={"model": "router", "messages": messages, "tools": [TOOL]}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "messages[1].tool_calls[0].function.arguments"
+    assert fragment in r.json()["error"]["message"]
+    # Malformed (not hostile) arguments are a model's history: read as none, the request is routed.
+    messages[1]["tool_calls"][0]["function"]["arguments"] = '{"city": "Par'
+    assert post(gateway + endpoint, json={"model": "router", "messages": messages, "tools": [TOOL]}, timeout=60).status_code == 200
+
+
+@pytest.mark.parametrize("model, status", [("router-0.5\n", 400), ("router-0.5 ", 400), ("router-", 400),
+                                           ("router\n", 400), ("router-0.5", 200), ("router", 200)])
+def test_the_router_model_name_parses_strictly(gateway, model, status):
+    r = post(gateway + "/v1/chat/completions", json={"model": model, "messages": [USER]}, timeout=60)
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert r.json()["error"]["param"] == "model"
+
+
 @pytest.mark.parametrize("token, param", [("NaN", "temperature"), ("Infinity", "temperature"), ("-Infinity", "top_p"),
                                           ("1e999", "temperature"), ("1" * 80, "max_tokens")])
 def test_nan_infinity_and_huge_numbers_are_a_400_naming_the_field(gateway, token, param):
@@ -201,7 +230,7 @@ def test_an_unexpected_exception_is_a_clean_500_counted_and_logged_once(gateway,
     line = json.loads(unhandled[0].getMessage())
     assert line["error"] == "RuntimeError" and line["status"] == 500 and "selector" in line["traceback"]
     assert "\n" not in JsonLines().format(unhandled[0]) and "secret-text" not in caplog.text
-    assert 'switchcraft_requests_total{endpoint="route",status="500"} 5.0' in httpx.get(gateway + "/metrics").text
+    assert 'switchcraft_requests_total{endpoint="route",status="500"} 5.0' in httpx.get(gateway + "/metrics", headers=AUTH).text
 
 
 def test_every_log_line_is_one_json_object():
