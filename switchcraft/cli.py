@@ -105,6 +105,8 @@ def reproduce(
     target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
     budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
     knn: bool = typer.Option(True, help="Include the kNN baseline (embeds every query once more)."),
+    labels: str = typer.Option("truth", "--labels", help="truth | consensus: also fit everything on consensus labels "
+                               "(no expected answers) and score it with the true ones (report: 'Without ground truth')."),
     override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
 ) -> None:
     """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
@@ -114,9 +116,11 @@ def reproduce(
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
+    if labels not in ("truth", "consensus"):
+        fail(f"--labels {labels!r}: expected truth or consensus")
     opts = ReproduceOptions(run_dir=run_dir, data_config=data_config, pool=pool, train_config=train_config,
                             train_overrides=list(override or []), max_examples=max_examples, folds=folds,
-                            target=target, budget_per_million=budget, knn=knn)
+                            target=target, budget_per_million=budget, knn=knn, labels=labels)
     try:
         result = run_reproduce(opts, console)
     except (DataError, UnknownNameError) as e:
