@@ -164,43 +164,116 @@ def priced_entry(recordings: Path, price_file, model: str):
     return PoolModel(name=model, prompt_style=recorded_style(recordings / model), prices=prices)
 
 
-def onboard_model(run_dir: Path, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, pool_path="configs/pool.yaml",
-                  price_file=None, recordings=None, seed: int = 0) -> dict:
-    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`."""
+@dataclass
+class PoolState:
+    """The pool's side, computed once for every new model: its CascadeData (true labels) and who declined."""
+
+    run_dir: Path
+    pool: object
+    examples: dict
+    folds: dict[str, int]
+    cd: CascadeData
+    declined: np.ndarray
+    calls: list[list[list]]
+    base: dict | None = None  # the no-new-model arms, computed on first use
+
+    def baseline(self) -> dict:
+        from data.consensus import fit_consensus
+
+        if self.base is None:
+            fit = fit_consensus(self.cd.agree, declined=self.declined).correct
+            self.base = {"truth": held_out_fixed(self.cd, self.cd.data.correct), "consensus": held_out_fixed(self.cd, fit)}
+        return self.base
+
+
+def pool_state(run_dir: Path, pool_path="configs/pool.yaml") -> PoolState:
     import pandas as pd
 
-    from data.config import load_data_config
-    from data.consensus import answers_of_outputs, fit_consensus
-    from data.labels import label_outputs
-    from data.pool import Pool, load_pool
+    from data.consensus import answers_of_outputs
+    from data.pool import load_pool
     from data.schema import read_examples, read_labels, read_outputs
     from evaluation.routing_eval import RoutingData
     from training.recipe import OOF_FILE
 
-    cfg = load_data_config("configs/data.yaml")
     pool = load_pool(pool_path)
-    if model in pool.names:
-        raise ValueError(f"{model} is already in the pool {pool_path}")
-    entry = priced_entry(Path(recordings or cfg.output_path("bfcl_v1")), price_file or cfg.output_path("prices"), model)
-    pool9 = Pool(models=[*pool.models, entry])
     examples = {e.id: e for e in read_examples(run_dir / "examples.parquet")}
-    outputs = read_outputs(run_dir / "outputs.parquet", models=[m.recording for m in pool9.models])
+    outputs = read_outputs(run_dir / "outputs.parquet", models=[m.recording for m in pool.models])
     folds = pd.read_parquet(run_dir / OOF_FILE).drop_duplicates("example_id").set_index("example_id")["fold"]
     folds = {e: int(f) for e, f in folds.items() if f >= 0}
-    labels = read_labels(run_dir / "labels.parquet") + label_outputs([o for o in outputs if o.model == entry.recording],
-                                                                      examples, pool9)
-    data = RoutingData.from_labels(labels, examples, pool9.names, folds)
-    cd9 = CascadeData.from_outputs(outputs, examples, pool9, data)
+    data = RoutingData.from_labels(read_labels(run_dir / "labels.parquet"), examples, pool.names, folds)
+    cd = CascadeData.from_outputs(outputs, examples, pool, data)
     row = {e: i for i, e in enumerate(data.example_ids)}
-    declined = np.zeros(data.correct.shape, bool)
-    for r in answers_of_outputs(outputs, pool9):
+    calls = [[None] * len(pool.names) for _ in row]
+    for r in answers_of_outputs(outputs, pool):
         if r["example_id"] in row:
-            declined[row[r["example_id"]], pool9.names.index(r["model"])] = not r["calls"]
-    m = len(pool.names)
-    cd8 = columns(cd9, list(range(m)))
-    fit8 = fit_consensus(cd8.agree, declined=declined[:, :m]).correct
-    base = {"truth": held_out_fixed(cd8, cd8.data.correct), "consensus": held_out_fixed(cd8, fit8)}
+            calls[row[r["example_id"]]][pool.names.index(r["model"])] = r["calls"]
+    declined = np.array([[not c for c in rc] for rc in calls], dtype=bool)
+    return PoolState(run_dir, pool, examples, folds, cd, declined, calls)
+
+
+def with_model(st: PoolState, entry, outputs) -> tuple[CascadeData, np.ndarray]:
+    """The pool's CascadeData plus one model (last column): its true labels, costs, agreement with each pool
+    model (and the kind of each disagreement); and `declined` likewise."""
+    from data.consensus import answers_of_outputs
+    from data.labels import label_outputs
+    from data.pool import Pool
+    from data.verify import language_of
+    from data.verify.agree import DISAGREEMENT_KINDS, calls_agree, disagreement_kind
+    from evaluation.strategies import MIRROR
+
+    cd, d = st.cd, st.cd.data
+    pool9 = Pool(models=[*st.pool.models, entry])
+    labels = {lb.example_id: lb for lb in label_outputs(outputs, st.examples, pool9)}
+    answers = {r["example_id"]: r["calls"] for r in answers_of_outputs(outputs, pool9)}
+    missing = [e for e in d.example_ids if e not in labels]
+    if missing:
+        raise ValueError(f"{entry.name}: no recorded output for {len(missing)} queries, e.g. {missing[:3]}")
+    n, m = d.correct.shape
+    agree = np.zeros((n, m + 1, m + 1), bool)
+    kinds = np.zeros((n, m + 1, m + 1), np.int8)
+    agree[:, :m, :m], kinds[:, :m, :m] = cd.agree, cd.kinds
+    agree[:, m, m] = True
+    code = {k: i + 1 for i, k in enumerate(DISAGREEMENT_KINDS)}
+    for i, e in enumerate(d.example_ids):
+        ex, new = st.examples[e], answers[e]
+        lang = language_of(ex)
+        for j in range(m):
+            agree[i, j, m] = agree[i, m, j] = calls_agree(ex.tools, st.calls[i][j], new, language=lang)
+            if not agree[i, j, m]:
+                kind = disagreement_kind(ex.tools, st.calls[i][j], new, language=lang)
+                kinds[i, j, m], kinds[i, m, j] = code[kind], code[MIRROR.get(kind, kind)]
+    cost_new = np.array([np.nan if labels[e].cost_usd is None else labels[e].cost_usd for e in d.example_ids])
+    cost_new = np.where(np.isnan(cost_new), np.nanmean(cost_new), cost_new)
+    data = replace(d, models=[*d.models, entry.name],
+                   correct=np.c_[d.correct, [labels[e].correct for e in d.example_ids]], cost=np.c_[d.cost, cost_new])
+    seconds = {o.example_id: o.latency_s for o in outputs if o.latency_s is not None}
+    lat = np.c_[cd.latency, [seconds.get(e, np.nan) for e in d.example_ids]]
+    cd9 = CascadeData(data, agree, lat, {**cd.latency_known, entry.name: len(seconds)}, kinds)
+    declined = np.c_[st.declined, [not answers[e] for e in d.example_ids]]
+    return cd9, declined
+
+
+def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
+                  recordings=None, seed: int = 0, log=print) -> dict:
+    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`."""
+    from data.config import load_data_config
+    from data.consensus import fit_consensus
+    from data.schema import read_outputs
+
+    cfg = load_data_config("configs/data.yaml")
+    if model in st.pool.names:
+        raise ValueError(f"{model} is already in the pool")
+    entry = priced_entry(Path(recordings or cfg.output_path("bfcl_v1")), price_file or cfg.output_path("prices"), model)
+    outputs = read_outputs(st.run_dir / "outputs.parquet", models=[entry.recording])
+    if not outputs:
+        raise ValueError(f"{model}: no outputs in {st.run_dir / 'outputs.parquet'} (reproduce imports every recording)")
+    cd9, declined = with_model(st, entry, outputs)
+    data = cd9.data
+    log(f"{model}: agreement with the pool done")
+    m = len(st.pool.names)
+    base = st.baseline()
     arms = {"truth": [held_out_fixed(cd9, cd9.data.correct)]}
+    log(f"{model}: truth arm done")
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
     for size in sizes:
@@ -212,6 +285,7 @@ def onboard_model(run_dir: Path, model: str, *, sizes=(50, 100, 200, 400), draws
             answered[~probe, m] = False
             fit9 = fit_consensus(cd9.agree, answered, declined).correct
             arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m))
+        log(f"{model}: N={size} done")
     return {"model": model, "prices": entry.prices.model_dump(exclude_none=True), "prompt_style": entry.prompt_style,
             "true_accuracy": float(data.correct[:, m].mean()), "usd_per_million": float(data.cost[:, m].mean() * 1e6),
             "draws": draws, "values": value_table(base, arms)}
@@ -240,8 +314,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     results = []
+    st = pool_state(a.run_dir, a.pool)
     for model in a.model:
-        results.append(onboard_model(a.run_dir, model, sizes=tuple(a.sizes), draws=a.draws, pool_path=a.pool))
+        results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws))
         print("\n".join(markdown(results[-1:])), flush=True)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -132,3 +132,34 @@ def test_consensus_fit_rows_score_with_true_labels():
     assert set(router.chosen) == {"single(m0)"} and router.correct.tolist() == cd.data.correct[:, 0].tolist()
     with pytest.raises(ValueError, match="must match"):
         consensus_fit_rows(cd, fit[:10], probs)
+
+
+def test_with_model_adds_labels_costs_and_agreement_with_each_pool_model():
+    from data.pool import Pool, PoolModel
+    from data.schema import Call, Example, Expected, Message, Output
+    from data.tools import tools_from_docs
+    from evaluation.onboard import PoolState, with_model
+
+    tools = tools_from_docs({"name": "f", "parameters": {"type": "dict", "properties": {"x": {"type": "number"}},
+                                                         "required": ["x"]}})
+    ex = {f"t:{i}": Example(id=f"t:{i}", source="t", category="simple", messages=[Message(role="user", content="q")],
+                            tools=tools, expected=Expected.exact([Call(name="f", arguments={"x": i})])) for i in range(2)}
+    pool = Pool(models=[PoolModel(name="m0", prompt_style="prompt", prices={"usd_per_query": 1.0}),
+                        PoolModel(name="m1", prompt_style="prompt", prices={"usd_per_query": 2.0})])
+    calls = [[[Call(name="f", arguments={"x": 0})], []], [[Call(name="f", arguments={"x": 5})], [Call(name="f", arguments={"x": 1})]]]
+    cd = cd_of([[True, False], [False, True]], [1.0, 2.0], agree=np.tile(np.eye(2, dtype=bool), (2, 1, 1)))
+    cd.data.example_ids = ["t:0", "t:1"]
+    cd.kinds = np.zeros((2, 2, 2), np.int8)
+    st = PoolState(None, pool, ex, {"t:0": 0, "t:1": 1}, cd, np.array([[False, True], [False, False]]), calls)
+    new = PoolModel(name="new", prompt_style="prompt", prices={"usd_per_query": 0.5})
+    outs = [Output(example_id="t:0", model="new", raw="[f(x=0.0)]", calls=[Call(name="f", arguments={"x": 0.0})]),
+            Output(example_id="t:1", model="new", raw="no", decode_error="no_call: free text")]
+    cd9, declined = with_model(st, new, outs)
+    assert cd9.data.models == ["m0", "m1", "new"] and cd9.data.correct[:, 2].tolist() == [True, False]
+    assert cd9.data.cost[:, 2].tolist() == [0.5, 0.5]
+    assert cd9.agree[0, 0, 2] and cd9.agree[0, 2, 0] and not cd9.agree[0, 1, 2]  # x=0.0 means x=0
+    assert not cd9.agree[1, 0, 2] and not cd9.agree[1, 1, 2]
+    assert cd9.kinds[1, 0, 2] == 2 and cd9.kinds[1, 2, 0] == 1  # second_declines / first_declines (1-based codes)
+    assert declined.tolist() == [[False, True, False], [False, False, True]]
+    with pytest.raises(ValueError, match="no recorded output for 1"):
+        with_model(st, new, outs[:1])
