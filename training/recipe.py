@@ -7,13 +7,15 @@
 
 Writes, under the run dir: `oof_predictions.parquet` (example_id, fold, model,
 prob, …: every example predicted by the fold model that never saw its query),
+`oof_parts.npz` (each part's held-out logits: head, lexical, category),
 and the router folder (`<run_dir>/router/` by default) with the weights,
 `router.json`, `metrics.json` and `reliability.png`.
 
 Each model (fold or final) is the head (trained on the pool's labels plus,
 as extra targets dropped afterwards, the other recorded models' labels:
 `aux`) blended with the lexical branch (`lexical`, fitted on the same
-training rows): logit = (1 - w)·head + w·lexical. Temperatures, when asked
+training rows): logit = (1 - w)·head + w·lexical; with the category branch
+(`category`, training/category.py), that blend (1 - wc)·it + wc·category. Temperatures, when asked
 for, are fitted on the blend. docs/router.md has the held-out numbers of each part.
 """
 
@@ -42,6 +44,7 @@ from training.model import RouterModel, load_backbone
 from training.packing import special_ids
 
 OOF_FILE = "oof_predictions.parquet"
+PARTS_FILE = "oof_parts.npz"
 
 
 def load_training_data(cfg: TrainConfig, models: list[str]):
@@ -376,6 +379,9 @@ class TrainRecipe:
         run = Path(cfg.run_dir)
         run.mkdir(parents=True, exist_ok=True)
         oof_frame(self).to_parquet(run / OOF_FILE, index=False)
+        # Each part's held-out logits (head, lexical, category), for measuring blends without retraining.
+        np.savez_compressed(run / PARTS_FILE, example_ids=np.asarray(self.table.example_ids), fold=self.oof_fold,
+                            models=np.asarray(self.models), **self.oof_parts)
         if self.final is not None:
             fitted, temps = self.final
             model, scaler = fitted.model, fitted.scaler

@@ -375,3 +375,26 @@ def StrategyPolicy_fit_zero(cd, probs):
     sim = simulate(cd, specs, COSTS)
     return StrategyPolicy.fit(cd.data.models, [to_strategy(x, cd.data.models) for x in specs], probs, sim.correct,
                               sim.cost, c=0.0, lam=20.0)
+
+
+def test_the_report_pairs_the_policy_with_the_best_fixed_strategy_on_the_same_queries():
+    from types import SimpleNamespace
+
+    from evaluation.report import STRATEGIES, policy_vs_fixed
+    from evaluation.strategy_eval import RowOutcome
+
+    rng = np.random.default_rng(0)
+    fixed_ok = rng.random(400) < 0.8
+    policy_ok = fixed_ok | (rng.random(400) < 0.3)  # right wherever fixed is, and more
+
+    def row(ok, usd):
+        return RowOutcome("r", ok, np.full(400, usd), np.zeros(400), np.ones(400, int), np.zeros(400, bool))
+
+    what = "≤ 20% of best-single cost"
+    ev = SimpleNamespace(strategies={f"{STRATEGIES}, λ for {what}": row(policy_ok, 2e-4),
+                                     f"best fixed strategy on training folds, for {what}": row(fixed_ok, 3e-4)})
+    out = policy_vs_fixed(ev)
+    assert list(out) == [what]
+    d_acc, lo, hi = out[what]["delta_accuracy"]
+    assert d_acc == pytest.approx(policy_ok.mean() - fixed_ok.mean()) and 0 < lo <= d_acc <= hi
+    assert out[what]["delta_usd_per_million"] == pytest.approx([-100.0, -100.0, -100.0])
