@@ -10,6 +10,11 @@ timeout, 5xx, unreadable body) → open: calls are not sent for `open_s`, then
 half-open: `probes` calls at a time go through; one that gets any HTTP answer
 closes it (a 4xx means the endpoint is up), one that fails opens it again.
 State is in /metrics (`switchcraft_circuit_state{endpoint}`) and /readyz.
+
+A 429 is no failure (the endpoint is up) but an instruction: the breaker
+learns its `Retry-After` (`rate_limited(wait_s)`; 1 s when the provider sent
+none, at most 5 minutes) and lets no call through until then, whatever its
+state; `retry_after_s` is then the later of the two waits.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from data.pool import Pool
 from serving.gateway.metrics import GatewayMetrics
 
 STATES = {"closed": 0, "half_open": 1, "open": 2}
+RETRY_AFTER_DEFAULT_S = 1.0  # a 429 without Retry-After
+RETRY_AFTER_MAX_S = 300.0  # a Retry-After beyond this is read as this (one bad header must not shut an endpoint for a day)
 
 
 def endpoint_of(base_url: str) -> str:
@@ -41,6 +48,7 @@ class Breaker:
     opened_at: float = 0.0
     in_flight: int = 0  # half-open probes not yet answered
     opens: int = field(default=0)
+    limited_until: float = 0.0  # clock time before which the provider asked (429 Retry-After) not to be called
 
     def _set(self, state: str) -> None:
         if state == "open":
@@ -57,8 +65,20 @@ class Breaker:
             self.in_flight = 0
         return self.state
 
+    def rate_limited(self, wait_s: float | None) -> float:
+        """The endpoint answered 429: no calls for `wait_s` (its Retry-After). Returns the wait it will keep."""
+        wait = RETRY_AFTER_DEFAULT_S if wait_s is None else min(max(0.0, wait_s), RETRY_AFTER_MAX_S)
+        self.limited_until = max(self.limited_until, self.clock() + wait)
+        return wait
+
+    def limited_s(self) -> float:
+        """0 when the provider takes calls now; else the time left of its last Retry-After."""
+        return max(0.0, self.limited_until - self.clock())
+
     def allow(self) -> bool:
         """Whether a call may be sent now (a half-open breaker counts it as a probe)."""
+        if self.limited_s() > 0:
+            return False
         state = self.current()
         if state == "closed":
             return True
@@ -87,10 +107,9 @@ class Breaker:
             self.in_flight = max(0, self.in_flight - 1)
 
     def retry_after_s(self) -> float:
-        """0 when calls go through now; else the time until the breaker takes a probe."""
-        if self.current() != "open":
-            return 0.0
-        return max(0.0, self.opened_at + self.open_s - self.clock())
+        """0 when calls go through now; else the time until the breaker takes a call (a probe) again."""
+        opened = max(0.0, self.opened_at + self.open_s - self.clock()) if self.current() == "open" else 0.0
+        return max(opened, self.limited_s())
 
 
 class Breakers:
@@ -117,7 +136,12 @@ class Breakers:
         return all(b.current() == "open" for b in self.by_endpoint.values())
 
     def retry_after_s(self, models: Iterable[str]) -> float | None:
-        """The earliest time one of `models`' endpoints takes calls again; None when none is open."""
+        """The earliest time one of `models`' endpoints takes calls again; None when none is open or rate-limited."""
         waits = [self.of(m).retry_after_s() for m in models if m in self.by_model]
         open_ = [w for w in waits if w > 0]
         return min(open_) if open_ else None
+
+    def limited_s(self, models: Iterable[str]) -> float | None:
+        """The soonest end of a 429's Retry-After among `models`' endpoints; None when none is rate-limited."""
+        waits = [w for w in (self.of(m).limited_s() for m in models if m in self.by_model) if w > 0]
+        return min(waits) if waits else None

@@ -18,10 +18,18 @@ endpoint that refused a connection is skipped for the rest of that request;
 when nothing was reachable the answer is a 503 with Retry-After (seconds) and
 retry-after-ms. A call that timed out or dropped after it was sent is
 *abandoned*: counted with its estimated cost, since the provider may bill it.
+
+An upstream 429 is obeyed per endpoint: its `retry-after-ms` or `Retry-After`
+(seconds or an HTTP date) is learnt by the endpoint's breaker, and until then
+the endpoint's models are skipped (`rate_limited`, not sent) by every request,
+so a cascade never fans out over a provider that asked for a pause. When every
+candidate was rate-limited the answer is a 429 `upstream_rate_limited` with the
+soonest Retry-After, not a 502.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import os
@@ -39,8 +47,10 @@ from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import GatewayError
 
 CALLER_ERRORS = {400, 413, 422}
-SKIPPED = {"circuit_open", "endpoint_down"}  # not sent: the endpoint's breaker is open, or it refused us this request
-UNREACHABLE = SKIPPED | {"connect_error"}
+# Not sent: the endpoint's breaker is open, it refused us this request, or it asked for a pause (429 Retry-After).
+SKIPPED = {"circuit_open", "endpoint_down", "rate_limited"}
+UNREACHABLE = SKIPPED | {"connect_error", "http_429"}
+RATE_LIMITED = {"rate_limited", "http_429"}
 # Sent, then given up (a lost hedge: cancelled): the provider may have generated, and billed, an answer.
 ABANDONED = {"timeout", "dropped", "hedge_lost"}
 
@@ -52,6 +62,7 @@ class Attempt:
     status: int | None
     latency_ms: float
     estimated_cost_usd: float | None = None  # abandoned calls: what the router expected this call to cost
+    retry_after_s: float | None = None  # a 429: how long the provider asked us to wait (as the breaker keeps it)
 
     @property
     def sent(self) -> bool:
@@ -114,6 +125,8 @@ class Upstreams:
         breaker = self.breakers.of(model)
         if down is not None and breaker.endpoint in down:
             outcome = "endpoint_down"
+        elif breaker.limited_s() > 0:
+            outcome = "rate_limited"
         elif not breaker.allow():
             outcome = "circuit_open"
         else:
@@ -139,6 +152,9 @@ class Upstreams:
             verdict = outcome in ("timeout", "connect_error", "dropped", "bad_body") or (status or 0) >= 500
             if outcome == "connect_error" and down is not None:
                 down.add(breaker.endpoint)
+            if status == 429:  # the provider is up and asks for a pause: every request respects it
+                attempts[-1].retry_after_s = breaker.rate_limited(attempts[-1].retry_after_s)
+                self.metrics.upstream_rate_limited.labels(endpoint=breaker.endpoint).inc()
             return result
         except GatewayError:
             verdict = False  # the endpoint answered: it is up
@@ -169,7 +185,10 @@ class Upstreams:
                 attempts.append(Attempt(model, f"http_{status}", status, (time.perf_counter() - t0) * 1e3))
                 raise GatewayError(status, f"upstream {model} rejected the request: "
                                    f"{_upstream_message(text, self._key(model))}", type="upstream_rejected")
-            return self._failed(attempts, model, f"http_{status}", status, t0)
+            self._failed(attempts, model, f"http_{status}", status, t0)
+            if status == 429:
+                attempts[-1].retry_after_s = retry_after(response.headers)
+            return None
         if stream and "text/event-stream" in response.headers.get("content-type", ""):
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
@@ -217,14 +236,48 @@ class Upstreams:
                             f"retry after {ms} ms", type="upstream_unavailable",
                             headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
 
+    def rate_limited(self, models: Iterable[str]) -> GatewayError:
+        """429 with the soonest Retry-After among `models`' endpoints: every candidate asked for a pause."""
+        models = list(models)
+        wait = self.breakers.limited_s(models)
+        ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
+        endpoints = sorted({self.breakers.of(m).endpoint for m in models})
+        return GatewayError(429, f"every upstream candidate is rate-limited (endpoints: {', '.join(endpoints)}); "
+                            f"retry after {ms} ms", type="upstream_rate_limited",
+                            headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+
     def no_answer(self, attempts: list[Attempt]) -> GatewayError:
-        """502 when no upstream answered; 503 with Retry-After when none was even reachable."""
-        if attempts and all(a.outcome in UNREACHABLE for a in attempts):
+        """502 when no upstream answered; 429 with the soonest Retry-After when every candidate was rate-limited;
+        503 with Retry-After when none was reachable (rate-limited ones included)."""
+        if attempts and all(a.outcome in RATE_LIMITED for a in attempts):
+            err = self.rate_limited(a.model for a in attempts)
+        elif attempts and all(a.outcome in UNREACHABLE for a in attempts):
             err = self.unavailable(a.model for a in attempts)
         else:
             err = no_answer(attempts)
         err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
         return err
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """A 429's wait in seconds: `retry-after-ms` (OpenAI's), else `Retry-After` (seconds or an HTTP date)."""
+    try:
+        ms = float(headers.get("retry-after-ms", ""))
+        if math.isfinite(ms) and ms >= 0:
+            return ms / 1e3
+    except ValueError:
+        pass
+    value = headers.get("retry-after", "").strip()
+    try:
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when.tzinfo is not None else None
 
 
 def no_answer(attempts: list[Attempt]) -> GatewayError:

@@ -11,6 +11,7 @@ taken down (`ReplayServer.stop`). Requests force their candidates with
 
 from __future__ import annotations
 
+import email.utils
 import json
 import time
 
@@ -24,10 +25,11 @@ from data.replay import Faults
 from data.replay_serve import ReplayServer, build_state
 from serving.client import RouterClient
 from serving.gateway.app import create_app
-from serving.gateway.breaker import Breaker
-from serving.gateway.config import ServingConfig
+from serving.gateway.breaker import Breaker, Breakers
+from serving.gateway.config import BreakerSettings, ServingConfig
+from serving.gateway.upstream import retry_after
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
-from tests.serving.test_gateway import SECRET, Loopback, client, examples, openai_body, post, stream, use_keys  # noqa: F401
+from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, examples, openai_body, post, stream, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -129,11 +131,11 @@ def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers
     r = ask(url, ex)  # two failures in a row: A's breaker is open, nothing is sent there
     assert outcomes(r) == [(MINI, "circuit_open"), (GPT4O, "circuit_open"), (GPT4, "circuit_open"), (HAIKU, "ok")]
     assert [c["latency_ms"] for c in r.json()["switchcraft"]["calls"][:3]] == [0.0, 0.0, 0.0]
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_circuit_state{{endpoint="{endpoint(a)}"}} 2.0' in metrics
     assert f'switchcraft_circuit_state{{endpoint="{endpoint(b)}"}} 0.0' in metrics
     assert f'switchcraft_circuit_opens_total{{endpoint="{endpoint(a)}"}} 1.0' in metrics
-    ready = httpx.get(url + "/readyz").json()
+    ready = httpx.get(url + "/readyz", headers=AUTH).json()
     assert ready["ready"] is True and ready["upstreams"] == {endpoint(a): "open", endpoint(b): "closed"}
     assert b.state.stats()["completions"] == 3
     # A comes back; after open_s one probe goes through and closes the breaker.
@@ -141,7 +143,7 @@ def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers
     time.sleep(1.05)
     r = ask(url, ex)
     assert outcomes(r) == [(MINI, "ok")]
-    assert httpx.get(url + "/readyz").json()["upstreams"][endpoint(a)] == "closed"
+    assert httpx.get(url + "/readyz", headers=AUTH).json()["upstreams"][endpoint(a)] == "closed"
 
 
 def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, examples):  # noqa: F811
@@ -165,7 +167,7 @@ def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, exam
         r = post(url + "/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 503 and "attempts" not in r.json()["error"] and "switchcraft" not in r.json(), r.text
         assert 0 < int(r.headers["retry-after-ms"]) <= 5000
-    ready = httpx.get(url + "/readyz")
+    ready = httpx.get(url + "/readyz", headers=AUTH)
     assert ready.status_code == 503 and set(ready.json()["upstreams"].values()) == {"open"}
 
 
@@ -188,7 +190,7 @@ def test_each_upstream_failure_falls_back_to_the_next_model(gateway, servers, ex
     r = ask(url, examples[2], {"first": [MINI], "escalate": [HAIKU]})
     assert r.status_code == 200, r.text
     assert outcomes(r) == [(MINI, outcome), (HAIKU, "ok")]
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_fallbacks_total{{from_model="{MINI}",reason="{outcome}"}} 1.0' in metrics
 
 
@@ -204,6 +206,87 @@ def test_an_upstream_rejection_goes_back_to_the_caller_without_fallback(gateway,
     assert b.state.stats()["requests"] == 0  # every model would refuse it: none was tried
 
 
+# --- upstream 429: Retry-After per endpoint ---------------------------------------------------------------
+def test_breakers_report_the_soonest_wait_of_open_and_rate_limited_endpoints():
+    now = [0.0]
+    breakers = Breakers(POOL, BreakerSettings(failures=1, open_s=10.0), clock=lambda: now[0])
+    a, b = breakers.of(MINI), breakers.of(HAIKU)
+    assert a is not b and breakers.retry_after_s([MINI, HAIKU]) is None
+    a.allow(), a.record(failed=True)  # A opens at t=0, B at t=4: at t=5 A takes a probe in 5 s, B in 9 s
+    now[0] = 4.0
+    b.allow(), b.record(failed=True)
+    now[0] = 5.0
+    assert breakers.retry_after_s([MINI, HAIKU]) == pytest.approx(5.0)
+    assert breakers.retry_after_s([HAIKU]) == pytest.approx(9.0)
+    # A 429's Retry-After: no call until it has passed, whatever the circuit's state; the soonest one is reported.
+    now[0] = 20.0  # both half-open now
+    assert a.rate_limited(7.0) == 7.0 and b.rate_limited(3.0) == 3.0
+    assert not a.allow() and not b.allow() and a.current() == "half_open"
+    assert breakers.limited_s([MINI, HAIKU]) == pytest.approx(3.0) and breakers.retry_after_s([MINI]) == pytest.approx(7.0)
+    now[0] = 23.0
+    assert b.allow() and not a.allow() and breakers.limited_s([MINI, HAIKU]) == pytest.approx(4.0)
+    assert a.rate_limited(None) == 1.0 and a.rate_limited(10**9) == 300.0  # none sent: 1 s; absurd: 5 minutes
+
+
+@pytest.mark.parametrize("headers, seconds", [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5),
+                                              ({"retry-after": "soon"}, None), ({}, None), ({"retry-after": "-3"}, None)])
+def test_retry_after_headers_are_read(headers, seconds):
+    assert retry_after(httpx.Headers(headers)) == seconds
+
+
+def test_retry_after_as_an_http_date():
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 28 <= retry_after(httpx.Headers({"retry-after": when})) <= 30
+
+
+def test_an_upstream_429_pauses_its_endpoint_and_other_endpoints_answer(gateway, servers, examples):  # noqa: F811
+    a, b = servers
+    url = gateway()
+    a.state.faults = Faults(rate_429=1.0, retry_after_s=7, max_faults_per_call=100)
+    ex = examples[5]
+    r = ask(url, ex)  # A says 429 with Retry-After 7: the rest of A is not asked, B answers
+    assert r.status_code == 200, r.text
+    assert outcomes(r) == [(MINI, "http_429"), (GPT4O, "rate_limited"), (GPT4, "rate_limited"), (HAIKU, "ok")]
+    assert r.json()["switchcraft"]["calls"][0]["status"] == 429
+    assert [x["retry_after_s"] for x in r.json()["switchcraft"]["attempts"]] == [7.0, None, None, None]
+    r = ask(url, ex)  # the next request does not ask A either
+    assert outcomes(r) == [(MINI, "rate_limited"), (GPT4O, "rate_limited"), (GPT4, "rate_limited"), (HAIKU, "ok")]
+    assert a.state.stats()["requests"] == 1
+    # Only A's models: a 429 with the time A asked for (what is left of its 7 s), not a 502.
+    r = ask(url, ex, {"first": [MINI], "escalate": [GPT4O]})
+    assert r.status_code == 429 and r.json()["error"]["type"] == "upstream_rate_limited", r.text
+    ms = int(r.headers["retry-after-ms"])
+    assert 4000 < ms <= 7000 and r.headers["retry-after"] == str(-(-ms // 1000)) and f"retry after {ms} ms" in r.text
+    assert [x["outcome"] for x in r.json()["error"]["attempts"]] == ["rate_limited", "rate_limited"]
+    assert a.state.stats()["requests"] == 1
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    assert f'switchcraft_upstream_rate_limited_total{{endpoint="{endpoint(a)}"}} 1.0' in metrics
+    assert 'switchcraft_requests_total{endpoint="chat",status="429"} 1.0' in metrics
+
+
+def test_a_cascade_does_not_fan_out_over_rate_limited_endpoints(gateway, servers, examples):  # noqa: F811
+    """Issue 21: a 429 with Retry-After 7 became a 502 after 6 calls across 6 models in ~50 ms."""
+    a, b = servers
+    url = gateway()
+    a.state.faults = Faults(rate_429=1.0, retry_after_s=7, max_faults_per_call=100)
+    b.state.faults = Faults(rate_429=1.0, retry_after_s=3, max_faults_per_call=100)
+    cascade = {"first": [MINI, GPT4O], "tie_breaker": GPT4, "escalate": [HAIKU, NEMO]}
+    r = ask(url, examples[1], cascade)
+    # The first pair is asked at once (concurrently); after that no model of a rate-limited endpoint is asked.
+    assert r.status_code == 429 and r.json()["error"]["type"] == "upstream_rate_limited", r.text
+    called = [(c["model"], c["outcome"]) for c in r.json()["switchcraft"]["calls"] if c["outcome"] != "rate_limited"]
+    assert called == [(MINI, "http_429"), (GPT4O, "http_429"), (HAIKU, "http_429")]
+    assert a.state.stats()["requests"] == 2 and b.state.stats()["requests"] == 1
+    ms = int(r.headers["retry-after-ms"])  # the soonest: B's 3 s, not A's 7 s
+    assert 1000 < ms <= 3000 and r.headers["retry-after"] == str(-(-ms // 1000))
+    # B's pause ends first: then B answers, A is still not asked.
+    b.state.faults = Faults()
+    time.sleep(ms / 1e3 + 0.05)
+    r = ask(url, examples[1], cascade)
+    assert r.status_code == 200 and r.json()["switchcraft"]["answered_by"] == HAIKU, r.text
+    assert a.state.stats()["requests"] == 2
+
+
 # --- abandoned calls and hedging ------------------------------------------------------------------------
 def test_a_timed_out_call_is_abandoned_and_its_estimated_cost_counted(gateway, servers, examples, client):  # noqa: F811
     a, b = servers
@@ -217,7 +300,7 @@ def test_a_timed_out_call_is_abandoned_and_its_estimated_cost_counted(gateway, s
     assert meta["calls"][1]["abandoned"] is False and meta["abandoned"] == {"calls": 1, "estimated_cost_usd": estimate}
     # The provider generated (and bills) the answer nobody read.
     assert a.state.stats()["completions"] == 1 and b.state.stats()["completions"] == 1
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_abandoned_calls_total{{model="{MINI}",reason="timeout"}} 1.0' in metrics
     assert f'switchcraft_abandoned_cost_usd_total{{model="{MINI}"}} {estimate}' in metrics
     spent = float(metrics.split('switchcraft_key_spend_usd_total{key="test"} ')[1].split()[0])
@@ -234,7 +317,7 @@ def test_a_hedge_asks_the_next_model_when_the_first_is_slow(gateway, servers, ex
     assert outcomes(r) == [(MINI, "hedge_lost"), (HAIKU, "ok")] and meta["returned"]["rule"] == "hedge"
     assert meta["calls"][1]["role"] == "hedge" and meta["abandoned"]["calls"] == 1
     assert meta["abandoned"]["estimated_cost_usd"] == meta["decision"]["costs"][MINI]
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_hedges_total{{model="{HAIKU}"}} 1.0' in metrics
     assert f'switchcraft_abandoned_calls_total{{model="{MINI}",reason="hedge_lost"}} 1.0' in metrics
     # A fast first model is never hedged.
@@ -249,7 +332,7 @@ def test_router_backend_down_is_503_and_not_ready(exported, monkeypatch):  # noq
     with Loopback(create_app(ServingConfig(), client=dead, pool=POOL)) as url:
         r = post(url + "/v1/route", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
         assert r.status_code == 503 and r.json()["error"]["type"] == "router_unavailable", r.text
-        ready = httpx.get(url + "/readyz")
+        ready = httpx.get(url + "/readyz", headers=AUTH)
     assert ready.status_code == 503 and ready.json()["router"] is False
 
 
