@@ -73,10 +73,12 @@ def _merge(a: Simulated, b: Simulated, cols_a: np.ndarray, cols_b: np.ndarray, s
 
 
 def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
-                   rules: tuple[float, ...] = RULE_TOLERANCES) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                   rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold on `fit` labels of the
     training folds and scored with `cd`'s true labels on the test fold. With `probe` (bool, n) and `new` (a
-    column), the specs that call model `new` are estimated on the probe training rows only."""
+    column), the specs that call model `new` are estimated on the probe training rows only. `cache`: the
+    simulations of the specs without `new`, per fold, shared by calls whose other columns of `fit` are equal."""
     m = len(cd.data.models)
     specs = menu_of(m, rules=rules if cd.kinds is not None else ())
     uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
@@ -97,7 +99,11 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None
                 raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
             costs[new] = cd.data.cost[ptrain, new].mean()
             a_cols, b_cols = np.flatnonzero(~uses_new), np.flatnonzero(uses_new)
-            sa = simulate(cdk, [specs[i] for i in a_cols], costs, fit_rows=train)
+            sa = cache.get(k) if cache is not None else None
+            if sa is None:
+                sa = simulate(cdk, [specs[i] for i in a_cols], costs, fit_rows=train)
+                if cache is not None:
+                    cache[k] = sa
             sb = simulate(cdk, [specs[i] for i in b_cols], costs, fit_rows=ptrain)
             sim = _merge(sa, sb, a_cols, b_cols, len(specs))
             acc = np.where(uses_new, sim.correct[ptrain].mean(axis=0), sim.correct[train].mean(axis=0))
@@ -177,12 +183,16 @@ class PoolState:
     calls: list[list[list]]
     base: dict | None = None  # the no-new-model arms, computed on first use
 
-    def baseline(self) -> dict:
+    def consensus_fit(self) -> np.ndarray:
+        """The pool's consensus labels (from the pool's answers alone)."""
         from data.consensus import fit_consensus
 
+        return fit_consensus(self.cd.agree, declined=self.declined).correct
+
+    def baseline(self) -> dict:
         if self.base is None:
-            fit = fit_consensus(self.cd.agree, declined=self.declined).correct
-            self.base = {"truth": held_out_fixed(self.cd, self.cd.data.correct), "consensus": held_out_fixed(self.cd, fit)}
+            self.base = {"truth": held_out_fixed(self.cd, self.cd.data.correct),
+                         "consensus": held_out_fixed(self.cd, self.consensus_fit())}
         return self.base
 
 
@@ -272,10 +282,12 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     log(f"{model}: agreement with the pool done")
     m = len(st.pool.names)
     base = st.baseline()
+    fit8 = st.consensus_fit()
     arms = {"truth": [held_out_fixed(cd9, cd9.data.correct)]}
     log(f"{model}: truth arm done")
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
+    shared: dict = {}
     for size in sizes:
         arms[f"consensus N={size}"] = []
         for _ in range(draws):
@@ -283,8 +295,9 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             probe[rng.choice(n, size=min(size, n), replace=False)] = True
             answered = np.ones((n, m + 1), bool)
             answered[~probe, m] = False
-            fit9 = fit_consensus(cd9.agree, answered, declined).correct
-            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m))
+            # The pool keeps its own consensus labels; the new model's come from everyone's answers on its probes.
+            fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
+            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m, cache=shared))
         log(f"{model}: N={size} done")
     return {"model": model, "prices": entry.prices.model_dump(exclude_none=True), "prompt_style": entry.prompt_style,
             "true_accuracy": float(data.correct[:, m].mean()), "usd_per_million": float(data.cost[:, m].mean() * 1e6),
@@ -315,13 +328,14 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     results = []
     st = pool_state(a.run_dir, a.pool)
+    print(f"pool state of {a.run_dir} ready", flush=True)
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws))
         print("\n".join(markdown(results[-1:])), flush=True)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(results, indent=2))
-        a.out.with_suffix(".md").write_text("\n".join(markdown(results)) + "\n")
+        if a.out:  # after each model: a long run keeps what it has
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(results, indent=2))
+            a.out.with_suffix(".md").write_text("\n".join(markdown(results)) + "\n")
 
 
 if __name__ == "__main__":  # pragma: no cover

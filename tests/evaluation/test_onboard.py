@@ -63,6 +63,11 @@ def test_a_new_models_strategies_are_estimated_on_its_probe_rows_only():
     fit[~probe, 2] = False  # the new model (m2) has no label off its probes: unknown, not wrong
     ok, paid = held_out_fixed(cd, fit, probe=probe, new=2, rules=())["match_best"]
     assert (paid == 2.0).all() and ok.all()  # m2 alone: as accurate as m1 on its probes, cheaper
+    cache: dict = {}
+    for _ in range(2):  # the pool's simulations, cached per fold, give the same choices
+        again = held_out_fixed(cd, fit, probe=probe, new=2, rules=(), cache=cache)["match_best"]
+        assert again[1].tolist() == paid.tolist() and again[0].tolist() == ok.tolist()
+    assert set(cache) == {0, 1}
     ignored = held_out_fixed(cd, fit, rules=())["match_best"]  # read as wrong everywhere: never chosen
     assert (ignored[1] != 2.0).all()
     with pytest.raises(ValueError, match="no probe query"):
