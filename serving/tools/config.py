@@ -62,6 +62,9 @@ class RetrievalConfig(BaseModel):
     # their word pieces add up to at most this (positions restart per text, attention stays inside each):
     # one call instead of one per ask. A packed row's attention is (total)², so longer runs split. 0: one call a text.
     pack_tokens: int = Field(default=64, ge=0)
+    # Shortlist fusion: each signal credits only its top-N cards (ranks 1..N, the rest 0) instead of ranking every
+    # visible card; null: every visible card ranked (the exact RRF). docs/tool_routing.md, "Speed levers".
+    shortlist: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _some_signal(self):

@@ -226,7 +226,7 @@ def checked_model_dir(path: str | None, field: str) -> Path | None:
 
 def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: float = 60.0,
              w_bm25: float = 1.0, w_dense: float = 1.0,
-             extra: list[tuple[np.ndarray, float, np.ndarray | None]] = ()) -> np.ndarray:
+             extra: list[tuple[np.ndarray, float, np.ndarray | None]] = (), shortlist: int | None = None) -> np.ndarray:
     """Reciprocal rank fusion over the candidate cards (a bool mask); -inf elsewhere.
 
     A card BM25 does not match at all (score 0) gets no BM25 credit: its rank
@@ -234,7 +234,13 @@ def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: flo
     and dense), each `(scores, weight, credited)`: cards outside `credited` (a
     bool mask; None: all) rank last and get no credit. Without extras (or with
     zero weights) the sum is exactly the two-signal one.
+
+    `shortlist` N: each signal credits only its N best candidates (the same
+    w / (k + rank) for them; 0 for the rest), found by a partial sort instead of
+    ranking every candidate. Exact for every card inside each signal's top N.
     """
+    if shortlist is not None and shortlist < int(candidates.sum()):
+        return _rrf_shortlist(bm25, dense, candidates, k, w_bm25, w_dense, extra, shortlist)
     fused = np.full(len(dense), -np.inf, dtype=np.float64)
     idx = np.flatnonzero(candidates)
     if idx.size == 0:
@@ -254,6 +260,24 @@ def rrf_fuse(bm25: np.ndarray, dense: np.ndarray, candidates: np.ndarray, k: flo
         if credited is not None:
             contrib[~ok] = 0.0
         total += contrib
+    fused[idx] = total
+    return fused
+
+
+def _rrf_shortlist(bm25, dense, candidates, k, w_bm25, w_dense, extra, n: int) -> np.ndarray:
+    fused = np.full(len(dense), -np.inf, dtype=np.float64)
+    idx = np.flatnonzero(candidates)
+    total = np.zeros(idx.size, dtype=np.float64)
+    for scores, w, credited in [(bm25, w_bm25, bm25 > 0), (dense, w_dense, None), *extra]:
+        if w == 0:
+            continue
+        s = scores[idx]
+        if credited is not None:
+            s = np.where(credited[idx], s, -np.inf)
+        top = np.argpartition(-s, n - 1)[:n]
+        top = top[np.argsort(-s[top], kind="stable")]
+        top = top[np.isfinite(s[top])]  # uncredited cards (BM25 score 0) get nothing, as in the full fusion
+        total[top] += w / (k + np.arange(1, top.size + 1))
     fused[idx] = total
     return fused
 

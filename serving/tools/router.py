@@ -281,12 +281,13 @@ class ToolRouter:
         fields = fields if fields is not None else [self.field_scores(t) for t in texts]
         cos = self.index.tool_vecs @ Q.T  # (cards, texts)
         fcos = {f: self.index.field_vecs(f)[0] @ Q.T for f, _ in self._dense_fields}
-        fused = rrf_fuse(bm25[0], cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense, self._field_signals(fields[0], fcos, 0))
+        fused = rrf_fuse(bm25[0], cos[:, 0], visible, r.rrf_k, r.w_bm25, r.w_dense, self._field_signals(fields[0], fcos, 0),
+                         r.shortlist)
         if len(texts) > 1:
             best = fused.copy()
             for j in range(1, len(texts)):
                 part = rrf_fuse(bm25[j], cos[:, j], visible, r.rrf_k, r.w_bm25, r.w_dense,
-                                self._field_signals(fields[j], fcos, j))
+                                self._field_signals(fields[j], fcos, j), r.shortlist)
                 np.maximum(best, r.intent_weight * part, out=best)
             fused = best + 1e-3 * fused
         return fused, cos.max(axis=1)
