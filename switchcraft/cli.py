@@ -168,12 +168,13 @@ from switchcraft import (  # noqa: E402
     cli_outputs,
     cli_pool,
     cli_serve,
+    cli_state,
     cli_tools,
     cli_train,
     cli_verify,
 )
 
-for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_tools, cli_fetch):
+for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state, cli_tools, cli_fetch):
     _module.register(app)
 for _module in (cli_verify, cli_serve, cli_bench_gateway):
     _module.register_bench(bench_app)

@@ -52,6 +52,9 @@ def upstream_body(body: dict[str, Any], tools: list[Tool], model: PoolModel) -> 
         for key in ("tool_choice", "parallel_tool_calls"):
             if key in body:
                 payload[key] = _legal_tool_choice(body[key]) if key == "tool_choice" else body[key]
+        if payload.get("stream") is True:  # usage in the stream's last chunk: what the answer is charged
+            options = payload.get("stream_options")
+            payload["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
     else:
         payload.pop("stream_options", None)
         payload.pop("stream", None)  # read whole: its calls exist only once the text is complete

@@ -16,8 +16,12 @@ headers. Logs are one JSON object per request, without message text or keys.
 Every request to /v1/* needs an API key (`Authorization: Bearer <key>`,
 serving/gateway/auth.py) unless `auth.mode: none`; the key decides the caller
 identity (which tools it may see) and its limits, and the body's caller field
-may only narrow that identity. An unexpected exception answers 500 with
-`connection: close` (serving/gateway/errors.py).
+may only narrow that identity. Limits are enforced in serving/gateway/budget.py
+on counts kept in serving/gateway/state.py (SQLite or Redis): a request reserves
+its worst-case cost before any upstream call and settles the real cost after,
+streamed answers included. /metrics, /readyz details and GET /v1/admin/spend
+need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
+unexpected exception answers 500 with `connection: close` (serving/gateway/errors.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -33,18 +38,21 @@ from typing import Any, Protocol
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from data.pool import Pool
 from data.schema import Tool
 from serving.backends import BackendError
 from serving.client import RouterClient
 from serving.gateway.answers import upstream_body
-from serving.gateway.auth import Guard, Identity, KeyStore, forbidden, narrow, restrict_models
+from serving.gateway.auth import Identity, KeyStore, forbidden, narrow, restrict_models
 from serving.gateway.batcher import RoutingBatcher
+from serving.gateway.budget import Budgets, StreamCharge, charges_of, spend_report, worst_case_usd
 from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import CatchAll
 from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.state import Charge, StateStore, StateUnavailable, open_state
 from serving.gateway.requests import (
     GatewayError,
     check_chat_fields,
@@ -56,7 +64,7 @@ from serving.gateway.requests import (
     strategy_from,
     to_schema,
 )
-from serving.gateway.streams import json_as_sse, sse_passthrough
+from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.tools import GatewayTools, ToolRouted
 from serving.gateway.upstream import Attempt, UpstreamResult, Upstreams
 from serving.policy import Constraints, Decision, NoEligibleModel
@@ -74,20 +82,25 @@ class ToolSelector(Protocol):
     def __call__(self, messages: list, tools: list, caller: Caller) -> list[str]: ...
 
 
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection
+IN_MEMORY = ("state.path is null: limits and spend are kept in memory and forgotten when the gateway stops; "
+             "set state.path (SQLite) or state.redis_url (several processes) to keep them")
 UNAUTHENTICATED = ("UNAUTHENTICATED gateway (auth.mode: none): no API key is asked for; anyone who can reach "
                    "{where} spends the pool's provider keys. For local use only.")
 
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                tool_selector: ToolSelector | None = None, tools: GatewayTools | None = None,
-               keys: KeyStore | None = None) -> FastAPI:
+               keys: KeyStore | None = None, state: StateStore | None = None) -> FastAPI:
     """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured).
-    `keys`: the API keys; when None they are read as `cfg.auth` says (ValueError when none are configured)."""
+    `keys`: the API keys; when None they are read as `cfg.auth` says (ValueError when none are configured).
+    `state`: where limits and spend live; when None it is opened as `cfg.state` says (closed with the app)."""
     if tools is None and cfg.tools is not None:
         tools = GatewayTools.from_settings(cfg.tools)
-    guard = Guard()
     metrics = GatewayMetrics()
+    own_state, state = state is None, state or open_state(cfg.state)
+    budgets = Budgets(state, metrics, retry_after_s=cfg.state.unavailable_retry_after_s)
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
                           max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker)
     unknown = [m for m in client.models if m not in pool.names]
@@ -107,13 +120,19 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         if keys.mode == "none":
             log.warning(json.dumps({"event": "auth", "mode": "none",
                                     "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
+        if not state.durable:
+            log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
         yield
         await batcher.aclose()
         await upstreams.aclose()
+        if own_state:
+            await state.aclose()
 
-    app = FastAPI(title="switchcraft gateway", lifespan=lifespan)
+    docs = cfg.admin.docs  # off by default: the API's shape is no business of an anonymous caller
+    app = FastAPI(title="switchcraft gateway", lifespan=lifespan, docs_url="/docs" if docs else None,
+                  redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = metrics, client, tools, keys
-    app.state.upstreams, app.state.guard, app.state.batcher = upstreams, guard, batcher
+    app.state.upstreams, app.state.budgets, app.state.batcher, app.state.store = upstreams, budgets, batcher, state
     app.add_middleware(CatchAll, metrics=metrics, log=log, body_timeout_s=cfg.body_timeout_s)
 
     async def read_body(request: Request) -> dict[str, Any]:
@@ -136,14 +155,14 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             raise GatewayError(413, f"request body is {seen:,} bytes; the limit is {cfg.max_body_bytes:,}", param="body")
         return parse_body(bytes(raw), cfg.max_body_bytes, cfg.max_json_depth)
 
-    def authenticate(request: Request) -> Identity:
-        """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 otherwise.
+    async def authenticate(request: Request) -> Identity:
+        """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 / 503 otherwise.
 
         Refused before its body is read, so the answer closes the connection (the unread body would block it)."""
         ident = None
         try:
             ident = keys.authenticate(request.headers.get("authorization"))
-            guard.admit(ident)
+            await budgets.admit(ident)
         except GatewayError as e:
             metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=getattr(e, "reason", "")).inc()
             e.headers = {**(e.headers or {}), "connection": "close"}
@@ -232,13 +251,28 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                              "ms": round((time.perf_counter() - started) * 1e3, 2),
                              "key": ident.key_id if ident else None, **fields}, default=str))
 
-    def spend(ident: Identity, run: Run | None) -> None:
-        """A request's cost on its key: every call's, abandoned ones at their estimate."""
+    def reservation_for(strategy: Strategy, ranking: list[str], body: dict, body_for) -> float:
+        """The request's worst case: every model its strategy may call, at the size of that model's payload."""
+        return worst_case_usd(pool, strategy, ranking, body, lambda m: payload_size(body_for(m)),
+                              max_attempts=cfg.upstream.max_attempts, chars_per_token=cfg.state.chars_per_token,
+                              default_output_tokens=cfg.state.default_output_tokens)
+
+    def charges(run: Run | None, payloads: dict[str, dict]) -> list[Charge]:
+        """Every call's cost: real where the provider sent usage, else estimated; abandoned ones at their estimate."""
         if run is None:
-            return
-        usd = run.cost_usd + run.abandoned_usd
-        guard.spend(ident, usd)
-        metrics.key_spend.labels(key=ident.key_id).inc(usd)
+            return []
+        sizes = {m: payload_size(p) for m, p in payloads.items()}
+        out = charges_of(run, pool, sizes, chars_per_token=cfg.state.chars_per_token,
+                         default_output_tokens=cfg.state.default_output_tokens)
+        for c in out:
+            if c.kind == "estimated":
+                metrics.estimated_usd.labels(model=c.model).inc(c.usd)
+        return out
+
+    def cost_headers(charged: list[Charge]) -> dict[str, str]:
+        """What the request was charged, and how much of that is an estimate (no usage from the provider)."""
+        return {"x-switchcraft-cost-usd": f"{sum(c.usd for c in charged):.8f}",
+                "x-switchcraft-cost-estimated-usd": f"{sum(c.usd for c in charged if c.kind != 'answer' and c.kind != 'cascade'):.8f}"}
 
     def error_response(e: GatewayError, rid: str, extra: dict | None = None) -> JSONResponse:
         body = e.body()
@@ -253,7 +287,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         started, rid = time.perf_counter(), request_id(request)
         ident = None
         try:
-            ident = authenticate(request)
+            ident = await authenticate(request)
             body = await read_body(request)
             check_route_fields(body)
             routed, _, _ = await route(body, "constraints", body.get("threshold"), ident)
@@ -269,9 +303,10 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     async def chat(request: Request) -> Response:
         started, rid = time.perf_counter(), request_id(request)
         meta: dict[str, Any] = {}
-        ident, run = None, None
+        ident, run, res = None, None, None
+        payloads: dict[str, dict] = {}
         try:
-            ident = authenticate(request)
+            ident = await authenticate(request)
             body = await read_body(request)
             mode, arg = model_mode(body.get("model"), pool.names)
             check_chat_fields(body)
@@ -308,7 +343,6 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 body = {**body, "tools": tooled.openai}
                 meta["tool_routing"] = tooled.trace()  # once, here: not again inside `decision`
                 meta.get("decision", {}).pop("tool_routing", None)
-            payloads: dict[str, dict] = {}
 
             def body_for(model: str) -> dict:
                 if model not in payloads:
@@ -321,34 +355,58 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             else:
                 ran = strategy
             meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
+            # The worst case is held before any upstream call: concurrent requests see each other's holds.
+            res = await budgets.reserve(ident, reservation_for(ran, ranking, body, body_for), rid)
             metrics.strategies.labels(kind=ran.kind, source=source).inc()
             if stream:
                 result, run = await stream_single(ran, body_for, req_tools, costs)
             else:
                 result, run = None, await cascade.run(strategy, CascadeRequest(body_for, req_tools, ranking, costs))
         except GatewayError as e:
+            headers = {}
             if getattr(e, "run", None) is not None:
                 meta.update(e.run.trace())
-                spend(ident, e.run)
+            if ident is not None and (res is not None or getattr(e, "run", None) is not None):
+                charged = charges(getattr(e, "run", None), payloads)
+                await budgets.settle(ident, res, charged, rid)
+                headers = cost_headers(charged)
             finish("chat", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param,
                    attempts=getattr(e, "attempts", None))
+            e.headers = {**(e.headers or {}), **headers}
             return error_response(e, rid, meta or None)
-        spend(ident, run)
+        except BaseException:
+            if res is not None:  # our own failure after the hold: the calls it made are unknown, the hold is charged
+                await budgets.settle(ident, res, [Charge("*", "abandoned", res.usd)], rid)
+            raise
         meta.update(run.trace())
         answer = run.returned.answer
         if tooled is not None and answer is not None:  # streamed answers are not read here
             meta["tool_routing"]["rejected_calls"] = tools.rejected_calls(tooled, answer.body)
+        passthrough = stream and answer is None
+        charged = charges(run, payloads)
+        if not passthrough:  # a streamed native answer is charged when its stream ends (its usage comes last)
+            await budgets.settle(ident, res, charged, rid)
         headers = {**run.headers(), "x-request-id": rid}
+        if not passthrough:
+            headers.update(cost_headers(charged))
+        else:  # the answer's own cost is known when the stream ends: a last chunk says it
+            headers.pop("x-switchcraft-cost-usd", None)
         finish("chat", 200, started, rid, ident, routed=meta["routed"], chosen=meta["chosen"], answered_by=run.returned.model,
-               strategy=ran.name, verdict=run.verdict, cost_usd=run.cost_usd,
+               strategy=ran.name, verdict=run.verdict, cost_usd=sum(c.usd for c in charged),
                attempts=[(c.model, c.outcome) for c in run.calls], stream=stream,
                n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
                **({"catalog_version": meta["tool_routing"]["catalog_version"],
                    "n_exposed": len(meta["tool_routing"]["exposed"])} if "tool_routing" in meta else {}))
+        if passthrough:
+            settle_stream = StreamCharge(budgets, pool, cfg.state, ident, res, charged, run.returned, rid,
+                                         payloads.get(run.returned.model, {}))
+            events = sse_passthrough(result, meta, req_tools, on_end=settle_stream,
+                                     keep_usage=wants_usage(body))
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers,
+                                     background=BackgroundTask(settle_stream.ensure))
         if stream:
-            events = (sse_passthrough(result, meta, req_tools) if answer is None
-                      else json_as_sse(answer.body, run.returned.model, meta))
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return StreamingResponse(json_as_sse(answer.body, run.returned.model, meta), media_type="text/event-stream",
+                                     headers=headers)
         out = dict(answer.body)
         out["model"], out["switchcraft"] = run.returned.model, meta
         return JSONResponse(out, headers=headers)
@@ -382,21 +440,70 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     async def healthz() -> dict:
         return {"status": "ok"}
 
+    def admin_of(request: Request) -> Identity:
+        """The request's admin identity; 401 without a valid key, 403 for a key without the admin role."""
+        ident = keys.authenticate(request.headers.get("authorization"))
+        if not ident.admin:
+            metrics.auth_rejections.labels(key=ident.key_id, reason="admin").inc()
+            raise forbidden("admin", "this API key is not an admin key (role: admin in its entry)", "authorization")
+        return ident
+
+    def is_admin(request: Request) -> bool:
+        try:
+            admin_of(request)
+        except GatewayError:
+            return False
+        return True
+
     @app.get("/readyz")
-    async def readyz() -> Response:
-        """Ready: the router answers and at least one upstream endpoint's breaker is not open."""
+    async def readyz(request: Request) -> Response:
+        """Ready: the router answers and at least one upstream endpoint's breaker is not open. Details (backend,
+        router version, upstream endpoints, the state store) only for an admin key."""
         router_ready = await anyio.to_thread.run_sync(client.ready)
         circuits = upstreams.breakers.states()
-        ready = router_ready and any(state != "open" for state in circuits.values())
-        body = {"ready": ready, "router": router_ready, "backend": client.backend.name,
-                "router_version": client.version, "upstreams": circuits}
+        ready = router_ready and any(s != "open" for s in circuits.values())
+        body: dict[str, Any] = {"ready": ready, "router": router_ready}
+        if is_admin(request):
+            try:
+                await state.ping()
+                store_ok = True
+            except StateUnavailable:
+                store_ok = False
+            body.update(backend=client.backend.name, router_version=client.version, upstreams=circuits,
+                        state={"store": state.name, "durable": state.durable, "reachable": store_ok})
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        """Prometheus text; an admin key only (it names key ids, spend and upstream endpoints)."""
+        try:
+            admin_of(request)
+        except GatewayError as e:
+            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
         return Response(metrics.render(), media_type=metrics.content_type)
 
+    @app.get("/v1/admin/spend")
+    async def admin_spend(request: Request, key: str | None = None, day: str | None = None) -> Response:
+        """The ledger (admin keys): every charge of `key` (an id) on `day` (YYYY-MM-DD, UTC), and their totals."""
+        try:
+            admin_of(request)
+            if day is not None and not DAY.fullmatch(day):
+                raise GatewayError(400, f"day: {day!r} is not a UTC date YYYY-MM-DD", param="day")
+            rows = await state.ledger(key_id=key, day=day)
+        except GatewayError as e:
+            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+        except StateUnavailable as e:
+            metrics.state_errors.labels(op="ledger").inc()
+            return JSONResponse(GatewayError(503, f"the ledger cannot be read now: {e}", type="state_unavailable").body(),
+                                status_code=503, headers={"retry-after": "2"})
+        return JSONResponse(spend_report(rows))
+
     return app
+
+
+def payload_size(payload: dict) -> int:
+    """Bytes of an upstream payload as JSON: what its input tokens are estimated from."""
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode())
 
 
 def request_id(request: Request) -> str:

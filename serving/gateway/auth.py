@@ -3,8 +3,9 @@
     keys = KeyStore.from_settings(cfg.auth, pool.names)          # keys_file (hashed) + keys_env (JSON)
     ident = keys.authenticate(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
     who = narrow(ident.caller, body_caller, "switchcraft.caller")     # the body may only narrow it (403 otherwise)
-    guard.admit(ident)                                                # 429: requests per minute, USD per day
-    guard.spend(ident, usd)
+    ident.admin                                                       # the key's role: admin may read spend
+Limits (requests per minute, USD per day) are enforced in serving/gateway/budget.py, on counts kept in
+serving/gateway/state.py (SQLite or Redis): they survive restarts and span gateway processes.
 
 A key file (YAML; `switchcraft gateway-key` makes a key and prints its entry):
 
@@ -13,6 +14,7 @@ A key file (YAML; `switchcraft gateway-key` makes a key and prints its entry):
         sha256: 3f1c…                 # sha256 (hex) of the key
         caller: {tenant: acme, roles: [support], permissions: [], environment: prod}
         limits: {requests_per_minute: 120, usd_per_day: 5.0, models: [gpt-4o-mini-2024-07-18]}
+        role: caller                  # caller (default) | admin: may also read /metrics, /readyz details, spend
 
 The environment variable (`auth.keys_env`) holds a JSON list of the same
 entries; there an entry may give the key itself (`key`) instead of its hash: it
@@ -30,9 +32,7 @@ import json
 import math
 import os
 import secrets
-import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -64,6 +64,8 @@ class KeyEntry(BaseModel):
     key: str | None = Field(default=None, min_length=MIN_KEY_CHARS, description="The key itself (environment only).")
     caller: Caller = Field(default_factory=Caller, description="The identity requests with this key have.")
     limits: KeyLimits = Field(default_factory=KeyLimits)
+    role: Literal["caller", "admin"] = Field(default="caller", description="admin: may also read the gateway's "
+                                             "operator surfaces (/metrics, /readyz details, /v1/admin/spend).")
 
     @model_validator(mode="after")
     def _one_secret(self) -> KeyEntry:
@@ -104,6 +106,7 @@ class Identity:
     key_id: str
     caller: Caller
     limits: KeyLimits
+    admin: bool = False
 
 
 class KeyStore:
@@ -115,14 +118,14 @@ class KeyStore:
             if e.id in seen:
                 raise ValueError(f"auth: key id {e.id!r} is listed twice; give each key its own id")
             seen.add(e.id)
-            self.by_digest[e.digest()] = Identity(e.id, e.caller, e.limits)
+            self.by_digest[e.digest()] = Identity(e.id, e.caller, e.limits, e.role == "admin")
 
     @classmethod
     def from_settings(cls, settings: AuthSettings, pool_names: list[str] | None = None,
                       environ: dict[str, str] | None = None) -> KeyStore:
         """The keys of `settings` (file, then environment), checked; ValueError naming the source and field."""
         if settings.mode == "none":
-            store = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits))
+            store = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits, True))
         else:
             entries = []
             if settings.keys_file:
@@ -259,49 +262,6 @@ def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str)
     if outside:
         raise forbidden("model", f"{outside} not allowed for this API key (it may use: {', '.join(keyed)})", where)
     return allowed
-
-
-@dataclass
-class Usage:
-    requests: deque = field(default_factory=deque)  # monotonic times of the last minute's requests
-    day: int = -1  # UTC day number of `spent`
-    spent: float = 0.0
-
-
-class Guard:
-    """Per-key limits, in this process: requests per minute (sliding 60 s) and USD per UTC day."""
-
-    def __init__(self, clock=time.monotonic, wall=time.time) -> None:
-        self.clock, self.wall = clock, wall
-        self.usage: dict[str, Usage] = {}
-
-    def _usage(self, key_id: str) -> Usage:
-        u = self.usage.setdefault(key_id, Usage())
-        today = int(self.wall() // 86400)
-        if u.day != today:
-            u.day, u.spent = today, 0.0
-        return u
-
-    def admit(self, ident: Identity) -> None:
-        """Count the request, or GatewayError(429) with Retry-After when a limit is reached."""
-        lim, u, now = ident.limits, self._usage(ident.key_id), self.clock()
-        if lim.usd_per_day is not None and u.spent >= lim.usd_per_day:
-            wait = 86400 - self.wall() % 86400
-            raise too_many("budget", f"API key {ident.key_id!r} has spent {u.spent:.6f} of its {lim.usd_per_day:g} "
-                           "USD for today (UTC); it resets at 00:00 UTC", wait)
-        while u.requests and now - u.requests[0] >= 60:
-            u.requests.popleft()
-        if lim.requests_per_minute is not None and len(u.requests) >= lim.requests_per_minute:
-            wait = 60 - (now - u.requests[0])
-            raise too_many("rate_limit", f"API key {ident.key_id!r} is limited to {lim.requests_per_minute} requests "
-                           "per minute", wait)
-        u.requests.append(now)
-
-    def spend(self, ident: Identity, usd: float) -> None:
-        self._usage(ident.key_id).spent += usd
-
-    def spent(self, key_id: str) -> float:
-        return self._usage(key_id).spent
 
 
 def too_many(reason: str, message: str, wait_s: float) -> GatewayError:

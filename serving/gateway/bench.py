@@ -1,6 +1,7 @@
 """Load test of the whole gateway stack on loopback, optionally with an upstream endpoint killed mid-run.
 
     switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
+    switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
 
 Starts one replay server per upstream endpoint of the pool (real recorded BFCL
 v1 answers; killing an endpoint stops its server and brings it back on the
@@ -11,6 +12,13 @@ concurrency. Bounded: at most `requests` requests, none started after
 `max_seconds`, each with a client timeout. Reports requests ok / failed by
 status, lost requests (a 5xx or no response), fallbacks, abandoned calls,
 latency P50/P95/P99, the slowest 503 and throughput.
+
+`--processes N` starts N gateway processes (requests round-robin across them)
+and `--state` says where their limits and ledger live: `memory` (each its own,
+in memory), `sqlite` (one file, shared on this machine) or `redis` (a real
+redis-server started here, shared). The bench key then has limits (too high to
+bite) so every request admits, reserves and settles in the store, and the table
+adds what the store costs one request: admit + reserve + settle, timed alone.
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ class GatewayBenchConfig:
     request_timeout_s: float = 30.0
     overrides: list[str] = field(default_factory=list)  # serving config key=value for the gateway
     triton: bool = False  # router_dir is a model repository: serve the router from a local tritonserver
+    processes: int = 1  # gateway processes, requests round-robin across them
+    state: str = "memory"  # memory | sqlite | redis: where limits and the ledger live
 
     def __post_init__(self) -> None:
         if self.requests < 1 or self.concurrency < 1:
@@ -64,6 +74,13 @@ class GatewayBenchConfig:
             raise ValueError(f"--kill-at {self.kill_at} must be within [0, {self.requests}) to kill during the run")
         if not 0 < self.max_seconds <= 3600:
             raise ValueError("--max-seconds must be within (0, 3600]: the bench is bounded")
+        if self.state not in ("memory", "sqlite", "redis"):
+            raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
+        if not 1 <= self.processes <= 16:
+            raise ValueError("--processes must be within [1, 16]")
+        if self.processes > 1 and self.state == "memory":
+            raise ValueError("--processes > 1 needs a shared store: --state sqlite or --state redis (memory would "
+                             "give each process its own limits)")
 
 
 @dataclass
@@ -83,6 +100,7 @@ class GatewayBenchResult:
     wall_s: float
     metrics: dict[str, float]
     killed: list[str]
+    store_ms: dict[str, float] | None = None  # one request's admit + reserve + settle, timed alone
 
     def summary(self) -> dict:
         lat = np.array([o.latency_ms for o in self.outcomes]) if self.outcomes else np.zeros(1)
@@ -107,6 +125,8 @@ class GatewayBenchResult:
                                   / self.metrics["switchcraft_router_batch_size_count"])
             if self.metrics.get("switchcraft_router_batch_size_count") else None,
             "abandoned_cost_usd": self.metrics.get("switchcraft_abandoned_cost_usd_total", 0.0),
+            "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
+            "store_ms": self.store_ms,
         }
 
 
@@ -117,15 +137,17 @@ def to_markdown(result: GatewayBenchResult) -> str:
     failed = ", ".join(f"{k}: {v}" for k, v in s["failed"].items()) or "none"
     max503 = "" if s["max_503_ms"] is None else f"{s['p50_503_ms']:.1f} / {s['p99_503_ms']:.1f} / {s['max_503_ms']:.1f}"
     batch = "" if s["mean_router_batch"] is None else f"{s['mean_router_batch']:.1f}"
+    store = "" if not s["store_ms"] else f"{s['store_ms']['p50']:.2f} / {s['store_ms']['p99']:.2f}"
     return "\n".join([
-        f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, {kill}",
+        f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, {kill}, "
+        f"{s['processes']} gateway process(es), state: {s['state']}",
         "",
         "| ok | failed (by status) | lost | fallbacks | abandoned calls | P50 ms | P95 ms | P99 ms | 503 P50 / P99 / max ms "
-        "| req/s | breaker opens | 429 (with Retry-After) | mean router batch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| req/s | breaker opens | 429 (with Retry-After) | mean router batch | store ms / request P50 / P99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {s['ok']} | {failed} | {s['lost']} | {s['fallbacks']} | {s['abandoned_calls']} | {s['p50_ms']:.1f} | "
         f"{s['p95_ms']:.1f} | {s['p99_ms']:.1f} | {max503} | {s['throughput_rps']:.1f} | {s['circuit_opens']:g} | "
-        f"{s['busy_429']} ({s['busy_429_with_retry_after']}) | {batch} |",
+        f"{s['busy_429']} ({s['busy_429_with_retry_after']}) | {batch} | {store} |",
     ])
 
 
@@ -157,8 +179,9 @@ class Stack:
         self.key = new_key()
         self.servers: dict[str, ReplayServer] = {}
         self.work = tempfile.TemporaryDirectory(prefix="bench-gateway-")
-        self.gateway: subprocess.Popen | None = None
+        self.gateways: list[tuple[subprocess.Popen, int, object]] = []  # (process, port, log file)
         self.triton = None
+        self.redis = None
 
     def __enter__(self) -> Stack:
         self.examples = bench_examples(self.cfg.data_root, self.recordings, self.pool, self.cfg.requests)
@@ -180,37 +203,59 @@ class Stack:
             router += ["router.backend=triton-grpc", f"router.triton_url={self.triton.grpc_url}"]
         from serving.triton import free_port
 
-        self.port = free_port()
-        env = {**os.environ, "SWITCHCRAFT_GATEWAY_KEYS": json.dumps([{"id": "bench", "key": self.key}])}
+        self.state_overrides = self._state(work)
+        entry = {"id": "bench", "key": self.key, "role": "admin"}  # admin: the bench reads /metrics
+        if self.cfg.state != "memory" or self.cfg.processes > 1:  # limits that never bite: every request uses the store
+            entry["limits"] = {"requests_per_minute": 10**9, "usd_per_day": 1e9}
+        env = {**os.environ, "SWITCHCRAFT_GATEWAY_KEYS": json.dumps([entry])}
         env.update({m.api_key_env: PROVIDER_KEY for m in self.pool.models if m.api_key_env})
-        self.log = open(work / "gateway.log", "wb")  # noqa: SIM115 - closed in __exit__
-        self.gateway = subprocess.Popen(
-            [sys.executable, "-m", "switchcraft.cli", "serve", "--config", str(SERVING_YAML),
-             f"port={self.port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", *router,
-             *self.cfg.overrides], env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_ready()
+        for i in range(self.cfg.processes):
+            port = free_port()
+            log = open(work / f"gateway{i}.log", "wb")  # noqa: SIM115 - closed in __exit__
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "switchcraft.cli", "serve", "--config", str(SERVING_YAML),
+                 f"port={port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", *router,
+                 *self.state_overrides, *self.cfg.overrides], env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.gateways.append((proc, port, log))
+        for i in range(self.cfg.processes):
+            self._wait_ready(i)
         return self
+
+    def _state(self, work: Path) -> list[str]:
+        if self.cfg.state == "redis":
+            from serving.gateway.redis_local import LocalRedis
+
+            self.redis = LocalRedis(work / "redis")
+            return [f"state.redis_url={self.redis.start()}"]
+        if self.cfg.state == "sqlite":
+            return [f"state.path={work / 'state'}"]
+        return ["state.path=null", "state.redis_url=null"]
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{port}" for _, port, _ in self.gateways]
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.urls[0]
 
-    def _wait_ready(self, timeout_s: float = 120.0) -> None:
+    def _wait_ready(self, i: int, timeout_s: float = 120.0) -> None:
+        proc, url = self.gateways[i][0], self.urls[i]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.gateway.poll() is not None:
-                raise RuntimeError(f"the gateway exited ({self.gateway.returncode}): {self.log_tail()}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited ({proc.returncode}): {self.log_tail(i)}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"the gateway was not ready after {timeout_s:.0f} s: {self.log_tail()}")
+        raise TimeoutError(f"the gateway was not ready after {timeout_s:.0f} s: {self.log_tail(i)}")
 
-    def log_tail(self) -> str:
-        self.log.flush()
-        return (Path(self.work.name) / "gateway.log").read_text(errors="replace")[-2000:]
+    def log_tail(self, i: int = 0) -> str:
+        self.gateways[i][2].flush()
+        return (Path(self.work.name) / f"gateway{i}.log").read_text(errors="replace")[-2000:]
 
     def targets(self, names: list[str]) -> list[str]:
         if "all" in names:
@@ -221,13 +266,15 @@ class Stack:
         return picked
 
     def __exit__(self, *exc) -> None:
-        if self.gateway is not None:
-            self.gateway.terminate()
+        for proc, _, log in self.gateways:
+            proc.terminate()
             try:
-                self.gateway.wait(timeout=15)
+                proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.gateway.kill()
-            self.log.close()
+                proc.kill()
+            log.close()
+        if self.redis is not None:
+            self.redis.stop()
         for server in self.servers.values():
             if server._thread.is_alive():
                 server.stop()
@@ -236,10 +283,10 @@ class Stack:
         self.work.cleanup()
 
 
-def scrape(url: str) -> dict[str, float]:
-    """Sums per metric name of the gateway's /metrics (labels folded)."""
+def scrape(url: str, key: str) -> dict[str, float]:
+    """Sums per metric name of the gateway's /metrics (labels folded; an admin key reads them)."""
     out: dict[str, float] = {}
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+    for line in httpx.get(url + "/metrics", timeout=10, headers={"authorization": f"Bearer {key}"}).text.splitlines():
         if line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             base = name.split("{", 1)[0]
@@ -269,7 +316,7 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
                 await asyncio.to_thread(outage)
             t0 = time.perf_counter()
             try:
-                r = await http.post("/v1/chat/completions", json=bodies[i])
+                r = await http.post(stack.urls[i % len(stack.urls)] + "/v1/chat/completions", json=bodies[i])
                 meta = (r.json() if r.headers.get("content-type", "").startswith("application/json") else {}).get(
                     "switchcraft") or {}
                 outcomes.append(Outcome(r.status_code, (time.perf_counter() - t0) * 1e3, bool(meta.get("fallback")),
@@ -279,7 +326,7 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
                 outcomes.append(Outcome(f"error:{type(e).__name__}", (time.perf_counter() - t0) * 1e3))
 
     limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
-    async with httpx.AsyncClient(base_url=stack.url, headers={"authorization": f"Bearer {stack.key}"},
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {stack.key}"},
                                  timeout=cfg.request_timeout_s, limits=limits) as http:
         await asyncio.gather(*(worker(http) for _ in range(cfg.concurrency)))
     wall = time.perf_counter() - started
@@ -288,13 +335,42 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
     return outcomes, wall
 
 
+def store_cost_ms(overrides: list[str], n: int = 300) -> dict[str, float]:
+    """What the store costs one request, timed alone: admit (rate window + budget check), reserve, settle."""
+    from serving.gateway.config import ServingConfig
+    from serving.gateway.state import Charge, open_state
+    from data.yaml_config import apply_overrides
+
+    settings = ServingConfig.model_validate(apply_overrides({}, overrides)).state
+
+    async def time_it() -> list[float]:
+        store, took = open_state(settings), []
+        try:
+            for i in range(n):
+                t0 = time.perf_counter()
+                await store.admit("store-bench", rpm=10**9, usd_per_day=1e9, now=time.time())
+                res = await store.reserve("store-bench", 0.01, limit=1e9, request_id=str(i), now=time.time())
+                await store.settle(res, [Charge("m", "answer", 0.001)], now=time.time())
+                took.append((time.perf_counter() - t0) * 1e3)
+        finally:
+            await store.aclose()
+        return took
+
+    took = np.array(asyncio.run(time_it()))
+    return {"p50": float(np.percentile(took, 50)), "p99": float(np.percentile(took, 99)), "n": n}
+
+
 def run_gateway_bench(cfg: GatewayBenchConfig) -> GatewayBenchResult:
     with Stack(cfg) as stack:
         targets = stack.targets(cfg.kill) if cfg.kill else []
         outcomes, wall = asyncio.run(drive(stack, cfg, targets))
-        metrics = scrape(stack.url)
+        metrics: dict[str, float] = {}
+        for url in stack.urls:
+            for name, value in scrape(url, stack.key).items():
+                metrics[name] = metrics.get(name, 0.0) + value
+        store_ms = store_cost_ms(stack.state_overrides) if cfg.state != "memory" else None
     return GatewayBenchResult({k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-                              outcomes, wall, metrics, targets)
+                              outcomes, wall, metrics, targets, store_ms)
 
 
 def write_results(result: GatewayBenchResult, out: Path) -> None:

@@ -110,6 +110,36 @@ class ToolRoutingSettings(BaseModel):
     index_dir: str | None = Field(default=None, description="Overrides index_dir of the tools config.")
 
 
+class StateSettings(BaseModel):
+    """`state:` where limits and the spend ledger live (serving/gateway/state.py; docs/serving.md, "State")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(default=None, description="Folder of the embedded SQLite store (state.sqlite, WAL): "
+                             "spend and counts survive restarts; several processes on one machine may share it. "
+                             "null: in memory, forgotten when the process ends (announced at start).")
+    redis_url: str | None = Field(default=None, description="redis://host:port/db of a Redis shared by every "
+                                  "gateway process (any number, any machines); overrides path.")
+    redis_prefix: str = Field(default="switchcraft:", min_length=1, description="Prefix of every Redis key.")
+    timeout_s: float = Field(default=1.0, gt=0, le=30, description="Per store operation; beyond it the store is "
+                             "unavailable: keys with limits get 503 (fail closed), keys without keep working.")
+    unavailable_retry_after_s: float = Field(default=2.0, gt=0, description="Retry-After of that 503.")
+    reservation_ttl_s: float = Field(default=3600.0, ge=60, description="A reservation its process never settled "
+                                     "(it died) is charged at its reserved amount after this long.")
+    chars_per_token: float = Field(default=3.0, gt=0, description="Bytes of request per input token when a "
+                                   "reservation or an estimate is priced (3 over-counts typical English and JSON).")
+    default_output_tokens: int = Field(default=4096, ge=1, description="Output tokens a reservation assumes when "
+                                       "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
+
+
+class AdminSettings(BaseModel):
+    """What the public port shows operators (docs/serving.md, section 4: the endpoint table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    docs: bool = Field(default=False, description="Serve /docs, /redoc and /openapi.json (off: they are 404).")
+
+
 class ServingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -131,6 +161,8 @@ class ServingConfig(BaseModel):
     log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
     tools: ToolRoutingSettings | None = Field(default=None, description="Route tools from a catalog first (off: null).")
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Inbound API keys (on by default).")
+    state: StateSettings = Field(default_factory=StateSettings, description="Limits and the spend ledger.")
+    admin: AdminSettings = Field(default_factory=AdminSettings, description="Operator surfaces.")
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

@@ -72,6 +72,15 @@ class GatewayMetrics:
                                  "their estimate)", ["key"], registry=r)
         self.auth_rejections = Counter("switchcraft_auth_rejections", "Requests refused by authentication or a key's "
                                        "limits (key empty when none was valid)", ["key", "reason"], registry=r)
+        # Limits and money (serving/gateway/budget.py, state.py).
+        self.state_errors = Counter("switchcraft_state_errors", "Operations on the limit store that failed (admit, "
+                                    "reserve, settle): keys with limits got 503", ["op"], registry=r)
+        self.reserved_usd = Counter("switchcraft_reserved_usd", "Worst-case cost reserved before upstream calls",
+                                    registry=r)
+        self.unrecorded_usd = Counter("switchcraft_unrecorded_usd", "Charges the store could not take (logged; "
+                                      "their reservation is charged as expired later)", registry=r)
+        self.estimated_usd = Counter("switchcraft_estimated_cost_usd", "Charges estimated from text length: the "
+                                     "provider sent no usage", ["model"], registry=r)
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
                                    "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r)

@@ -6,12 +6,22 @@
 A stream takes the single-model path (serving/gateway/app.py): no agreement
 check can run on calls that have not finished arriving. The first chunk
 carries the `switchcraft` trace.
+
+A native upstream is always asked for usage (`stream_options.include_usage`,
+serving/gateway/answers.py), so a streamed answer is charged what it cost: when
+the stream ends, `on_end(usage, output_bytes)` charges it (an estimate from the
+bytes that came when the provider sent no usage), and a last chunk with no
+choices says what was charged (`switchcraft.cost_usd`, `cost_estimated_usd`).
+The usage chunk reaches the client only when it asked for it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
 
 import httpx
 
@@ -20,20 +30,52 @@ from serving.gateway.answers import caller_name
 from serving.gateway.upstream import UpstreamResult
 
 
-async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool]) -> AsyncIterator[bytes]:
+def wants_usage(body: dict[str, Any]) -> bool:
+    """Did the caller ask for the usage chunk of a stream (OpenAI `stream_options.include_usage`)?"""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool], *,
+                          on_end: Callable[[dict | None, int], Awaitable[list]] | None = None,
+                          keep_usage: bool = True) -> AsyncIterator[bytes]:
     """The upstream's SSE events as they come, each chunk's `model` set to the answering model and
-    tool names mapped back to the caller's (a native model was offered OpenAI-legal names)."""
+    tool names mapped back to the caller's (a native model was offered OpenAI-legal names).
+
+    `on_end(usage, output_bytes)`: called once when the stream ends, however it ends (completed, broken, or the
+    client gone), with the upstream's usage (None if it sent none) and the bytes of content and call arguments it
+    sent; what it returns (the charges) is announced in a last chunk before `[DONE]` when the stream completed.
+    `keep_usage`: pass the upstream's usage to the client (else it is taken out: the client did not ask for it)."""
     response, first = result.response, True
+    usage: dict | None = None
+    output_bytes, ended = 0, False
+
+    async def end() -> list:
+        nonlocal ended
+        ended = True
+        with anyio.CancelScope(shield=True):
+            return await on_end(usage, output_bytes) if on_end is not None else []
+
     try:
         async for line in response.aiter_lines():
             if line.startswith("data:"):
                 data = line[5:].strip()
-                if data and data != "[DONE]":
+                if data == "[DONE]" and on_end is not None:
+                    charged = await end()
+                    yield _cost_chunk(result.model, charged)
+                elif data:
                     try:
                         chunk = json.loads(data)
                     except json.JSONDecodeError:
                         chunk = None
                     if isinstance(chunk, dict):
+                        if isinstance(chunk.get("usage"), dict):
+                            usage = chunk["usage"]
+                        output_bytes += _output_bytes(chunk)
+                        if not keep_usage and "usage" in chunk:
+                            chunk.pop("usage")
+                            if not chunk.get("choices"):
+                                continue  # the usage-only chunk the client did not ask for
                         chunk["model"] = result.model
                         caller_names_in_chunk(chunk, tools)
                         if first:
@@ -45,7 +87,35 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool])
         error = {"error": {"message": f"upstream {result.model} stream broke: {type(e).__name__}", "type": "upstream_error"}}
         yield f"data: {json.dumps(error)}\n\n".encode()
     finally:
-        await response.aclose()
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+        if not ended:
+            await end()
+
+
+def _output_bytes(chunk: dict) -> int:
+    """Bytes of text and call arguments in a streamed chunk (what an estimate of its output tokens counts)."""
+    n = 0
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        if isinstance(delta.get("content"), str):
+            n += len(delta["content"].encode())
+        for tc in delta.get("tool_calls") or [] if isinstance(delta.get("tool_calls"), list) else []:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict):
+                n += sum(len(v.encode()) for v in (fn.get("name"), fn.get("arguments")) if isinstance(v, str))
+    return n
+
+
+def _cost_chunk(model: str, charged: list) -> bytes:
+    chunk = {"object": "chat.completion.chunk", "model": model, "choices": [],
+             "switchcraft": {"cost_usd": round(sum(c.usd for c in charged), 10),
+                             "cost_estimated_usd": round(sum(c.usd for c in charged
+                                                             if c.kind not in ("answer", "cascade")), 10),
+                             "charges": [{"model": c.model, "kind": c.kind, "usd": c.usd} for c in charged]}}
+    return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 
 
 def caller_names_in_chunk(chunk: dict, tools: list[Tool]) -> None:

@@ -1,4 +1,4 @@
-"""Shared fixtures for the tool-routing tests: a tiny card catalog and the real MiniLM encoder."""
+"""Shared fixtures: a tiny card catalog and the real MiniLM encoder (tool routing); a real Redis (gateway state)."""
 
 import pytest
 
@@ -56,3 +56,14 @@ def cards_file(tmp_path):
     p = tmp_path / "cards.yaml"
     p.write_text(CARDS_YAML)
     return p
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    """A real redis-server on loopback (the binary the test extra installs; serving/gateway/redis_local.py)."""
+    from serving.gateway.redis_local import LocalRedis
+
+    server = LocalRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()

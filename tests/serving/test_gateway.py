@@ -33,14 +33,14 @@ from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported
 
 pytestmark = pytest.mark.integration
 SECRET = "sk-test-gateway-0123456789-never-log-me"  # the pool's provider key (upstream)
-KEY = "sk-sc-test-gateway-key-0123456789abcdef"  # the gateway's own API key (inbound): anonymous caller, no limits
+KEY = "sk-sc-test-gateway-key-0123456789abcdef"  # the gateway's own API key (inbound): anonymous caller, no limits, admin
 AUTH = {"authorization": f"Bearer {KEY}"}
 KEYS_ENV = "SWITCHCRAFT_GATEWAY_KEYS"
 
 
 def use_keys(monkeypatch, *entries: dict) -> None:
     """The gateway's API keys given by environment, as an operator would (plain keys there, hashed when read)."""
-    monkeypatch.setenv(KEYS_ENV, json.dumps([{"id": "test", "key": KEY}, *entries]))
+    monkeypatch.setenv(KEYS_ENV, json.dumps([{"id": "test", "key": KEY, "role": "admin"}, *entries]))
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -166,7 +166,7 @@ def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway,
     assert [(a["model"], a["outcome"]) for a in meta["attempts"]] == [(ranking[0], "http_500"), (ranking[1], "ok")]
     assert r.headers["x-switchcraft-model"] == ranking[1] == r.json()["model"]
     assert bad.state.stats()["outcomes"] == {"500": 1} and good.state.stats()["completions"] == 1
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_fallbacks_total{{from_model="{ranking[0]}",reason="http_500"}} 1.0' in metrics
     # Every model failing: a 502 that lists every attempt, no more than max_attempts.
     url = make(failing=set(ranking), upstream={"max_attempts": 2})
@@ -233,8 +233,10 @@ def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, cli
               stream("POST", gw + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r):
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
             header = r.headers["x-switchcraft-model"]
-    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == "Hello world"
+    text, cost = chunks[:-1], chunks[-1]  # the last chunk (no choices) says what the stream was charged
+    assert "".join(c["choices"][0]["delta"]["content"] for c in text) == "Hello world"
     assert {c["model"] for c in chunks} == {header} and "switchcraft" in chunks[0] and "switchcraft" not in chunks[1]
+    assert cost["choices"] == [] and cost["switchcraft"]["charges"][-1]["kind"] == "estimated"  # no usage was sent
 
 
 @pytest.mark.parametrize("body, status, fragment", [
@@ -273,12 +275,12 @@ def test_bad_input_gets_a_precise_4xx(gateway, body, status, fragment):
 def test_health_readiness_and_metrics(gateway, examples, client):
     make, _, _ = gateway
     url = make()
-    ready = httpx.get(url + "/readyz")
+    ready = httpx.get(url + "/readyz", headers=AUTH)
     assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["router_version"] == client.version
     ex = examples[4]
     for _ in range(2):
         post(url + "/v1/route", json={"messages": openai_body(ex)["messages"], "tools": openai_body(ex)["tools"]})
-    text = httpx.get(url + "/metrics").text
+    text = httpx.get(url + "/metrics", headers=AUTH).text
     chosen = routed_as(client, openai_body(ex)).chosen
     assert f'switchcraft_decisions_total{{model="{chosen}"' in text
     assert "switchcraft_routing_latency_seconds_count 2.0" in text

@@ -19,12 +19,13 @@ import yaml
 from typer.testing import CliRunner
 
 from data.pool import load_pool
-from serving.gateway.auth import AuthSettings, Guard, Identity, KeyLimits, KeyStore, hash_key, narrow
+from serving.gateway.auth import AuthSettings, Identity, KeyLimits, KeyStore, hash_key, narrow
 from serving.gateway.requests import GatewayError
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 from tests.serving.test_gateway import (  # noqa: F401
+    AUTH,
     KEY,
     KEYS_ENV,
     SECRET,
@@ -109,7 +110,7 @@ def test_a_body_claiming_admin_sees_only_its_keys_tools_on_every_path(tool_gatew
     # The admin key, asking the same, does see the refund tool: the key, not the body, decided.
     status, out = send(url, "/v1/route", paths(question, None)[-1][1], False, AS_ADMIN)
     assert status == 200 and "payments.refund_payment" in exposed_of("/v1/route", out)
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_auth_rejections_total{{key="support",reason="caller"}} {len(ADMIN_CLAIMS) * 5}.0' in metrics
 
 
@@ -125,7 +126,7 @@ def test_no_valid_key_no_service(tool_gateway):  # noqa: F811
     r = httpx.post(url + "/v1/route", json={"messages": chat("x")["messages"]})
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert httpx.get(url + "/healthz").status_code == 200  # probes stay open
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert 'switchcraft_auth_rejections_total{key="",reason="invalid_key"} 10.0' in metrics
     assert 'switchcraft_auth_rejections_total{key="",reason="missing_key"} 11.0' in metrics
 
@@ -147,7 +148,7 @@ def test_an_over_budget_key_gets_429(gateway, examples, monkeypatch):  # noqa: F
         assert 0 < int(r.headers["retry-after-ms"]) <= 86_400_000 and int(r.headers["retry-after"]) >= 1
     assert good.state.stats()["completions"] == 1  # the refused requests never reached an upstream
     assert post(url + "/v1/chat/completions", json=openai_body(ex), timeout=30).status_code == 200  # other keys go on
-    metrics = httpx.get(url + "/metrics").text
+    metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert f'switchcraft_key_spend_usd_total{{key="budget"}} {cost}' in metrics
     assert 'switchcraft_auth_rejections_total{key="budget",reason="budget"} 2.0' in metrics
     assert 'switchcraft_key_requests_total{key="budget",status="200"} 1.0' in metrics
@@ -278,25 +279,38 @@ def test_widening_is_403_naming_the_field(asked, param):
     assert e.value.status == 403 and e.value.param == param and e.value.message.startswith(param)
 
 
-def test_guard_limits_requests_per_minute_and_daily_spend():
-    now, wall = [1000.0], [86400.0 * 20 + 3600]
-    guard = Guard(clock=lambda: now[0], wall=lambda: wall[0])
+def test_budgets_limit_requests_per_minute_and_daily_spend_on_a_real_store(tmp_path):
+    import asyncio
+
+    from serving.gateway.budget import Budgets
+    from serving.gateway.metrics import GatewayMetrics
+    from serving.gateway.state import Charge, SQLiteState
+
+    wall = [86400.0 * 20 + 3600]
+    budgets = Budgets(SQLiteState(tmp_path / "state.sqlite"), GatewayMetrics(), clock=lambda: wall[0])
     ident = Identity("k", Caller(), KeyLimits(requests_per_minute=2, usd_per_day=1.0))
-    guard.admit(ident), guard.admit(ident)
-    with pytest.raises(GatewayError) as e:
-        guard.admit(ident)
-    assert e.value.status == 429 and e.value.headers["retry-after-ms"] == "60000"
-    now[0] += 30
-    with pytest.raises(GatewayError) as e:
-        guard.admit(ident)
-    assert e.value.headers["retry-after-ms"] == "30000"
-    now[0] += 30  # the first two fall out of the window
-    guard.admit(ident)
-    guard.spend(ident, 1.0)
-    with pytest.raises(GatewayError) as e:
-        guard.admit(ident)
-    assert "spent 1.000000 of its 1" in e.value.message and e.value.headers["retry-after-ms"] == str(23 * 3600 * 1000)
-    wall[0] += 23 * 3600  # a new UTC day
-    now[0] += 60
-    guard.admit(ident)
-    assert guard.spent("k") == 0.0
+
+    async def go():
+        await budgets.admit(ident), await budgets.admit(ident)
+        with pytest.raises(GatewayError) as e:
+            await budgets.admit(ident)
+        assert e.value.status == 429 and e.value.headers["retry-after-ms"] == "60000"
+        wall[0] += 30
+        with pytest.raises(GatewayError) as e:
+            await budgets.admit(ident)
+        assert e.value.headers["retry-after-ms"] == "30000" and e.value.reason == "rate_limit"
+        wall[0] += 30  # the first two fall out of the window
+        await budgets.admit(ident)
+        res = await budgets.reserve(ident, 0.4, "r")
+        await budgets.settle(ident, res, [Charge("m", "answer", 1.0)], "r")
+        with pytest.raises(GatewayError) as e:
+            await budgets.admit(ident)
+        assert "spent 1.000000" in e.value.message and e.value.reason == "budget"
+        assert e.value.headers["retry-after-ms"] == str(23 * 3600 * 1000 - 60 * 1000)
+        with pytest.raises(GatewayError) as e:
+            await budgets.reserve(ident, 0.01, "r2")
+        assert e.value.status == 429 and e.value.reason == "budget"
+        wall[0] += 23 * 3600  # a new UTC day
+        await budgets.admit(ident)
+        await budgets.reserve(ident, 0.01, "r3")
+    asyncio.run(go())

@@ -27,7 +27,7 @@ from serving.gateway.app import create_app
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.config import ServingConfig
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import to_schema
+from serving.gateway.requests import GatewayError, to_schema
 from serving.policy import Constraints, NoEligibleModel
 from tests.serving.test_client import _with_strategy_policy
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
@@ -161,7 +161,7 @@ def route_body(example) -> dict:
 
 
 def metric(url: str, line: str) -> float:
-    for row in httpx.get(url + "/metrics").text.splitlines():
+    for row in httpx.get(url + "/metrics", headers=AUTH).text.splitlines():
         if row.startswith(line + " "):
             return float(row.rsplit(" ", 1)[1])
     return 0.0
@@ -202,19 +202,54 @@ def test_full_queue_answers_429_with_retry_after_and_counts_it(gateway, shared_d
     with httpx.Client(base_url=url, headers=AUTH, timeout=120) as http, ThreadPoolExecutor(2) as threads:
         held = [threads.submit(http.post, "/v1/route", json=route_body(ex)) for _ in range(2)]
         wait_until(lambda: app.state.batcher.admitted == 2, "two routing calls admitted")
-        busy = [http.post("/v1/route", json=route_body(ex)), http.post("/v1/chat/completions", json=openai_body(ex))]
-        backend.gate.set()
+        try:  # refused at once: a request admitted by mistake would wait at the gate, so a short timeout fails fast
+            busy = [http.post("/v1/route", json=route_body(ex), timeout=15),
+                    http.post("/v1/chat/completions", json=openai_body(ex), timeout=15)]
+        finally:
+            backend.gate.set()
         assert [f.result().status_code for f in held] == [200, 200]
     for r in busy:
         assert r.status_code == 429, r.text
         error = r.json()["error"]
         assert error["type"] == "router_busy" and "router.max_queue 2" in error["message"]
-        assert int(r.headers["retry-after"]) >= 1 and int(r.headers["retry-after-ms"]) >= 1
-        assert int(r.headers["retry-after"]) == -(-int(r.headers["retry-after-ms"]) // 1000)
+        # One batch ahead (2 admitted, batches of 32) × the first guess of a batch's time (50 ms; none measured yet).
+        assert r.headers["retry-after-ms"] == "50" and r.headers["retry-after"] == "1"
     assert metric(url, "switchcraft_router_busy_total") == 2
     assert metric(url, 'switchcraft_requests_total{endpoint="route",status="429"}') == 1
     assert metric(url, 'switchcraft_requests_total{endpoint="chat",status="429"}') == 1
     assert httpx.post(url + "/v1/route", json=route_body(ex), headers=AUTH, timeout=60).status_code == 200  # room again
+
+
+def test_admission_takes_exactly_max_queue_calls_and_prices_the_wait(exported, shared_data):  # noqa: F811
+    """The batcher alone, its real client held at the gate: max_queue calls in, the next refused at once."""
+    client, backend = counting_client(exported[0])
+    messages, tools = to_schema(route_body(bfcl_sample(shared_data, 1)[0])["messages"], None)
+    metrics = GatewayMetrics()
+
+    async def scenario() -> list:
+        batcher = RoutingBatcher(client, metrics, max_batch_size=1, delay_s=0, max_queue=3)
+        batcher.batch_s = 0.25  # the recent batch time the wait is priced with
+        backend.gate.clear()
+        try:
+            held = [asyncio.ensure_future(batcher.route(messages, tools)) for _ in range(3)]
+            deadline = time.monotonic() + 30
+            while batcher.admitted < 3:
+                assert time.monotonic() < deadline and not any(h.done() for h in held)
+                await asyncio.sleep(0.005)
+            with pytest.raises(GatewayError) as refused:  # an admission off by one would queue it: 5 s, then a failure
+                await asyncio.wait_for(batcher.route(messages, tools), 5)
+            assert refused.value.status == 429 and "3 routing calls queued or running" in refused.value.message
+            # Three batches of one ahead of it, 250 ms each.
+            assert refused.value.headers == {"retry-after": "1", "retry-after-ms": "750"}
+        finally:
+            backend.gate.set()
+        answers = await asyncio.gather(*held)
+        await batcher.aclose()
+        return answers
+
+    answers = asyncio.run(scenario())
+    assert len(answers) == 3 and all(a.decision.chosen in client.models for a in answers)
+    assert metrics.router_busy._value.get() == 1
 
 
 def test_backend_error_fails_its_batch_with_503_and_the_batcher_lives_on(gateway, shared_data):

@@ -35,8 +35,21 @@ def test_a_short_run_with_every_endpoint_killed_answers_then_fails_fast(exported
     assert "| ok | failed (by status) | lost |" in to_markdown(result)
 
 
+def test_two_processes_share_one_real_redis(exported, shared_data, tmp_path):  # noqa: F811
+    cfg = GatewayBenchConfig(router_dir=exported[0], data_root=shared_data, pool=REPO / "configs" / "pool.yaml",
+                             requests=12, concurrency=4, max_seconds=120, processes=2, state="redis")
+    result = run_gateway_bench(cfg)
+    s = result.summary()
+    assert s["ok"] == 12 and s["processes"] == 2 and s["state"] == "redis"
+    assert result.metrics["switchcraft_key_requests_total"] == 12  # summed over both processes' /metrics
+    assert result.metrics["switchcraft_reserved_usd_total"] > 0  # every request reserved in the shared store
+    assert s["store_ms"]["n"] == 300 and 0 < s["store_ms"]["p50"] <= s["store_ms"]["p99"]
+    assert "2 gateway process(es), state: redis" in to_markdown(result)
+
+
 @pytest.mark.parametrize("kw, fragment", [({"requests": 0}, "at least 1"), ({"kill": ["all"], "kill_at": 50}, "--kill-at"),
-                                          ({"max_seconds": 10_000}, "bounded")])
+                                          ({"max_seconds": 10_000}, "bounded"), ({"processes": 2}, "shared store"),
+                                          ({"state": "postgres"}, "memory, sqlite or redis")])
 def test_the_run_is_bounded_and_checked(kw, fragment, tmp_path):
     with pytest.raises(ValueError, match=fragment):
         GatewayBenchConfig(router_dir=tmp_path, data_root=tmp_path, **{"requests": 10, **kw})

@@ -24,7 +24,7 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_tools
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
-from tests.serving.test_gateway import SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
+from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration
 A, B = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514"  # prompt style, native
@@ -179,7 +179,7 @@ def test_first_models_disagree_escalate_and_the_trace_lists_all_three_calls(gate
     assert [name for name, _ in returned_calls(r)] == [c.name for c in top]
     # The agreeing query on the same gateway, then the metrics of both.
     chat(url, picked["agree"])
-    text = httpx.get(url + "/metrics").text
+    text = httpx.get(url + "/metrics", headers=AUTH).text
     for line in ('switchcraft_strategies_total{kind="agree",source="config"} 2.0',
                  'switchcraft_agreements_total{verdict="disagree"} 1.0', 'switchcraft_agreements_total{verdict="agree"} 1.0',
                  f'switchcraft_escalations_total{{to_model="{TOP}"}} 1.0', "switchcraft_upstream_calls_per_request_count 2.0",
@@ -255,7 +255,7 @@ def test_a_model_failing_mid_cascade_agrees_with_nothing_and_escalation_falls_ba
         (A, "ok", False), (B, "http_500", True), (TOP, "ok", False)]
     assert meta["answered_by"] == TOP and meta["fallback"] is True
     assert meta["cost_usd"] == pytest.approx(cost_of(good.state, A, ex) + cost_of(good.state, TOP, ex))
-    assert f'switchcraft_fallbacks_total{{from_model="{B}",reason="http_500"}} 1.0' in httpx.get(url + "/metrics").text
+    assert f'switchcraft_fallbacks_total{{from_model="{B}",reason="http_500"}} 1.0' in httpx.get(url + "/metrics", headers=AUTH).text
     # The escalation model failing too: on along the decision's ranking; A's answer in hand is reused for free.
     url = make({"first": [A, B], "escalate": [TOP]}, failing={B, TOP})
     meta = chat(url, ex).json()["switchcraft"]

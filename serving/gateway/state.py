@@ -1,0 +1,457 @@
+"""Where the gateway's counts and money live: one interface, two real backends.
+
+    store = open_state(cfg.state)          # SQLite (WAL) under state.path, or Redis at state.redis_url
+    seen = await store.admit("acme", rpm=120, usd_per_day=5.0, now=time.time())   # counts the request
+    res = await store.reserve("acme", 0.004, limit=5.0, request_id=rid, now=...)  # OverBudget when nothing is left
+    await store.settle(res, [Charge("gpt-4o-mini-2024-07-18", "answer", 0.00008)], now=...)
+    rows = await store.ledger(key_id="acme", day="2026-12-01")
+
+What is kept, per API key id (never the key):
+- the last minute's request times (the `requests_per_minute` sliding window);
+- per UTC day, `spent` (settled charges) and `reserved` (the worst-case cost of requests in flight);
+- every reservation in flight, with the time after which it is charged as `expired` (its process died);
+- the ledger: one row per charge (time, day, key, model, kind, USD, request id), kinds
+  answer | cascade | abandoned | estimated | expired (docs/serving.md, "State").
+
+A request is admitted while `spent + reserved < usd_per_day`; admitting reserves its worst case
+atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent requests see
+each other's reservations, and a day ends at most one admitted request's reservation past its limit.
+
+SQLite is the embedded default: one file, WAL, safe for several processes on one machine. Redis is for
+replicas on several machines: every gateway pointed at the same `state.redis_url` shares every count (one
+Redis, not Redis Cluster: the scripts touch keys they compute). Any failure to reach the store raises
+`StateUnavailable`; serving/gateway/budget.py decides what that means for a request (fail closed for keys
+with limits).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+KINDS = ("answer", "cascade", "abandoned", "estimated", "expired")
+WINDOW_S = 60.0
+SWEEP_EVERY_S = 1.0  # expired reservations are looked for at most this often per process
+
+
+def utc_day(now: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+class StateUnavailable(Exception):
+    """The store could not be read or written (the text says which store and why, never a key)."""
+
+
+class OverBudget(Exception):
+    def __init__(self, spent: float, reserved: float) -> None:
+        super().__init__(f"spent {spent:.6f}, reserved {reserved:.6f}")
+        self.spent, self.reserved = spent, reserved
+
+
+@dataclass(frozen=True)
+class Admission:
+    """`admit`'s answer: `reason` is None when the request was admitted (and counted)."""
+
+    reason: str | None  # None | "budget" | "rate_limit"
+    wait_s: float = 0.0
+    spent: float = 0.0
+    reserved: float = 0.0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    id: str
+    key_id: str
+    day: str
+    usd: float
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One call's cost on the ledger."""
+
+    model: str
+    kind: str  # one of KINDS
+    usd: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"ledger kind {self.kind!r}; known: {', '.join(KINDS)}")
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    ts: float
+    day: str
+    key_id: str
+    model: str
+    kind: str
+    usd: float
+    request_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ts": self.ts, "day": self.day, "key": self.key_id, "model": self.model, "kind": self.kind,
+                "usd": self.usd, "request_id": self.request_id}
+
+
+class StateStore(ABC):
+    """The gateway's shared counts and ledger. Every method raises StateUnavailable when the store fails."""
+
+    name = "state"
+    durable = True
+    reservation_ttl_s = 3600.0
+
+    @abstractmethod
+    async def admit(self, key_id: str, *, rpm: int | None, usd_per_day: float | None, now: float) -> Admission:
+        """Refuse when the day's budget is used up (`spent + reserved >= usd_per_day`) or `rpm` requests came in
+        the last 60 s; otherwise count this request in the window. Atomic across processes."""
+
+    @abstractmethod
+    async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
+                      now: float) -> Reservation:
+        """Hold `usd` against today's budget; OverBudget when `spent + reserved >= limit` already."""
+
+    @abstractmethod
+    async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
+        """Release the reservation and charge what the calls really cost, one ledger row a charge."""
+
+    @abstractmethod
+    async def day_total(self, key_id: str, day: str) -> tuple[float, float]:
+        """(spent, reserved) of `key_id` on `day`."""
+
+    @abstractmethod
+    async def ledger(self, key_id: str | None = None, day: str | None = None) -> list[LedgerRow]:
+        """The ledger's rows, oldest first, optionally of one key and one UTC day (YYYY-MM-DD)."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """StateUnavailable when the store cannot be reached."""
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------------- SQLite
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rate (key_id TEXT NOT NULL, t REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS rate_key_t ON rate (key_id, t);
+CREATE TABLE IF NOT EXISTS budget (key_id TEXT NOT NULL, day TEXT NOT NULL, spent REAL NOT NULL DEFAULT 0,
+                                   reserved REAL NOT NULL DEFAULT 0, PRIMARY KEY (key_id, day));
+CREATE TABLE IF NOT EXISTS reservations (id TEXT PRIMARY KEY, key_id TEXT NOT NULL, day TEXT NOT NULL,
+                                         usd REAL NOT NULL, request_id TEXT NOT NULL, expires REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS reservations_expires ON reservations (expires);
+CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, day TEXT NOT NULL,
+                                   key_id TEXT NOT NULL, model TEXT NOT NULL, kind TEXT NOT NULL,
+                                   usd REAL NOT NULL, request_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS ledger_key_day ON ledger (key_id, day);
+"""
+
+
+class SQLiteState(StateStore):
+    """One SQLite file in WAL mode. Calls run in a worker thread (never on the event loop); writes are
+    `BEGIN IMMEDIATE` transactions, so processes sharing the file on one machine stay consistent. A committed
+    write survives `kill -9` of the process (synchronous=NORMAL: only a power loss may lose the last ones).
+    `path` ":memory:" keeps everything in this process (tests; announced by the gateway)."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str | Path, *, reservation_ttl_s: float = 3600.0, busy_timeout_s: float = 5.0) -> None:
+        self.path, self.reservation_ttl_s = str(path), reservation_ttl_s
+        self.durable = self.path != ":memory:"
+        try:
+            if self.durable:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                      timeout=busy_timeout_s)
+            if self.durable:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as e:
+            raise StateUnavailable(f"state store {self.path}: {e}") from None
+        self.lock = threading.Lock()
+        self.last_sweep = 0.0
+
+    async def _run(self, fn, *args, write: bool = False):
+        """`fn(*args)` in a worker thread, holding this connection; `write`: inside one BEGIN IMMEDIATE
+        transaction (committed whole, or rolled back whole on any error)."""
+        def locked():
+            with self.lock:
+                try:
+                    if not write:
+                        return fn(*args)
+                    self.db.execute("BEGIN IMMEDIATE")
+                    try:
+                        out = fn(*args)
+                    except BaseException:
+                        self.db.execute("ROLLBACK")
+                        raise
+                    self.db.execute("COMMIT")
+                    return out
+                except sqlite3.Error as e:
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise StateUnavailable(f"state store {self.path}: {e}") from None
+        return await anyio.to_thread.run_sync(locked)
+
+    def _totals(self, key_id: str, day: str) -> tuple[float, float]:
+        row = self.db.execute("SELECT spent, reserved FROM budget WHERE key_id = ? AND day = ?", (key_id, day)).fetchone()
+        return (row[0], max(0.0, row[1])) if row else (0.0, 0.0)
+
+    def _sweep(self, now: float) -> None:
+        """Charge reservations whose process never settled them (it died) at their reserved amount."""
+        if now - self.last_sweep < SWEEP_EVERY_S:
+            return
+        self.last_sweep = now
+        for rid, key_id, day, usd, req in self.db.execute(
+                "SELECT id, key_id, day, usd, request_id FROM reservations WHERE expires <= ? LIMIT 64", (now,)).fetchall():
+            self._release(Reservation(rid, key_id, day, usd, req), [Charge("*", "expired", usd)], now)
+
+    def _release(self, res: Reservation, charges: list[Charge], now: float) -> None:
+        held = self.db.execute("DELETE FROM reservations WHERE id = ?", (res.id,)).rowcount
+        total = sum(c.usd for c in charges)
+        self.db.execute("INSERT INTO budget (key_id, day, spent, reserved) VALUES (?, ?, ?, 0) "
+                        "ON CONFLICT (key_id, day) DO UPDATE SET spent = spent + excluded.spent, "
+                        "reserved = MAX(0, reserved - ?)", (res.key_id, res.day, total, res.usd if held else 0.0))
+        self.db.executemany("INSERT INTO ledger (ts, day, key_id, model, kind, usd, request_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [(now, res.day, res.key_id, c.model, c.kind, c.usd, res.request_id) for c in charges])
+
+    async def admit(self, key_id: str, *, rpm: int | None, usd_per_day: float | None, now: float) -> Admission:
+        def admit() -> Admission:
+            self._sweep(now)
+            spent, reserved = self._totals(key_id, utc_day(now))
+            if usd_per_day is not None and spent + reserved >= usd_per_day:
+                return Admission("budget", 86400 - now % 86400, spent, reserved)
+            if rpm is not None:
+                self.db.execute("DELETE FROM rate WHERE key_id = ? AND t <= ?", (key_id, now - WINDOW_S))
+                n, oldest = self.db.execute("SELECT COUNT(*), MIN(t) FROM rate WHERE key_id = ?", (key_id,)).fetchone()
+                if n >= rpm:
+                    return Admission("rate_limit", WINDOW_S - (now - oldest), spent, reserved)
+                self.db.execute("INSERT INTO rate (key_id, t) VALUES (?, ?)", (key_id, now))
+            return Admission(None, 0.0, spent, reserved)
+        return await self._run(admit, write=True)
+
+    async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
+                      now: float) -> Reservation:
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+
+        def reserve() -> Reservation | OverBudget:
+            spent, reserved = self._totals(key_id, res.day)
+            if limit is not None and spent + reserved >= limit:
+                return OverBudget(spent, reserved)
+            self.db.execute("INSERT INTO budget (key_id, day, spent, reserved) VALUES (?, ?, 0, ?) "
+                            "ON CONFLICT (key_id, day) DO UPDATE SET reserved = reserved + excluded.reserved",
+                            (key_id, res.day, res.usd))
+            self.db.execute("INSERT INTO reservations (id, key_id, day, usd, request_id, expires) "
+                            "VALUES (?, ?, ?, ?, ?, ?)",
+                            (res.id, key_id, res.day, res.usd, request_id, now + self.reservation_ttl_s))
+            return res
+        out = await self._run(reserve, write=True)
+        if isinstance(out, OverBudget):
+            raise out
+        return out
+
+    async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
+        await self._run(self._release, res, charges, now, write=True)
+
+    async def day_total(self, key_id: str, day: str) -> tuple[float, float]:
+        return await self._run(self._totals, key_id, day)
+
+    async def ledger(self, key_id: str | None = None, day: str | None = None) -> list[LedgerRow]:
+        def read() -> list[LedgerRow]:
+            rows = self.db.execute("SELECT ts, day, key_id, model, kind, usd, request_id FROM ledger WHERE "
+                                   "(? IS NULL OR key_id = ?) AND (? IS NULL OR day = ?) ORDER BY id",
+                                   (key_id, key_id, day, day)).fetchall()
+            return [LedgerRow(*r) for r in rows]
+        return await self._run(read)
+
+    async def ping(self) -> None:
+        await self._run(lambda: self.db.execute("SELECT 1").fetchone())
+
+    async def aclose(self) -> None:
+        with self.lock:
+            self.db.close()
+
+
+# ---------------------------------------------------------------------------------------------------- Redis
+
+ADMIT = """
+local now, rpm, lim = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local spent = tonumber(redis.call('HGET', KEYS[2], 'spent') or '0')
+local reserved = math.max(0, tonumber(redis.call('HGET', KEYS[2], 'reserved') or '0'))
+if lim >= 0 and spent + reserved >= lim then
+  return {'budget', '0', tostring(spent), tostring(reserved)}
+end
+if rpm >= 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60)
+  if redis.call('ZCARD', KEYS[1]) >= rpm then
+    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return {'rate_limit', tostring(60 - (now - tonumber(oldest[2]))), tostring(spent), tostring(reserved)}
+  end
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  redis.call('EXPIRE', KEYS[1], 120)
+end
+return {'ok', '0', tostring(spent), tostring(reserved)}
+"""
+
+RESERVE = """
+local lim = tonumber(ARGV[1])
+local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
+local reserved = math.max(0, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0'))
+if lim >= 0 and spent + reserved >= lim then
+  return {0, tostring(spent), tostring(reserved)}
+end
+redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', ARGV[2])
+redis.call('EXPIRE', KEYS[1], 3456000)
+redis.call('HSET', KEYS[2], 'key', ARGV[5], 'day', ARGV[6], 'usd', ARGV[2], 'rid', ARGV[7])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
+return {1, tostring(spent), tostring(reserved)}
+"""
+
+# KEYS: budget hash, reservation hash, open reservations, ledger stream.
+# ARGV: reservation id, reserved usd, now, day, key id, request id, then (model, kind, usd) per charge.
+SETTLE = """
+local held = redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if held == 1 then
+  redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', -tonumber(ARGV[2]))
+end
+local total = 0
+for i = 7, #ARGV, 3 do
+  total = total + tonumber(ARGV[i + 2])
+  redis.call('XADD', KEYS[4], '*', 'ts', ARGV[3], 'day', ARGV[4], 'key', ARGV[5], 'model', ARGV[i],
+             'kind', ARGV[i + 1], 'usd', ARGV[i + 2], 'rid', ARGV[6])
+end
+redis.call('HINCRBYFLOAT', KEYS[1], 'spent', total)
+redis.call('EXPIRE', KEYS[1], 3456000)
+return held
+"""
+
+# Reservations whose process never settled them: charged at their reserved amount as `expired`.
+# KEYS: open reservations, ledger stream. ARGV: now, key prefix.
+SWEEP = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 64)
+for _, id in ipairs(ids) do
+  local r = redis.call('HMGET', ARGV[2] .. 'res:' .. id, 'key', 'day', 'usd', 'rid')
+  redis.call('ZREM', KEYS[1], id)
+  if r[1] then
+    local budget = ARGV[2] .. 'budget:' .. r[1] .. ':' .. r[2]
+    redis.call('HINCRBYFLOAT', budget, 'reserved', -tonumber(r[3]))
+    redis.call('HINCRBYFLOAT', budget, 'spent', tonumber(r[3]))
+    redis.call('XADD', KEYS[2], '*', 'ts', ARGV[1], 'day', r[2], 'key', r[1], 'model', '*', 'kind', 'expired',
+               'usd', r[3], 'rid', r[4])
+    redis.call('DEL', ARGV[2] .. 'res:' .. id)
+  end
+end
+return #ids
+"""
+
+
+class RedisState(StateStore):
+    """A real Redis server shared by any number of gateway processes. Every check-and-change is one Lua script
+    (atomic on the server). Durable as the server is configured: run it with `appendonly yes` so a Redis restart
+    keeps the ledger (docs/serving.md, "State")."""
+
+    name = "redis"
+
+    def __init__(self, url: str, *, prefix: str = "switchcraft:", reservation_ttl_s: float = 3600.0,
+                 timeout_s: float = 1.0) -> None:
+        import redis.asyncio as aioredis
+
+        self.url, self.prefix, self.reservation_ttl_s = url, prefix, reservation_ttl_s
+        self.redis = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                             decode_responses=True)
+        self._admit = self.redis.register_script(ADMIT)
+        self._reserve = self.redis.register_script(RESERVE)
+        self._settle = self.redis.register_script(SETTLE)
+        self._sweep = self.redis.register_script(SWEEP)
+        self.last_sweep = 0.0
+
+    def _where(self) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        return f"redis://{parts.hostname}:{parts.port or 6379}"  # never the password
+
+    async def _call(self, coro):
+        import redis.exceptions as rex
+
+        try:
+            return await coro
+        except (rex.ConnectionError, rex.TimeoutError, rex.ResponseError, OSError) as e:
+            raise StateUnavailable(f"state store {self._where()}: {type(e).__name__}: {e}") from None
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    async def admit(self, key_id: str, *, rpm: int | None, usd_per_day: float | None, now: float) -> Admission:
+        if now - self.last_sweep >= SWEEP_EVERY_S:
+            self.last_sweep = now
+            await self._call(self._sweep(keys=[self._k("open"), self._k("ledger")], args=[now, self.prefix]))
+        day = utc_day(now)
+        reason, wait, spent, reserved = await self._call(self._admit(
+            keys=[self._k("rate", key_id), self._k("budget", key_id, day)],
+            args=[now, -1 if rpm is None else rpm, -1 if usd_per_day is None else usd_per_day, uuid.uuid4().hex]))
+        if reason == "budget":
+            wait = 86400 - now % 86400
+        return Admission(None if reason == "ok" else reason, float(wait), float(spent), float(reserved))
+
+    async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
+                      now: float) -> Reservation:
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+        ok, spent, reserved = await self._call(self._reserve(
+            keys=[self._k("budget", key_id, res.day), self._k("res", res.id), self._k("open")],
+            args=[-1 if limit is None else limit, repr(res.usd), now + self.reservation_ttl_s, res.id, key_id,
+                  res.day, request_id]))
+        if not ok:
+            raise OverBudget(float(spent), float(reserved))
+        return res
+
+    async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
+        args: list[Any] = [res.id, repr(res.usd), now, res.day, res.key_id, res.request_id]
+        for c in charges:
+            args += [c.model, c.kind, repr(float(c.usd))]
+        await self._call(self._settle(keys=[self._k("budget", res.key_id, res.day), self._k("res", res.id),
+                                            self._k("open"), self._k("ledger")], args=args))
+
+    async def day_total(self, key_id: str, day: str) -> tuple[float, float]:
+        got = await self._call(self.redis.hmget(self._k("budget", key_id, day), "spent", "reserved"))
+        return float(got[0] or 0.0), max(0.0, float(got[1] or 0.0))
+
+    async def ledger(self, key_id: str | None = None, day: str | None = None) -> list[LedgerRow]:
+        rows, start = [], "-"
+        while True:
+            batch = await self._call(self.redis.xrange(self._k("ledger"), min=start, max="+", count=10_000))
+            for _id, f in batch:
+                if (key_id is None or f["key"] == key_id) and (day is None or f["day"] == day):
+                    rows.append(LedgerRow(float(f["ts"]), f["day"], f["key"], f["model"], f["kind"], float(f["usd"]),
+                                          f.get("rid", "")))
+            if len(batch) < 10_000:
+                return rows
+            start = "(" + batch[-1][0]
+
+    async def ping(self) -> None:
+        await self._call(self.redis.ping())
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+def open_state(settings) -> StateStore:
+    """The store `settings` (serving.gateway.config.StateSettings) names: Redis when `redis_url` is set, else a
+    SQLite file `state.sqlite` under `path` (None: in memory, forgotten when the process ends)."""
+    if settings.redis_url:
+        return RedisState(settings.redis_url, prefix=settings.redis_prefix, reservation_ttl_s=settings.reservation_ttl_s,
+                          timeout_s=settings.timeout_s)
+    path = ":memory:" if settings.path is None else Path(settings.path) / "state.sqlite"
+    return SQLiteState(path, reservation_ttl_s=settings.reservation_ttl_s, busy_timeout_s=settings.timeout_s * 5)

@@ -1,0 +1,140 @@
+"""The gateway's state store, both backends on the same assertions: SQLite (a file, WAL) and a real Redis server
+started on loopback from the binary the test extra installs (never a mock).
+
+    python -m pytest -q tests/serving/test_gateway_state.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serving.gateway.config import StateSettings
+from serving.gateway.state import Charge, OverBudget, SQLiteState, StateUnavailable, open_state, utc_day
+
+NOW = 1_764_600_000.0  # 2025-12-01T14:40:00Z
+DAY = utc_day(NOW)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def make_store(request, tmp_path, redis_server):
+    """make_store() -> a store; calling it again opens a second handle on the same data (a restart, a replica)."""
+    opened = []
+    prefix = f"t{id(request)}:"
+
+    def make():
+        settings = (StateSettings(path=str(tmp_path)) if request.param == "sqlite"
+                    else StateSettings(redis_url=redis_server.url, redis_prefix=prefix))
+        opened.append(open_state(settings))
+        return opened[-1]
+
+    yield make
+    for store in opened:
+        asyncio.run(store.aclose()) if request.param == "sqlite" else None
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_requests_per_minute_is_a_sliding_window_shared_by_every_handle(make_store):
+    a, b = make_store(), make_store()
+
+    async def go():
+        seen = [await (a if i % 2 else b).admit("k", rpm=3, usd_per_day=None, now=NOW + i) for i in range(4)]
+        assert [s.reason for s in seen] == [None, None, None, "rate_limit"]
+        assert seen[3].wait_s == pytest.approx(60 - 3)  # the oldest of the window leaves at NOW + 60
+        assert (await a.admit("k", rpm=3, usd_per_day=None, now=NOW + 59.9)).reason == "rate_limit"
+        assert (await b.admit("k", rpm=3, usd_per_day=None, now=NOW + 60.0)).reason is None  # NOW's left the window
+        assert (await a.admit("other", rpm=3, usd_per_day=None, now=NOW + 3)).reason is None  # per key
+    run(go())
+
+
+def test_reservations_hold_budget_until_settled_and_the_ledger_keeps_every_charge(make_store):
+    store = make_store()
+
+    async def go():
+        r1 = await store.reserve("k", 0.6, limit=1.0, request_id="r1", now=NOW)
+        r2 = await store.reserve("k", 0.6, limit=1.0, request_id="r2", now=NOW)  # 0.6 < 1.0: admitted, now 1.2 held
+        with pytest.raises(OverBudget) as over:
+            await store.reserve("k", 0.01, limit=1.0, request_id="r3", now=NOW)
+        assert over.value.reserved == pytest.approx(1.2) and over.value.spent == 0
+        assert (await store.admit("k", rpm=None, usd_per_day=1.0, now=NOW)).reason == "budget"
+        await store.settle(r1, [Charge("m1", "answer", 0.1), Charge("m2", "cascade", 0.05)], now=NOW + 1)
+        assert await store.day_total("k", DAY) == pytest.approx((0.15, 0.6))
+        await store.settle(r2, [Charge("m1", "abandoned", 0.2)], now=NOW + 2)
+        assert await store.day_total("k", DAY) == pytest.approx((0.35, 0.0))
+        assert (await store.admit("k", rpm=None, usd_per_day=1.0, now=NOW + 3)).reason is None
+        rows = await store.ledger(key_id="k", day=DAY)
+        assert [(r.model, r.kind, r.usd, r.request_id) for r in rows] == [
+            ("m1", "answer", 0.1, "r1"), ("m2", "cascade", 0.05, "r1"), ("m1", "abandoned", 0.2, "r2")]
+        assert await store.ledger(key_id="nobody") == [] and await store.ledger(day="1999-01-01") == []
+        # A key without a limit still reserves and is recorded.
+        r = await store.reserve("free", 5.0, limit=None, request_id="f", now=NOW)
+        await store.settle(r, [Charge("m1", "estimated", 0.3)], now=NOW)
+        assert [row.kind for row in await store.ledger(key_id="free")] == ["estimated"]
+    run(go())
+
+
+def test_spend_and_counts_survive_a_new_handle_as_after_a_restart(make_store):
+    first = make_store()
+
+    async def before():
+        await first.admit("k", rpm=2, usd_per_day=1.0, now=NOW)
+        res = await first.reserve("k", 0.5, limit=1.0, request_id="a", now=NOW)
+        await first.settle(res, [Charge("m", "answer", 1.25)], now=NOW)
+    run(before())
+    again = make_store()
+
+    async def after():
+        assert await again.day_total("k", DAY) == pytest.approx((1.25, 0.0))
+        assert (await again.admit("k", rpm=2, usd_per_day=1.0, now=NOW + 1)).reason == "budget"
+        assert (await again.admit("k", rpm=2, usd_per_day=None, now=NOW + 1)).reason is None  # 2nd in the minute
+        assert (await again.admit("k", rpm=2, usd_per_day=None, now=NOW + 2)).reason == "rate_limit"
+    run(after())
+
+
+def test_a_reservation_its_process_never_settled_is_charged_as_expired(make_store):
+    store = make_store()
+    store.reservation_ttl_s = 60.0
+
+    async def go():
+        await store.reserve("k", 0.25, limit=1.0, request_id="lost", now=NOW)
+        assert await store.day_total("k", DAY) == pytest.approx((0.0, 0.25))
+        await store.admit("k", rpm=None, usd_per_day=1.0, now=NOW + 30)  # not yet expired
+        assert await store.day_total("k", DAY) == pytest.approx((0.0, 0.25))
+        store.last_sweep = 0.0
+        await store.admit("k", rpm=None, usd_per_day=1.0, now=NOW + 61)
+        assert await store.day_total("k", DAY) == pytest.approx((0.25, 0.0))
+        assert [(r.kind, r.usd, r.request_id) for r in await store.ledger("k")] == [("expired", 0.25, "lost")]
+    run(go())
+
+
+def test_concurrent_reservations_stop_at_the_first_that_reaches_the_limit(make_store):
+    stores = [make_store(), make_store()]
+
+    async def go():
+        async def one(i):
+            try:
+                return await stores[i % 2].reserve("k", 0.3, limit=1.0, request_id=str(i), now=NOW)
+            except OverBudget:
+                return None
+        got = await asyncio.gather(*(one(i) for i in range(20)))
+        assert sum(r is not None for r in got) == 4  # 0, 0.3, 0.6, 0.9 < 1.0 admitted; 1.2 is not
+    run(go())
+
+
+def test_the_days_are_utc_days():
+    assert utc_day(1_764_547_199.0) == "2025-11-30" and utc_day(1_764_547_200.0) == "2025-12-01"
+
+
+def test_an_unreachable_store_raises_state_unavailable(tmp_path):
+    from serving.triton import free_port
+
+    dead = open_state(StateSettings(redis_url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5))
+    with pytest.raises(StateUnavailable, match=r"redis://127\.0\.0\.1"):
+        run(dead.admit("k", rpm=1, usd_per_day=None, now=NOW))
+    (tmp_path / "blocked").write_text("a file where the folder should be")
+    with pytest.raises(StateUnavailable, match="state store"):
+        SQLiteState(tmp_path / "blocked" / "state.sqlite")
