@@ -52,6 +52,7 @@ from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRe
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import CatchAll
 from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.record import Observer, Served, notify
 from serving.gateway.state import Charge, StateStore, StateUnavailable, open_state
 from serving.gateway.requests import (
     GatewayError,
@@ -92,15 +93,22 @@ UNAUTHENTICATED = ("UNAUTHENTICATED gateway (auth.mode: none): no API key is ask
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                tool_selector: ToolSelector | None = None, tools: GatewayTools | None = None,
-               keys: KeyStore | None = None, state: StateStore | None = None) -> FastAPI:
+               keys: KeyStore | None = None, state: StateStore | None = None,
+               observers: list[Observer] | None = None) -> FastAPI:
     """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured).
     `keys`: the API keys; when None they are read as `cfg.auth` says (ValueError when none are configured).
-    `state`: where limits and spend live; when None it is opened as `cfg.state` says (closed with the app)."""
+    `state`: where limits and spend live; when None it is opened as `cfg.state` says (closed with the app).
+    `observers`: more watchers of every served chat request (serving/gateway/record.py), after those `cfg` asks for."""
     if tools is None and cfg.tools is not None:
         tools = GatewayTools.from_settings(cfg.tools)
     metrics = GatewayMetrics()
     own_state, state = state is None, state or open_state(cfg.state)
     budgets = Budgets(state, metrics, retry_after_s=cfg.state.unavailable_retry_after_s)
+    observers = list(observers or [])
+    if cfg.otel.endpoint:  # one span per request, a child per upstream call (serving/gateway/tracing.py)
+        from serving.gateway.tracing import Tracing
+
+        observers.append(Tracing.from_settings(cfg.otel, breaker_state=lambda m: upstreams.breakers.of(m).current()))
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
                           max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker)
     unknown = [m for m in client.models if m not in pool.names]
@@ -123,6 +131,9 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         if not state.durable:
             log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
         yield
+        for o in observers:  # flush what they hold (log records, spans, explorations in flight)
+            if hasattr(o, "aclose"):
+                await o.aclose()
         await batcher.aclose()
         await upstreams.aclose()
         if own_state:
@@ -211,7 +222,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         return source, None
 
     async def route(body: dict, constraints_field: str, threshold: float | None,
-                    ident: Identity) -> tuple[Any, ToolRouted | None, list[Tool]]:
+                    ident: Identity) -> tuple[Any, ToolRouted | None, list[Tool], list]:
         messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
         constraints, caller = constraints_from(body.get(constraints_field), pool.names, constraints_field)
         requested = strategy_from((body.get(constraints_field) or {}).get("strategy"), pool.names,
@@ -241,7 +252,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             routed.extra["tool_routing"] = tooled.trace()
         if tool_selector is not None:
             routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, who))
-        return routed, tooled, req_tools
+        return routed, tooled, req_tools, messages
 
     def finish(endpoint: str, status: int, started: float, rid: str, ident: Identity | None, **fields) -> None:
         metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
@@ -290,7 +301,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             ident = await authenticate(request)
             body = await read_body(request)
             check_route_fields(body)
-            routed, _, _ = await route(body, "constraints", body.get("threshold"), ident)
+            routed, _, _, _ = await route(body, "constraints", body.get("threshold"), ident)
         except GatewayError as e:
             finish("route", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param)
             return error_response(e, rid)
@@ -299,12 +310,22 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                routing_ms=round(routed.latency_ms, 2), n_tokens=routed.n_tokens)
         return JSONResponse(out, headers={MODEL_HEADER: routed.decision.chosen, "x-request-id": rid})
 
+    def observe(rid: str, ident: Identity | None, started: float, arrived: float, status: int, stream: bool,
+                body: dict, messages: list, req_tools: list[Tool], meta: dict, run: Run | None,
+                charged: list[Charge], error: str | None = None) -> None:
+        """The decision log, exploration and traces see the request (none of them blocks it)."""
+        if observers:
+            notify(observers, Served(rid, ident.key_id if ident else None, arrived,
+                                     (time.perf_counter() - started) * 1e3, status, client.version, stream, body,
+                                     messages, req_tools, meta, run, charged, error), log)
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        started, rid = time.perf_counter(), request_id(request)
+        started, rid, arrived = time.perf_counter(), request_id(request), time.time()
         meta: dict[str, Any] = {}
         ident, run, res = None, None, None
         payloads: dict[str, dict] = {}
+        body, messages, req_tools, stream = {}, [], [], False
         try:
             ident = await authenticate(request)
             body = await read_body(request)
@@ -314,7 +335,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 raise upstreams.unavailable(pool.names)
             stream = body.get("stream", False)
             if mode == "route":
-                routed, tooled, req_tools = await route(body, "switchcraft", arg, ident)
+                routed, tooled, req_tools, messages = await route(body, "switchcraft", arg, ident)
                 decision = routed.decision
                 strategy, source = decision.strategy, routed.extra["strategy_source"]
                 ranking, costs = decision.ranking, decision.costs
@@ -370,6 +391,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 charged = charges(getattr(e, "run", None), payloads)
                 await budgets.settle(ident, res, charged, rid)
                 headers = cost_headers(charged)
+                observe(rid, ident, started, arrived, e.status, stream, body, messages, req_tools, meta,
+                        getattr(e, "run", None), charged, e.message)
             finish("chat", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param,
                    attempts=getattr(e, "attempts", None))
             e.headers = {**(e.headers or {}), **headers}
@@ -397,6 +420,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
                **({"catalog_version": meta["tool_routing"]["catalog_version"],
                    "n_exposed": len(meta["tool_routing"]["exposed"])} if "tool_routing" in meta else {}))
+        observe(rid, ident, started, arrived, 200, stream, body, messages, req_tools, meta, run, charged)
         if passthrough:
             settle_stream = StreamCharge(budgets, pool, cfg.state, ident, res, charged, run.returned, rid,
                                          payloads.get(run.returned.model, {}))

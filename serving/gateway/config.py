@@ -132,6 +132,47 @@ class StateSettings(BaseModel):
                                        "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
 
 
+class OtelSettings(BaseModel):
+    """`otel:` OpenTelemetry traces (serving/gateway/tracing.py): one span per request, a child per upstream call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str | None = Field(default=None, description="OTLP/HTTP traces endpoint, e.g. "
+                                 "http://collector:4318/v1/traces; null: no traces.")
+    service_name: str = Field(default="switchcraft-gateway", min_length=1)
+    headers: dict[str, str] = Field(default_factory=dict, description="Sent with every export (e.g. an auth header).")
+
+
+class DecisionLogSettings(BaseModel):
+    """`log:` the decision log (serving/gateway/decision_log.py): what `switchcraft learn` learns from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(default=None, description="Folder of the decision log (SQLite files, rotated); "
+                             "null: no decision log.")
+    requests: bool = Field(default=False, description="Also keep the request's messages and tools (retraining the "
+                           "router needs them; some operators may not allow keeping them).")
+    max_mb: float = Field(default=256.0, gt=0, description="A log file is rotated once it is this large.")
+    keep: int = Field(default=4, ge=1, description="Rotated files kept (the oldest is deleted).")
+    queue: int = Field(default=10_000, ge=1, description="Records waiting to be written at most; beyond, they are "
+                       "dropped and counted (the log never blocks a response).")
+
+
+class ExploreSettings(BaseModel):
+    """`explore:` after answering, also ask the pool models the strategy did not call, on a sampled share of
+    requests, within the operator's own budget (serving/gateway/explore.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rate: float = Field(default=0.0, ge=0, le=1, description="Share of answered requests explored (0: off).")
+    usd_per_day: float = Field(default=1.0, gt=0, description="The operator's exploration budget per UTC day.")
+    models: list[str] | Literal["all"] = Field(default="all", description="Pool models explored.")
+    min_answers: int = Field(default=200, ge=0, description="A pool model with fewer logged answers than this (a "
+                             "model newly added) is explored on every request until it has them.")
+    concurrency: int = Field(default=4, ge=1, description="Explorations running at once at most (beyond: skipped "
+                             "and counted).")
+
+
 class AdminSettings(BaseModel):
     """What the public port shows operators (docs/serving.md, section 4: the endpoint table)."""
 
@@ -163,6 +204,9 @@ class ServingConfig(BaseModel):
     auth: AuthSettings = Field(default_factory=AuthSettings, description="Inbound API keys (on by default).")
     state: StateSettings = Field(default_factory=StateSettings, description="Limits and the spend ledger.")
     admin: AdminSettings = Field(default_factory=AdminSettings, description="Operator surfaces.")
+    otel: OtelSettings = Field(default_factory=OtelSettings, description="OpenTelemetry traces (off by default).")
+    log: DecisionLogSettings = Field(default_factory=DecisionLogSettings, description="The decision log.")
+    explore: ExploreSettings = Field(default_factory=ExploreSettings, description="Exploration (off by default).")
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

@@ -1,0 +1,64 @@
+"""One served request, as everything that learns from or watches the gateway reads it.
+
+    served = Served(request_id=rid, key_id="acme", ...)     # built by serving/gateway/app.py once a chat request ends
+    for observe in observers:                              # the decision log, exploration, traces
+        observe(served)                                    # must not block: queue or schedule the work
+
+Observers get the request as the gateway parsed it (`messages`, `tools`), the
+caller's body (`body`, after tool routing), the decision and strategy trace
+(`meta`, the `switchcraft` field of the answer), the strategy's run (every
+upstream call: model, outcome, latency, usage, cost, decoded calls, agreement
+checks), and what the key was charged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from data.schema import Message, Tool
+
+
+@dataclass
+class Served:
+    request_id: str
+    key_id: str | None
+    started_at: float  # wall-clock seconds (time.time()) when the request arrived
+    duration_ms: float
+    status: int
+    router_version: str
+    stream: bool = False
+    body: dict[str, Any] = field(default_factory=dict)  # the caller's body (tools replaced by tool routing)
+    messages: list[Message] = field(default_factory=list)
+    tools: list[Tool] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # the `switchcraft` trace: decision, strategy, calls, verdict
+    run: Any = None  # serving.gateway.cascade.Run, or None when no upstream was called
+    charges: list = field(default_factory=list)  # serving.gateway.state.Charge
+    error: str | None = None
+
+    @property
+    def example_id(self) -> str | None:
+        """The caller's `metadata.example_id`, when it sent one (a benchmark query with known answers)."""
+        meta = self.body.get("metadata")
+        value = meta.get("example_id") if isinstance(meta, dict) else None
+        return value if isinstance(value, str) else None
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.usd for c in self.charges)
+
+
+Observer = Callable[[Served], None]
+
+
+def notify(observers: list[Observer], served: Served, log) -> None:
+    """Every observer sees the request; one that fails is logged and never fails the request."""
+    import json
+
+    for observe in observers:
+        try:
+            observe(served)
+        except Exception as e:  # noqa: BLE001 - an observer must never break serving
+            log.error(json.dumps({"event": "observer_failed", "observer": type(observe).__name__,
+                                  "request_id": served.request_id, "error": type(e).__name__}))
