@@ -26,10 +26,12 @@ unexpected exception answers 500 with `connection: close` (serving/gateway/error
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
 import re
+import signal
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -51,8 +53,11 @@ from serving.gateway.budget import Budgets, StreamCharge, charges_of, spend_repo
 from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import CatchAll
+from serving.gateway.decision_log import DecisionLog
+from serving.gateway.explore import Explorer
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.record import Observer, Served, notify
+from serving.gateway.reload import RouterSlot, client_from
 from serving.gateway.state import Charge, StateStore, StateUnavailable, open_state
 from serving.gateway.requests import (
     GatewayError,
@@ -111,17 +116,22 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         observers.append(Tracing.from_settings(cfg.otel, breaker_state=lambda m: upstreams.breakers.of(m).current()))
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
                           max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker)
-    unknown = [m for m in client.models if m not in pool.names]
-    if unknown:
-        raise ValueError(f"the router routes to {unknown}, which the pool file does not list; add them to the pool")
     cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts,
                       hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
     keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
-    batcher = RoutingBatcher(client, metrics, max_batch_size=cfg.router.max_batch_size,
-                             delay_s=cfg.router.batch_delay_ms / 1e3, max_queue=cfg.router.max_queue,
-                             length_ratio=cfg.router.batch_length_ratio)
+    slot = RouterSlot(client, lambda c: RoutingBatcher(c, metrics, max_batch_size=cfg.router.max_batch_size,
+                                                       delay_s=cfg.router.batch_delay_ms / 1e3,
+                                                       max_queue=cfg.router.max_queue,
+                                                       length_ratio=cfg.router.batch_length_ratio),
+                      pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
+    if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
+        observers.insert(0, DecisionLog.from_settings(cfg.log, metrics))
+    if cfg.explore.rate > 0:  # after answering, the pool models the strategy did not call (own budget)
+        decision_log = next((o for o in observers if isinstance(o, DecisionLog)), None)
+        observers.insert(1 if decision_log else 0, Explorer(cfg.explore, pool, cascade, budgets, decision_log, metrics,
+                                                            state_settings=cfg.state))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -130,11 +140,14 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                                     "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
         if not state.durable:
             log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
+        hangup = _on_sighup(lambda: slot.reload())
         yield
-        for o in observers:  # flush what they hold (log records, spans, explorations in flight)
+        if hangup:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        for o in reversed(observers):  # flush what they hold (explorations in flight, then log records, spans)
             if hasattr(o, "aclose"):
                 await o.aclose()
-        await batcher.aclose()
+        await slot.aclose()
         await upstreams.aclose()
         if own_state:
             await state.aclose()
@@ -143,7 +156,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app = FastAPI(title="switchcraft gateway", lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = metrics, client, tools, keys
-    app.state.upstreams, app.state.budgets, app.state.batcher, app.state.store = upstreams, budgets, batcher, state
+    app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = upstreams, budgets, slot, state
+    app.state.observers = observers
     app.add_middleware(CatchAll, metrics=metrics, log=log, body_timeout_s=cfg.body_timeout_s)
 
     async def read_body(request: Request) -> dict[str, Any]:
@@ -235,7 +249,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             req_tools = tooled.tools
         t0 = time.perf_counter()
         try:
-            routed = await batcher.route(messages, req_tools, constraints, threshold=threshold)
+            routed = await slot.batcher.route(messages, req_tools, constraints, threshold=threshold)
         except NoEligibleModel as e:
             raise GatewayError(422, str(e), param=constraints_field) from None
         except BackendError as e:
@@ -316,7 +330,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         """The decision log, exploration and traces see the request (none of them blocks it)."""
         if observers:
             notify(observers, Served(rid, ident.key_id if ident else None, arrived,
-                                     (time.perf_counter() - started) * 1e3, status, client.version, stream, body,
+                                     (time.perf_counter() - started) * 1e3, status, slot.client.version, stream, body,
                                      messages, req_tools, meta, run, charged, error), log)
 
     @app.post("/v1/chat/completions")
@@ -358,7 +372,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 # The caller named this model: no silent substitution, no cascade. Its profiled cost prices an
                 # abandoned call.
                 strategy, source, ranking = Strategy.single(arg), "model", [arg]
-                costs = {arg: client.policy.costs[arg]} if arg in client.policy.costs else {}
+                costs = {arg: slot.client.policy.costs[arg]} if arg in slot.client.policy.costs else {}
                 meta = {"routed": False, "chosen": arg}
             if tooled is not None:
                 body = {**body, "tools": tooled.openai}
@@ -483,6 +497,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     async def readyz(request: Request) -> Response:
         """Ready: the router answers and at least one upstream endpoint's breaker is not open. Details (backend,
         router version, upstream endpoints, the state store) only for an admin key."""
+        client = slot.client
         router_ready = await anyio.to_thread.run_sync(client.ready)
         circuits = upstreams.breakers.states()
         ready = router_ready and any(s != "open" for s in circuits.values())
@@ -506,6 +521,25 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
         return Response(metrics.render(), media_type=metrics.content_type)
 
+    @app.post("/v1/admin/reload")
+    async def admin_reload(request: Request) -> Response:
+        """Serve another router directory from now on (admin keys): `{"dir": …}`, default router.dir."""
+        try:
+            admin_of(request)
+            raw = await request.body()
+            body = json.loads(raw) if raw.strip() else {}
+            where = body.get("dir") if isinstance(body, dict) else None
+            if where is not None and not isinstance(where, str):
+                raise GatewayError(400, "dir: must be a string (a router directory)", param="dir")
+            out = await slot.reload(where)
+        except GatewayError as e:
+            return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+        except json.JSONDecodeError:
+            return JSONResponse(GatewayError(400, "body: not JSON", param="body").body(), status_code=400)
+        except ValueError as e:
+            return JSONResponse(GatewayError(422, f"router not reloaded: {e}", param="dir").body(), status_code=422)
+        return JSONResponse(out)
+
     @app.get("/v1/admin/spend")
     async def admin_spend(request: Request, key: str | None = None, day: str | None = None) -> Response:
         """The ledger (admin keys): every charge of `key` (an id) on `day` (YYYY-MM-DD, UTC), and their totals."""
@@ -523,6 +557,15 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         return JSONResponse(spend_report(rows))
 
     return app
+
+
+def _on_sighup(reload) -> bool:
+    """SIGHUP reloads router.dir (only where the loop runs in the main thread, as under `switchcraft serve`)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload()))
+    except (ValueError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def payload_size(payload: dict) -> int:

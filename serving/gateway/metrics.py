@@ -81,6 +81,19 @@ class GatewayMetrics:
                                       "their reservation is charged as expired later)", registry=r)
         self.estimated_usd = Counter("switchcraft_estimated_cost_usd", "Charges estimated from text length: the "
                                      "provider sent no usage", ["model"], registry=r)
+        # Learning from traffic (serving/gateway/decision_log.py, explore.py).
+        self.decision_log_records = Counter("switchcraft_decision_log_records", "Records written to the decision log",
+                                            registry=r)
+        self.decision_log_dropped = Counter("switchcraft_decision_log_dropped", "Decision-log records dropped (queue "
+                                            "full or a failed write): the log never blocks a response", registry=r)
+        self.explorations = Counter("switchcraft_explorations", "Requests explored after answering, by outcome "
+                                    "(explored | skipped_busy | skipped_budget | failed)", ["outcome"], registry=r)
+        self.explore_calls = Counter("switchcraft_explore_calls", "Upstream calls made by exploration", ["model"],
+                                     registry=r)
+        self.explore_cost = Counter("switchcraft_explore_cost_usd", "What exploration cost (the operator's budget, "
+                                    "never a caller's)", registry=r)
+        self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed)",
+                                      ["outcome"], registry=r)
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
                                    "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r)

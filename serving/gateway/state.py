@@ -11,7 +11,7 @@ What is kept, per API key id (never the key):
 - per UTC day, `spent` (settled charges) and `reserved` (the worst-case cost of requests in flight);
 - every reservation in flight, with the time after which it is charged as `expired` (its process died);
 - the ledger: one row per charge (time, day, key, model, kind, USD, request id), kinds
-  answer | cascade | abandoned | estimated | expired (docs/serving.md, "State").
+  answer | cascade | abandoned | estimated | expired | explore (docs/serving.md, "State").
 
 A request is admitted while `spent + reserved < usd_per_day`; admitting reserves its worst case
 atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent requests see
@@ -37,7 +37,7 @@ from typing import Any
 
 import anyio
 
-KINDS = ("answer", "cascade", "abandoned", "estimated", "expired")
+KINDS = ("answer", "cascade", "abandoned", "estimated", "expired", "explore")
 WINDOW_S = 60.0
 SWEEP_EVERY_S = 1.0  # expired reservations are looked for at most this often per process
 

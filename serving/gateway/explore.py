@@ -1,0 +1,119 @@
+"""Exploration: after a request is answered, also ask the pool models its strategy did not call.
+
+    explorer = Explorer(cfg.explore, pool, cascade, budgets, decision_log, metrics)   # an observer
+    explorer(served)       # maybe schedules the calls; returns at once: never adds latency to the answer
+
+What `switchcraft learn` needs from traffic is every pool model's answer on a few hundred requests (consensus
+labels come from their agreement in meaning). Exploration gets them:
+- on a sampled share `explore.rate` of answered (non-streamed) requests, every pool model the strategy did not
+  call (`explore.models`: all, or a list);
+- on *every* request, a model with fewer than `explore.min_answers` logged answers (a model newly added to the
+  pool file is explored first until it has enough);
+- within the operator's own budget `explore.usd_per_day`, held and charged in the state store under the key id
+  `__explore__` (a reservation first, like any request: `switchcraft spend --key __explore__`), never a caller's;
+- at most `explore.concurrency` explorations at once (more are skipped and counted).
+The answers go to the decision log with role `explore`, next to the request's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+
+from data.pool import Pool
+from serving.gateway.answers import upstream_body
+from serving.gateway.auth import Identity, KeyLimits
+from serving.gateway.budget import Budgets, call_estimate_usd, charges_of, output_cap, tokens_in
+from serving.gateway.cascade import Cascade, CascadeRequest, Run
+from serving.gateway.record import Served
+from serving.gateway.requests import GatewayError
+from serving.gateway.state import Charge
+from serving.strategy import Strategy
+from serving.tools.policy import Caller
+
+log = logging.getLogger("switchcraft.gateway")
+OPERATOR_KEY = "__explore__"
+
+
+class Explorer:
+    def __init__(self, settings, pool: Pool, cascade: Cascade, budgets: Budgets, decision_log, metrics, *,
+                 state_settings, seed: int | None = None) -> None:
+        self.settings, self.pool, self.cascade, self.budgets = settings, pool, cascade, budgets
+        self.decision_log, self.metrics, self.state_settings = decision_log, metrics, state_settings
+        self.operator = Identity(OPERATOR_KEY, Caller(), KeyLimits(usd_per_day=settings.usd_per_day))
+        self.rng = random.Random(seed)
+        self.counts = decision_log.answer_counts() if decision_log is not None else {}
+        self.tasks: set[asyncio.Task] = set()
+
+    def models_for(self, served: Served) -> list[str]:
+        """The pool models to ask about this request: the new ones always, every other one on a sampled share."""
+        called = {c.model for c in served.run.calls if c.sent}
+        wanted = self.settings.models
+        candidates = [m for m in self.pool.names if m not in called and (wanted == "all" or m in wanted)]
+        new = [m for m in candidates if self.counts.get(m, 0) < self.settings.min_answers]
+        return candidates if self.rng.random() < self.settings.rate else new
+
+    def __call__(self, served: Served) -> None:
+        if served.status != 200 or served.run is None or served.stream or not served.body:
+            return
+        models = self.models_for(served)
+        if not models:
+            return
+        if len(self.tasks) >= self.settings.concurrency:
+            self.metrics.explorations.labels(outcome="skipped_busy").inc()
+            return
+        task = asyncio.get_running_loop().create_task(self.explore(served, models))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def explore(self, served: Served, models: list[str]) -> list:
+        body = {k: v for k, v in served.body.items() if k not in ("stream", "stream_options")}
+        payloads: dict[str, dict] = {}
+
+        def body_for(model: str) -> dict:
+            if model not in payloads:
+                payloads[model] = upstream_body(body, served.tools, self.pool.get(model))
+            return payloads[model]
+
+        sizes = {m: len(json.dumps(body_for(m), separators=(",", ":"), default=str).encode()) for m in models}
+        worst = sum(call_estimate_usd(self.pool.get(m), tokens_in(sizes[m], self.state_settings.chars_per_token),
+                                      output_cap(body, self.pool.get(m), self.state_settings.default_output_tokens))
+                    for m in models)
+        try:
+            res = await self.budgets.reserve(self.operator, worst, served.request_id)
+        except GatewayError as e:
+            self.metrics.explorations.labels(outcome="skipped_budget" if e.status == 429 else "failed").inc()
+            return []
+        run = Run(Strategy.single(models[0]))
+        try:
+            req = CascadeRequest(body_for, served.tools)
+            run.calls = list(await asyncio.gather(*(self.cascade._call(m, "explore", req) for m in models)))
+        except Exception as e:  # noqa: BLE001 - exploration never fails anything else
+            log.error(json.dumps({"event": "explore_failed", "request_id": served.request_id,
+                                  "error": type(e).__name__}))
+            self.metrics.explorations.labels(outcome="failed").inc()
+            await self.budgets.settle(self.operator, res, [Charge("*", "abandoned", worst)], served.request_id)
+            return []
+        charged = [Charge(c.model, "explore" if c.kind == "cascade" else c.kind, c.usd)
+                   for c in charges_of(run, self.pool, sizes, chars_per_token=self.state_settings.chars_per_token,
+                                       default_output_tokens=self.state_settings.default_output_tokens)]
+        await self.budgets.settle(self.operator, res, charged, served.request_id)
+        for rec in run.calls:
+            self.metrics.explore_calls.labels(model=rec.model).inc()
+            if rec.ok:
+                self.counts[rec.model] = self.counts.get(rec.model, 0) + 1
+        self.metrics.explore_cost.inc(sum(c.usd for c in charged))
+        self.metrics.explorations.labels(outcome="explored").inc()
+        if self.decision_log is not None:
+            self.decision_log.answers(served.request_id, run.calls)
+        return run.calls
+
+    async def flush(self) -> None:
+        """Wait for the explorations in flight (tests, shutdown)."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.flush()

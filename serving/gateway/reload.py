@@ -1,0 +1,91 @@
+"""The router the gateway serves, replaceable while it serves: a new router directory without dropping requests.
+
+    slot = RouterSlot(client, make_batcher, pool.names, metrics, load=lambda path: client_from(cfg.router, path))
+    decision = await slot.batcher.route(messages, tools)     # always the router in service now
+    await slot.reload("runs/learned/router_onnx")            # POST /v1/admin/reload (admin key) or SIGHUP
+
+A reload loads the new directory off the event loop, checks that it routes only to pool models, then swaps:
+requests that arrive after the swap route with the new router, those already queued finish with the old one
+(its batcher drains before it is closed). A directory that fails to load changes nothing (the error is the
+answer). Every decision carries `router_version`, and the decision log keeps it per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from serving.client import RouterClient
+
+log = logging.getLogger("switchcraft.gateway")
+DRAIN_S = 30.0
+
+
+def client_from(settings, path: str | Path) -> RouterClient:
+    """A router client for `path` with the serving config's router settings (backend, threads, rule, …)."""
+    r = settings
+    return RouterClient.from_dir(path, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
+                                 timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
+                                 spin=r.spin, rule=r.rule, lam=r.lam)
+
+
+def check_models(client: RouterClient, pool_names: list[str]) -> None:
+    unknown = [m for m in client.models if m not in pool_names]
+    if unknown:
+        raise ValueError(f"the router routes to {unknown}, which the pool file does not list; add them to the pool")
+
+
+class RouterSlot:
+    def __init__(self, client: RouterClient, make_batcher: Callable[[RouterClient], object], pool_names: list[str],
+                 metrics, *, load: Callable[[str], RouterClient], default_dir: str | None = None) -> None:
+        check_models(client, pool_names)
+        self.client, self.make_batcher, self.pool_names = client, make_batcher, pool_names
+        self.batcher = make_batcher(client)
+        self.metrics, self.load, self.default_dir = metrics, load, default_dir
+        self.lock = asyncio.Lock()
+        self.draining: set[asyncio.Task] = set()
+        self.loaded_from = default_dir
+
+    async def reload(self, path: str | None = None) -> dict:
+        """Serve the router in `path` (default: the configured router.dir) from now on; ValueError /
+        FileNotFoundError (nothing changed) when it cannot be served."""
+        path = path or self.default_dir
+        if not path:
+            raise ValueError("no router directory to reload: give {\"dir\": …}")
+        async with self.lock:
+            t0 = time.perf_counter()
+            try:
+                new = await anyio.to_thread.run_sync(self.load, path)
+                check_models(new, self.pool_names)
+            except (FileNotFoundError, ValueError, OSError) as e:
+                self.metrics.router_reloads.labels(outcome="failed").inc()
+                log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": str(e)}))
+                raise ValueError(str(e)) from None
+            old_client, old_batcher = self.client, self.batcher
+            self.client, self.batcher, self.loaded_from = new, self.make_batcher(new), str(path)
+            task = asyncio.get_running_loop().create_task(self._drain(old_batcher))
+            self.draining.add(task)
+            task.add_done_callback(self.draining.discard)
+            self.metrics.router_reloads.labels(outcome="ok").inc()
+            out = {"router_version": new.version, "previous_version": old_client.version, "dir": str(path),
+                   "load_ms": round((time.perf_counter() - t0) * 1e3, 1)}
+            log.info(json.dumps({"event": "router_reload", "ok": True, **out}))
+            return out
+
+    async def _drain(self, batcher) -> None:
+        """The old router finishes what it admitted, then closes."""
+        deadline = time.monotonic() + DRAIN_S
+        while getattr(batcher, "admitted", 0) > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await batcher.aclose()
+
+    async def aclose(self) -> None:
+        for task in list(self.draining):
+            await task
+        await self.batcher.aclose()

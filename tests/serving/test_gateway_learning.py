@@ -1,0 +1,163 @@
+"""The gateway's side of learning from traffic: the decision log, exploration after answering, router reload.
+
+    .venv/bin/python -m pytest -q tests/serving/test_gateway_learning.py
+
+A real gateway on loopback in front of the replay server (real recorded BFCL v1 answers and usage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+
+from data.pool import load_pool
+from serving.gateway.app import create_app
+from serving.gateway.config import ServingConfig
+from serving.gateway.decision_log import read_log
+from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.serving.test_gateway import (  # noqa: F401
+    AUTH,
+    SECRET,
+    Loopback,
+    bearer,
+    client,
+    examples,
+    openai_body,
+    post,
+    replay,
+    use_keys,
+)
+
+pytestmark = pytest.mark.integration
+POOL = load_pool(REPO / "configs" / "pool.yaml")
+CALLER = "sk-sc-test-learning-caller-0123456789"
+
+
+@pytest.fixture
+def pool(replay, monkeypatch):  # noqa: F811
+    good, _ = replay
+    good.state.reset()
+    for m in POOL.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    use_keys(monkeypatch, {"id": "caller", "key": CALLER})
+    return POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
+
+
+def wait_for(check, timeout_s: float = 60.0):
+    """Exploration and the log's writer run after the answer went out: poll until `check()` is truthy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            out = check()
+        except FileNotFoundError:
+            out = None
+        if out:
+            return out
+        assert time.monotonic() < deadline, "background work did not finish"
+        time.sleep(0.1)
+
+
+def log_has(folder, n_requests: int, n_answers: int):
+    requests, answers = read_log(folder)
+    return (requests, answers) if len(requests) >= n_requests and len(answers) >= n_answers else None
+
+
+def explorations(url: str, outcome: str, n: int) -> bool:
+    return f'switchcraft_explorations_total{{outcome="{outcome}"}} {float(n)}' in httpx.get(
+        url + "/metrics", headers=AUTH).text
+
+
+def test_every_request_is_logged_and_explored_within_the_operators_budget(pool, client, examples, tmp_path):  # noqa: F811
+    cfg = ServingConfig(state={"path": str(tmp_path / "state")},
+                        log={"path": str(tmp_path / "log"), "requests": True},
+                        explore={"rate": 1.0, "usd_per_day": 1.0})
+    app = create_app(cfg, client=client, pool=pool)
+    with Loopback(app) as url:
+        answered = [post(url + "/v1/chat/completions", json=openai_body(ex), headers=bearer(CALLER), timeout=60)
+                    for ex in examples[:3]]
+        assert [r.status_code for r in answered] == [200] * 3
+        wait_for(lambda: explorations(url, "explored", 3))
+        requests, answers = wait_for(lambda: log_has(tmp_path / "log", 3, 3 * len(POOL.names)))
+        spend = httpx.get(url + "/v1/admin/spend", headers=AUTH).json()
+        metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    assert [r["request_id"] for r in requests] == [r.headers["x-request-id"] for r in answered]
+    for r, ex, resp in zip(requests, examples, answered):
+        assert r["example_id"] == ex.id and r["key_id"] == "caller" and r["router_version"] == client.version
+        assert r["answered_by"] == resp.json()["switchcraft"]["answered_by"]
+        logged = json.loads(r["request"])
+        assert logged["messages"][0]["content"] == ex.messages[0].content and len(logged["tools"]) == len(ex.tools)
+        mine = [a for a in answers if a["request_id"] == r["request_id"]]
+        assert sorted(a["model"] for a in mine) == sorted(POOL.names)  # the strategy's calls + every other model
+        explored = {a["model"] for a in mine if a["role"] == "explore"}
+        called = {c["model"] for c in resp.json()["switchcraft"]["calls"]}
+        assert explored == set(POOL.names) - called
+        assert all(a["outcome"] == "ok" and json.loads(a["calls"]) is not None for a in mine)
+    # Exploration is the operator's spend, not the caller's.
+    by_key = {t["key"]: t for t in spend["totals"]}
+    caller_usd = sum(float(r.headers["x-switchcraft-cost-usd"]) for r in answered)
+    assert by_key["caller"]["usd"] == pytest.approx(caller_usd)
+    assert set(by_key["__explore__"]["by_kind"]) == {"explore"} and by_key["__explore__"]["usd"] > 0
+    assert 'switchcraft_explorations_total{outcome="explored"} 3.0' in metrics
+    assert "switchcraft_decision_log_records_total" in metrics
+
+
+def test_a_model_with_too_few_answers_is_explored_until_it_has_them(pool, client, examples, tmp_path):  # noqa: F811
+    cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1e-9, "min_answers": 2})
+    app = create_app(cfg, client=client, pool=pool)
+    explorer = app.state.observers[1]
+    with Loopback(app) as url:
+        for i, ex in enumerate(examples[:4]):
+            assert post(url + "/v1/chat/completions", json=openai_body(ex), timeout=60).status_code == 200
+            wait_for(lambda i=i: log_has(tmp_path / "log", i + 1, 0))
+            wait_for(lambda: not explorer.tasks)
+        time.sleep(0.5)  # the last answers' write
+    requests, answers = read_log(tmp_path / "log")
+    per_request = [[a for a in answers if a["request_id"] == r["request_id"] and a["role"] == "explore"]
+                   for r in requests]
+    assert len(per_request[0]) >= 1  # at first every model is new
+    counts: dict[str, int] = {}
+    for explored in per_request:
+        for a in explored:
+            assert counts.get(a["model"], 0) < 2  # explored only while it had fewer than min_answers
+            counts[a["model"]] = counts.get(a["model"], 0) + 1
+    assert request_request_is_none(requests)
+
+
+def request_request_is_none(requests) -> bool:
+    return all(r["request"] is None for r in requests)  # log.requests is off by default: no message text kept
+
+
+def test_exploration_stops_at_its_budget(pool, client, examples, tmp_path):  # noqa: F811
+    cfg = ServingConfig(explore={"rate": 1.0, "usd_per_day": 1e-9})
+    app = create_app(cfg, client=client, pool=pool)
+    with Loopback(app) as url:
+        assert post(url + "/v1/chat/completions", json=openai_body(examples[0]), timeout=60).status_code == 200
+        wait_for(lambda: explorations(url, "explored", 1))  # the first spends the day (one reservation over)
+        assert post(url + "/v1/chat/completions", json=openai_body(examples[1]), timeout=60).status_code == 200
+        wait_for(lambda: explorations(url, "skipped_budget", 1))
+
+
+def test_reload_swaps_the_router_without_dropping_requests(pool, client, examples, exported, tmp_path):  # noqa: F811
+    app = create_app(ServingConfig(), client=client, pool=pool)
+    with Loopback(app) as url:
+        async def traffic_during_reload():
+            async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
+                sends = [http.post(url + "/v1/route", json={"messages": openai_body(examples[i % 6])["messages"]})
+                         for i in range(12)]
+                reload = http.post(url + "/v1/admin/reload", json={"dir": str(exported[0])})
+                return await asyncio.gather(reload, *sends)
+        reloaded, *routed = asyncio.run(traffic_during_reload())
+        assert reloaded.status_code == 200, reloaded.text
+        assert reloaded.json()["router_version"] == reloaded.json()["previous_version"] == client.version
+        assert [r.status_code for r in routed] == [200] * 12
+        assert httpx.post(url + "/v1/admin/reload", json={}, headers=bearer(CALLER)).status_code == 403
+        bad = httpx.post(url + "/v1/admin/reload", json={"dir": str(tmp_path / "nowhere")}, headers=AUTH)
+        assert bad.status_code == 422 and "no router.json" in bad.json()["error"]["message"]
+        assert post(url + "/v1/route", json={"messages": openai_body(examples[0])["messages"]}).status_code == 200
+        metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    assert 'switchcraft_router_reloads_total{outcome="ok"} 1.0' in metrics
+    assert 'switchcraft_router_reloads_total{outcome="failed"} 1.0' in metrics
