@@ -21,11 +21,12 @@ A streamed native answer is charged when its stream ends, after this span: `swit
 
 One child `chat <model>` (kind CLIENT) per upstream call in `Served.run.calls`: `gen_ai.request.model`,
 `switchcraft.call.role` / `.outcome` / `.latency_ms` / `.cost_usd` (abandoned calls: `.estimated_cost_usd`) /
-`.returned`, `http.response.status_code`, `gen_ai.usage.input_tokens` / `output_tokens` (the answer's usage, when
-known); for a call that took part in an agreement check, `switchcraft.agreement.verdict` (the run's),
-`switchcraft.agreement.agreed_with` / `.disagreed_with` (the other models) and `switchcraft.disagreement.kind`
-(`data.verify.agree.disagreement_kind` of the first check it disagreed in; a check with a silent model has none);
-and `switchcraft.breaker.state` of the model's endpoint as the request left it (closed / half_open / open).
+`.returned` / `.reasoning_tokens`, `http.response.status_code`, `gen_ai.usage.input_tokens` / `output_tokens`
+(the answer's usage, when known); for a call that took part in an agreement check, `switchcraft.agreement.verdict`
+(the run's), `switchcraft.agreement.agreed_with` / `.disagreed_with` (the other models) and
+`switchcraft.disagreement.kind` (`data.verify.agree.disagreement_kind` of the first check it disagreed in; a check
+with a silent model has none); and `switchcraft.breaker.state` of the model's endpoint as the request left it
+(closed / half_open / open).
 
 Child timings are reconstructed, not measured: a call's duration is its measured latency, exact, but the run
 keeps no start times, so the calls are laid end to end in the order they were made (the two first models of a
@@ -154,10 +155,11 @@ class Tracing:
         if call.abandoned_usd is not None and call.outcome in ABANDONED:
             attrs["switchcraft.call.estimated_cost_usd"] = call.abandoned_usd
         if usage is not None:
-            for name, value in (("input_tokens", usage.input_tokens), ("output_tokens", usage.output_tokens),
-                                ("reasoning_tokens", usage.reasoning_tokens)):
+            for name, value in (("gen_ai.usage.input_tokens", usage.input_tokens),
+                                ("gen_ai.usage.output_tokens", usage.output_tokens),
+                                ("switchcraft.call.reasoning_tokens", usage.reasoning_tokens)):
                 if value is not None:
-                    attrs[f"gen_ai.usage.{name}"] = value
+                    attrs[name] = value
         attrs.update(agreement_attributes(run, call.model))
         if self.breaker_state is not None:
             try:
@@ -194,7 +196,8 @@ def agreement_attributes(run, model: str) -> dict[str, Any]:
             kind = check["kind"]
     if not took_part:
         return {}
-    out: dict[str, Any] = {"switchcraft.agreement.agreed_with": agreed, "switchcraft.agreement.disagreed_with": disagreed}
+    out: dict[str, Any] = {"switchcraft.agreement.agreed_with": agreed,
+                           "switchcraft.agreement.disagreed_with": disagreed}
     if run.verdict is not None:
         out["switchcraft.agreement.verdict"] = run.verdict
     if kind is not None:

@@ -150,7 +150,8 @@ class Collector:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 body = self.rfile.read(int(self.headers["content-length"]))
-                collector.received.append((self.path, {k.lower(): v for k, v in self.headers.items()}, ExportTraceServiceRequest.FromString(body)))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                collector.received.append((self.path, headers, ExportTraceServiceRequest.FromString(body)))
                 out = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
