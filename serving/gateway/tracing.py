@@ -30,8 +30,9 @@ with a silent model has none); and `switchcraft.breaker.state` of the model's en
 
 Child timings are reconstructed, not measured: a call's duration is its measured latency, exact, but the run
 keeps no start times, so the calls are laid end to end in the order they were made (the two first models of a
-cascade, and a hedge beside the call it hedges, side by side) and the whole sequence is placed to end when the
-request ended (routing comes before the calls; the answer is returned right after them).
+cascade side by side, starting together; a hedge beside the call it hedges, ending together: the first answer
+cancels the other) and the whole sequence is placed to end when the request ended (routing comes before the calls;
+the answer is returned right after them).
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from serving.gateway.upstream import ABANDONED
 SPAN_NAME = "switchcraft.chat"
 SCOPE = "switchcraft.gateway"
 ESTIMATED_KINDS = ("abandoned", "estimated")  # ledger kinds that are estimates, not a provider's usage
-FLUSH_TIMEOUT_MS = 10_000
 
 
 def _ns(seconds: float) -> int:
@@ -103,7 +103,7 @@ class Tracing:
             for call, (t0, t1) in zip(run.calls, windows, strict=True):
                 child = self.tracer.start_span(f"chat {call.model}", context=parent, kind=SpanKind.CLIENT,
                                                start_time=max(t0, start), attributes=self.call_attributes(run, call))
-                if not call.ok and call.sent:
+                if not call.ok and call.sent and call.outcome != "hedge_lost":  # a lost hedge was cancelled, not failed
                     child.set_status(Status(StatusCode.ERROR, call.outcome))
                 child.end(end_time=max(t1, start))
         span.end(end_time=end)
@@ -169,16 +169,12 @@ class Tracing:
         return attrs
 
     async def aclose(self) -> None:
-        """Export what is queued, then shut the exporter down (in a thread: the export is blocking I/O)."""
+        """Export what is queued, then shut the exporter down (in a thread: the export is blocking I/O). With the
+        collector unreachable this waits for the exporter's timeout (10 s; OTEL_EXPORTER_OTLP_TRACES_TIMEOUT)."""
         if self.closed:
             return
         self.closed = True
-
-        def close() -> None:
-            self.provider.force_flush(FLUSH_TIMEOUT_MS)
-            self.provider.shutdown()
-
-        await anyio.to_thread.run_sync(close)
+        await anyio.to_thread.run_sync(self.provider.shutdown)
 
 
 def agreement_attributes(run, model: str) -> dict[str, Any]:
@@ -226,7 +222,9 @@ def call_windows(run, end_ns: int) -> list[tuple[int, int]]:
     cursor = end_ns - sum(spans)
     out: list[tuple[int, int]] = [(0, 0)] * len(run.calls)
     for g, width in zip(groups, spans, strict=True):
-        for i in g:
-            out[i] = (cursor, cursor + latency_ns(i))
+        hedged = any(run.calls[i].role == "hedge" for i in g)
+        for i in g:  # a hedge and its call end together (the first answer cancels the other); firsts start together
+            start = cursor + width - latency_ns(i) if hedged else cursor
+            out[i] = (start, start + latency_ns(i))
         cursor += width
     return out

@@ -10,6 +10,7 @@ that decodes the protobuf), with the breaker state of each call's endpoint. Noth
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,8 +24,13 @@ from opentelemetry.trace import StatusCode
 
 from data.verify.agree import disagreement_kind
 from serving.gateway.app import create_app
+from serving.gateway.cascade import CallRecord, Run
 from serving.gateway.config import OtelSettings, ServingConfig
+from serving.gateway.record import Served
+from serving.gateway.state import Charge
 from serving.gateway.tracing import SPAN_NAME, Tracing
+from serving.gateway.upstream import Attempt
+from serving.strategy import Strategy
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 from tests.serving.test_gateway import KEY, SECRET, Loopback, client, openai_body, post, use_keys  # noqa: F401
 from tests.serving.test_gateway_cascade import A, B, POOL, TOP, decoded, picked, replay, tools_of  # noqa: F401
@@ -219,3 +225,37 @@ def test_otel_endpoint_exports_each_request_over_otlp_http_with_breaker_states(g
     # A silent model agrees with nothing: a disagreement with no kind.
     assert c[A]["switchcraft.agreement.disagreed_with"] == [B] and c[B]["switchcraft.agreement.disagreed_with"] == [A]
     assert "switchcraft.disagreement.kind" not in c[A] and c[A]["switchcraft.agreement.verdict"] == "disagree"
+
+
+def test_a_hedge_ends_with_its_call_and_a_failed_request_is_an_error_span():
+    """No gateway: a Served as app.py builds it for a hedged request that no upstream answered."""
+    exporter = InMemorySpanExporter()
+    tracing = Tracing.from_settings(OtelSettings(), exporter=exporter, breaker_state={A: "half_open"}.__getitem__)
+    run = Run(Strategy.single(A, (B,)))
+    run.calls = [CallRecord(A, "first", Attempt(A, "hedge_lost", None, 300.0, 0.002)),
+                 CallRecord(B, "hedge", Attempt(B, "http_502", 502, 120.0))]
+    tracing(Served("rid-1", "acme", 1_700_000_000.5, 450.0, 502, "v1", run=run, error="no upstream answered",
+                   charges=[Charge(A, "abandoned", 0.002)]))
+    parent, (first, hedge) = split(exporter.get_finished_spans())
+    assert (parent.status.status_code, parent.status.description) == (StatusCode.ERROR, "no upstream answered")
+    assert (parent.start_time, parent.end_time) == (1_700_000_000_500_000_000, 1_700_000_000_950_000_000)
+    p = dict(parent.attributes)
+    assert (p["switchcraft.error"], p["switchcraft.cost_usd"], p["switchcraft.cost_estimated_usd"]) == (
+        "no upstream answered", 0.002, 0.002)
+    assert "switchcraft.answered_by" not in p and "switchcraft.agreement.verdict" not in p
+    # Both end when the request did, each lasting its own latency; the lost hedge is no error, the 502 is.
+    assert first.end_time == hedge.end_time == parent.end_time
+    assert (first.end_time - first.start_time, hedge.end_time - hedge.start_time) == (300_000_000, 120_000_000)
+    assert first.status.status_code is StatusCode.UNSET and hedge.status.status_code is StatusCode.ERROR
+    assert first.attributes["switchcraft.call.estimated_cost_usd"] == 0.002
+    assert "switchcraft.call.cost_usd" not in first.attributes and "gen_ai.usage.input_tokens" not in first.attributes
+    assert first.attributes["switchcraft.breaker.state"] == "half_open"
+    assert "switchcraft.breaker.state" not in hedge.attributes  # a model the breakers do not know
+    # No upstream call at all: the request's span alone. After aclose nothing more is recorded.
+    exporter.clear()
+    tracing(Served("rid-2", None, 1_700_000_001.0, 3.0, 503, "v1", error="state store unavailable"))
+    [only] = exporter.get_finished_spans()
+    assert only.name == SPAN_NAME and "switchcraft.key_id" not in only.attributes
+    asyncio.run(tracing.aclose())
+    tracing(Served("rid-3", None, 1_700_000_002.0, 3.0, 200, "v1"))
+    assert len(exporter.get_finished_spans()) == 1
