@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from serving.backends import Backend, make_backend
+from serving.long_input import CappedEncoder
 from serving.policy import Constraints, CostAwarePolicy, Decision
 from serving.strategy_policy import StrategyPolicy
 from training.export import Request, RequestEncoder, pad_batch
@@ -83,7 +84,9 @@ class RouterClient:
                  strategies: bool = True) -> None:
         if max_batch_size < 1 or pad_multiple < 1:
             raise ValueError("max_batch_size and pad_multiple must be ≥ 1")
-        self.encoder, self.backend, self.info = encoder, backend, info
+        # Long strings are cut to what packing can use before anything is tokenized (serving/long_input.py).
+        self.encoder = encoder if isinstance(encoder, CappedEncoder) else CappedEncoder(encoder)
+        self.backend, self.info = backend, info
         self.models: list[str] = list(info["models"])
         self.policy = policy_from_info(info)
         if rule is not None or lam is not None:  # the deployment's choice over router.json's

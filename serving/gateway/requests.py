@@ -76,12 +76,49 @@ def _int(token: str) -> int | _Bad:
 
 
 def _json_depth(raw: bytes) -> int:
-    """How deeply containers nest in `raw` (strings skipped), without parsing: C-speed scans only."""
-    skeleton = STRINGS.sub(b"", raw).translate(None, NOT_BRACKETS)
-    if not skeleton:
+    """How deeply containers nest in `raw` (strings skipped), without parsing: vectorised over the positions of
+    quotes, backslashes and brackets only (a regex over the strings of a 2 MB body took ~0.7 s)."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    brackets = np.flatnonzero((b == ord("[")) | (b == ord("{")) | (b == ord("]")) | (b == ord("}")))
+    if not brackets.size:
         return 0
-    steps = np.frombuffer(skeleton, dtype=np.uint8)
-    return int(np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)).max())
+    quotes = np.flatnonzero(b == ord('"'))
+    slashes = np.flatnonzero(b == ord("\\"))
+    if quotes.size and slashes.size:  # a quote is escaped when an odd run of backslashes precedes it
+        starts = np.ones(slashes.size, dtype=bool)
+        starts[1:] = np.diff(slashes) != 1
+        run_start = slashes[np.maximum.accumulate(np.where(starts, np.arange(slashes.size), 0))]
+        prev = quotes - 1
+        k = np.minimum(np.searchsorted(slashes, prev), slashes.size - 1)
+        escaped = (slashes[k] == prev) & ((prev - run_start[k] + 1) % 2 == 1)
+        quotes = quotes[~escaped]
+    outside = np.searchsorted(quotes, brackets) % 2 == 0  # an even count of real quotes before it
+    kept = b[brackets[outside]]
+    if not kept.size:
+        return 0
+    steps = np.where((kept == ord("[")) | (kept == ord("{")), 1, -1)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _suspicious(raw: bytes) -> bool:
+    """Whether `raw` may hold a token the strict reader marks (BAD_TOKENS: NaN, Infinity, a 3-digit exponent, a
+    run of more than MAX_INT_DIGITS digits); false alarms only cost a walk. Vectorised: the regex took ~130 ms
+    on a 2 MB body."""
+    if b"NaN" in raw or b"Infinity" in raw:
+        return True
+    b = np.frombuffer(raw, dtype=np.uint8)
+    digit = np.zeros(b.size + 4, dtype=bool)
+    digit[: b.size] = (b >= ord("0")) & (b <= ord("9"))
+    if not digit.any():
+        return False
+    sign = np.zeros(b.size + 4, dtype=bool)
+    sign[: b.size] = (b == ord("+")) | (b == ord("-"))
+    e = np.flatnonzero((b == ord("e")) | (b == ord("E")))
+    d1, d2, d3 = digit[e + 1], digit[e + 2], digit[e + 3]
+    if ((d1 & d2 & d3) | (sign[e + 1] & d2 & d3 & digit[e + 4])).any():
+        return True
+    edges = np.flatnonzero(np.diff(digit[: b.size + 1].astype(np.int8), prepend=np.int8(0)))
+    return bool(edges.size and (edges[1::2] - edges[::2]).max(initial=0) > MAX_INT_DIGITS)
 
 
 def _walk(value: Any, path: str = "") -> Any:
@@ -160,7 +197,7 @@ def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, An
         raise bad(f"request body cannot be read as JSON ({type(e).__name__})", "body") from None
     if not isinstance(body, dict):
         raise bad(f"request body must be a JSON object, not {type(body).__name__}", "body")
-    if BAD_TOKENS.search(raw):  # only then is a walk worth its time
+    if _suspicious(raw):  # only then is a walk worth its time
         for where, v in _walk(body):
             if isinstance(v, _Bad):
                 raise bad(f"{v.token[:20]}{'…' if len(v.token) > 20 else ''} {_why(v.token)}; send a finite number "

@@ -80,13 +80,15 @@ def picked(replay):
             # With a dotted function name: the prompt model writes it, the native one was offered a_b.
             if "." in ex.tools[0].name:
                 out.setdefault("agree", ex)
-        elif sum(calls_agree(tools, calls[m], calls[TIE]) for m in (A, B)) == 1:
+        elif len(sided := [m for m in (A, B) if calls_agree(tools, calls[m], calls[TIE])]) == 1:
             out.setdefault("tie", ex)
+            if sided == [B]:  # the tie-breaker sides with the dearer first model, and is cheaper than it
+                out.setdefault("tie_b", ex)
         elif not calls_agree(tools, calls[TOP], calls[A]) and not calls_agree(tools, calls[TOP], calls[B]):
             out.setdefault("disagree", ex)
-        if len(out) == 3:
+        if len(out) == 4:
             return out
-    raise AssertionError(f"the recordings hold no query for {sorted({'agree', 'tie', 'disagree'} - set(out))}")
+    raise AssertionError(f"the recordings hold no query for {sorted({'agree', 'tie', 'tie_b', 'disagree'} - set(out))}")
 
 
 @pytest.fixture
@@ -230,6 +232,25 @@ def test_a_tie_breaker_that_sides_with_one_first_model(gateway, picked):
     assert meta["cost_usd"] == pytest.approx(sum(cost_of(good.state, m, ex) for m in (A, B, TIE)))
 
 
+def test_a_tie_break_answers_with_the_cheaper_of_the_agreeing_pair_not_the_first_model(gateway, picked):
+    """Issue 24: answering with the first model that agrees with the tie-breaker passed every test."""
+    make, good, _ = gateway
+    ex = picked["tie_b"]  # the tie-breaker agrees with B only
+    url = make({"first": [A, B], "tie_breaker": TIE, "escalate": [TOP]})
+    r = chat(url, ex)
+    meta = r.json()["switchcraft"]
+    costs = meta["decision"]["costs"]
+    assert costs[TIE] < costs[B]  # what makes this query the test: the agreeing pair's cheaper one is the tie-breaker
+    assert meta["agreement"]["verdict"] == "tie_broken"
+    assert [(c["models"], c["agree"]) for c in meta["agreement"]["checks"]] == [([A, B], False), ([A, TIE], False),
+                                                                              ([B, TIE], True)]
+    assert meta["returned"] == {"model": TIE, "rule": "tie_broken", "reused": False}
+    assert r.json()["model"] == r.headers["x-switchcraft-model"] == TIE
+    assert [(c["model"], c["returned"]) for c in meta["calls"]] == [(A, False), (B, False), (TIE, True)]
+    tie_calls = decode(good.state.recordings[POOL.get(TIE).recording][ex.id].raw, tools_of(ex)).calls
+    assert [name for name, _ in returned_calls(r)] == [c.name for c in tie_calls]
+
+
 def test_each_call_is_costed_by_its_models_kind_of_price(gateway, picked):
     from data.pool import Prices
 
@@ -256,13 +277,23 @@ def test_a_model_failing_mid_cascade_agrees_with_nothing_and_escalation_falls_ba
     assert meta["answered_by"] == TOP and meta["fallback"] is True
     assert meta["cost_usd"] == pytest.approx(cost_of(good.state, A, ex) + cost_of(good.state, TOP, ex))
     assert f'switchcraft_fallbacks_total{{from_model="{B}",reason="http_500"}} 1.0' in httpx.get(url + "/metrics", headers=AUTH).text
-    # The escalation model failing too: on along the decision's ranking; A's answer in hand is reused for free.
+    # The escalation model failing too: on along the escalation list, whose next model, A, answered already: its
+    # answer in hand is returned, at no new call and no new cost.
+    url = make({"first": [A, B], "escalate": [TOP, A]}, failing={B, TOP})
+    r = chat(url, ex)
+    meta = r.json()["switchcraft"]
+    assert meta["answered_by"] == A and meta["returned"] == {"model": A, "rule": "escalate", "reused": True}
+    assert [(c["model"], c["role"], c["outcome"]) for c in meta["calls"]] == [
+        (A, "first", "ok"), (B, "first", "http_500"), (TOP, "escalate", "http_500")]
+    assert completions(good.state) == {A: 1} and bad.state.stats()["outcomes"] == {"500": 2}
+    assert meta["cost_usd"] == pytest.approx(cost_of(good.state, A, ex))
+    assert r.headers["x-switchcraft-models-called"] == f"{A},{B},{TOP}"
+    # Without A on the list: on along the decision's ranking, skipping what was called.
     url = make({"first": [A, B], "escalate": [TOP]}, failing={B, TOP})
     meta = chat(url, ex).json()["switchcraft"]
     nxt = next(m for m in meta["decision"]["ranking"] if m not in (TOP, B))
     assert meta["answered_by"] == nxt and meta["returned"] == {"model": nxt, "rule": "escalate", "reused": nxt == A}
     assert [c["model"] for c in meta["calls"]] == [A, B, TOP] + ([] if nxt == A else [nxt])
-    assert bad.state.stats()["outcomes"] == {"500": 2}
     # Nothing answers at all: a 502 whose trace still lists every call.
     url = make({"first": [A, B], "escalate": [TOP]}, failing=set(POOL.names), upstream={"max_attempts": 2})
     r = post(url + "/v1/chat/completions", json=openai_body(ex), timeout=60)
