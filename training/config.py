@@ -100,11 +100,12 @@ class LexicalSettings(BaseModel):
 
 
 class CategorySettings(BaseModel):
-    """The category branch (training/category.py): P(category | request shape) × per-category success rates."""
+    """The category branch (training/category.py): P(category | request shape) × per-category success rates.
+    It reads the lexical branch's TF-IDF, so it is fitted only when `lexical.enabled`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = False
+    enabled: bool = True
     weight: float = Field(default=0.5, gt=0, le=1, description="Its share of the router's logit; the head and lexical "
                           "blend have the rest.")
     c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of the category classifier.")
@@ -163,9 +164,6 @@ class TrainConfig(BaseModel):
     def _one_example_source(self) -> TrainConfig:
         if self.examples is None and not (self.source and self.source_path):
             raise ValueError("say where the examples are: examples=PATH.parquet, or source=NAME source_path=DIR")
-        if self.category.enabled and not self.lexical.enabled:
-            raise ValueError("category.enabled needs lexical.enabled (the category branch reads its TF-IDF); "
-                             "set category.enabled=false or lexical.enabled=true")
         if self.max_folds is not None and self.max_folds > self.folds:
             raise ValueError(f"max_folds={self.max_folds} exceeds folds={self.folds}; lower it or raise folds")
         return self
