@@ -165,6 +165,7 @@ def evaluate(
 from switchcraft import (  # noqa: E402
     cli_bench_gateway,
     cli_fetch,
+    cli_learn,
     cli_outputs,
     cli_pool,
     cli_serve,
@@ -174,7 +175,7 @@ from switchcraft import (  # noqa: E402
     cli_verify,
 )
 
-for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state, cli_tools, cli_fetch):
+for _module in (cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state, cli_learn, cli_tools, cli_fetch):
     _module.register(app)
 for _module in (cli_verify, cli_serve, cli_bench_gateway):
     _module.register_bench(bench_app)

@@ -10,7 +10,7 @@ One SQLite file (`decisions.sqlite`) under `log.path`, two tables:
   `metadata.example_id` (a benchmark query with known answers: what truth-scoring needs), and, only with
   `log.requests: true`, the request itself (messages and tools: what retraining the router needs);
 - `answers`: one row per model answer of a request: model, role (first, tie_breaker, escalate, fallback,
-  explore), outcome, latency, cost, the decoded calls (JSON), the raw answer, decode error.
+  explore), outcome, latency, cost, token usage, the decoded calls (JSON), the raw answer, decode error.
 
 Bounded and rotated: once the file passes `log.max_mb` it is renamed `decisions.<unix ms>.sqlite` and a new one
 started; `log.keep` rotated files are kept. Never blocking: records wait in a bounded queue (`log.queue`) and a
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE INDEX IF NOT EXISTS requests_rid ON requests (request_id);
 CREATE TABLE IF NOT EXISTS answers (
   id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, model TEXT NOT NULL, role TEXT NOT NULL,
-  outcome TEXT, latency_ms REAL, cost_usd REAL, calls TEXT, raw TEXT, decoder TEXT, decode_error TEXT);
+  outcome TEXT, latency_ms REAL, cost_usd REAL, input_tokens INTEGER, output_tokens INTEGER, calls TEXT, raw TEXT,
+  decoder TEXT, decode_error TEXT);
 CREATE INDEX IF NOT EXISTS answers_rid ON answers (request_id);
 """
 
@@ -76,6 +77,8 @@ def answer_rows(request_id: str, calls: list) -> list[dict[str, Any]]:
         a = c.answer
         out.append({"request_id": request_id, "model": c.model, "role": c.role, "outcome": c.outcome,
                     "latency_ms": c.attempt.latency_ms if c.attempt else None, "cost_usd": c.cost_usd,
+                    "input_tokens": a.usage.input_tokens if a is not None else None,
+                    "output_tokens": a.usage.output_tokens if a is not None else None,
                     "calls": json.dumps(a.calls_json(), default=str) if a is not None else None,
                     "raw": json.dumps(a.raw, default=str) if a is not None else None,
                     "decoder": a.decoder if a is not None else None,

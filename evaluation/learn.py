@@ -1,0 +1,276 @@
+"""Learn from served traffic: the decision log → consensus labels → a new router and strategy policy → a router
+directory ready to serve, compared with the one in service on held-out logged requests.
+
+    switchcraft learn --from-log runs/gateway/log --run-dir runs/learned [--pool configs/pool.yaml]
+    curl -X POST -H "authorization: Bearer $ADMIN_KEY" -d '{"dir": "runs/learned/router_onnx"}' .../v1/admin/reload
+
+The log must keep request text (`log.requests: true`) and hold every pool model's answer on the requests it
+learns from (exploration, `explore.rate`, provides them). Steps:
+1. the log becomes the offline pipeline's own contracts: `examples.parquet` (one per logged request; no expected
+   answer is known, `meta.expected_unknown`) and `outputs.parquet` (every logged answer, decoded as served);
+2. consensus labels (`data.consensus`): each (request, model) labelled from agreement in meaning;
+3. the last `holdout` share of requests (by time) is held out; the router is trained on the rest (the usual
+   recipe, configs/train.yaml, on consensus labels, no auxiliary targets) and the strategy policy fitted on its
+   out-of-fold probabilities (`write_strategy_policy`), then exported to ONNX (`router_onnx/`);
+4. on the held-out requests, the new router's decisions are replayed on the logged answers (the gateway's
+   strategy rules: agreement in meaning, resolve rules, tie-breaker, escalation) and compared with what the
+   router in service did: accuracy scored with consensus labels, and with the verifier's true labels where the
+   caller's `metadata.example_id` names a BFCL v1 query (`--data-root`), cost from the logged calls.
+Results: `<run-dir>/learn.json` and the printed table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from data.errors import DataError
+from data.pool import Pool, load_pool
+from data.schema import Call, Example, Expected, Message, Output, Tool, Usage, write_examples, write_outputs
+from data.verify.agree import calls_agree, disagreement_kind
+from serving.strategy import Strategy
+
+
+@dataclass
+class LearnResult:
+    run_dir: Path
+    router_dir: Path
+    onnx_dir: Path
+    n_requests: int
+    n_train: int
+    n_holdout: int
+    agreement: dict | None
+    comparison: dict = field(default_factory=dict)
+    timings_s: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- the log as offline contracts
+
+def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tuple[list[Example], list[Output]]:
+    """Examples (one per logged request with its text) and outputs (one per logged answer of a pool model)."""
+    examples, seen = [], set()
+    for r in requests:
+        if r["kind"] != "served" or not r["request"] or r["status"] != 200 or r["request_id"] in seen:
+            continue
+        seen.add(r["request_id"])
+        req = json.loads(r["request"])
+        examples.append(Example(
+            id=f"log:{r['request_id']}", source="log", category="logged",
+            messages=[Message.model_validate(m) for m in req["messages"]],
+            tools=[Tool.model_validate(t) for t in req["tools"]], expected=Expected.anything(),
+            meta={"expected_unknown": True, "ts": r["ts"], "example_id": r["example_id"],
+                  "answered_by": r["answered_by"], "cost_usd": r["cost_usd"], "router_version": r["router_version"]}))
+    if not examples:
+        raise DataError("the decision log holds no request text", hint="serve with log.requests: true (and "
+                        "explore.rate > 0, so every pool model answers some requests), then learn again")
+    ids, outputs, have = {e.id for e in examples}, [], set()
+    for a in answers:
+        eid = f"log:{a['request_id']}"
+        if eid not in ids or a["outcome"] != "ok" or a["model"] not in pool.names or (eid, a["model"]) in have:
+            continue
+        have.add((eid, a["model"]))
+        calls = [Call(name=c["name"], arguments=c.get("arguments") or {}) for c in json.loads(a["calls"] or "[]")]
+        raw = json.loads(a["raw"]) if a["raw"] else ""
+        outputs.append(Output(example_id=eid, model=a["model"], raw=raw, calls=calls or None,
+                              decode_error=None if calls else (a["decode_error"] or "no_call: no tool call"),
+                              decoder=a["decoder"], usage=Usage(input_tokens=a["input_tokens"],
+                                                                output_tokens=a["output_tokens"]),
+                              latency_s=(a["latency_ms"] or 0) / 1e3))
+    return examples, outputs
+
+
+def complete_rows(examples: list[Example], outputs: list[Output], pool: Pool) -> list[Example]:
+    """The requests every pool model answered (what the router and the strategy policy are fitted on)."""
+    by = {}
+    for o in outputs:
+        by.setdefault(o.example_id, set()).add(o.model)
+    return [e for e in examples if by.get(e.id, set()) >= set(pool.names)]
+
+
+# ------------------------------------------------------------------------- replaying a strategy on answers
+
+def replay(strategy: Strategy, answers: dict[str, list], correct: dict[str, bool], cost: dict[str, float],
+           tools: list[Tool], price: dict[str, float]) -> tuple[bool, float]:
+    """(correct, cost) of running `strategy` on logged answers, with the gateway's rules
+    (serving/gateway/cascade.py): agreement in meaning → the cheaper answers; a resolve rule; the tie-breaker's
+    pair → its cheaper; else the first of `escalate`. Every model answered, so there are no failures to skip."""
+    if strategy.kind == "single":
+        m = strategy.first[0]
+        return correct[m], cost[m]
+
+    def cheaper(x: str, y: str) -> str:
+        return x if price.get(x, np.inf) <= price.get(y, np.inf) else y
+
+    a, b = strategy.first
+    spent = cost[a] + cost[b]
+    if calls_agree(tools, answers[a], answers[b]):
+        return correct[cheaper(a, b)], spent
+    action = strategy.action_for(disagreement_kind(tools, answers[a], answers[b]))
+    if action in ("first", "second"):
+        return correct[a if action == "first" else b], spent
+    t = strategy.tie_breaker
+    if t is not None and action != "escalate":
+        spent += cost[t]
+        agreeing = [m for m in (a, b) if calls_agree(tools, answers[m], answers[t])]
+        if agreeing:
+            return correct[cheaper(cheaper(*agreeing) if len(agreeing) == 2 else agreeing[0], t)], spent
+    e = strategy.escalate[0]
+    return correct[e], spent + (0.0 if e in (a, b, t) else cost[e])
+
+
+def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.DataFrame, onnx_dir: Path,
+                       pool: Pool, truth: dict[tuple[str, str], bool] | None) -> dict:
+    """The router in service (what the log says it did) against the new router (its decisions replayed)."""
+    from data.verify.agree import effective_calls
+    from serving.client import RouterClient
+
+    client = RouterClient.from_dir(onnx_dir, threads=1)
+    by = {(o.example_id, o.model): o for o in outputs}
+    lab = {(r.example_id, r.model): bool(r.correct) for r in labels.itertuples()}
+    cost_of = {(r.example_id, r.model): float(r.cost_usd) if r.cost_usd == r.cost_usd else 0.0
+               for r in labels.itertuples()}
+    price = {m: float(np.nanmean([cost_of.get((e.id, m), np.nan) for e in held] or [np.nan])) for m in pool.names}
+    rows = []
+    for e in held:
+        answers = {m: effective_calls(by[(e.id, m)].calls, by[(e.id, m)].decode_error) for m in pool.names}
+        correct = {m: lab[(e.id, m)] for m in pool.names}
+        cost = {m: cost_of.get((e.id, m), 0.0) for m in pool.names}
+        decision = client.route(e.messages, e.tools).decision
+        new_ok, new_cost = replay(decision.strategy, answers, correct, cost, e.tools, price)
+        served_by = e.meta.get("answered_by")
+        row = {"example": e.id, "in_service_correct": correct.get(served_by, False),
+               "in_service_cost": float(e.meta.get("cost_usd") or 0.0), "new_correct": new_ok, "new_cost": new_cost,
+               "new_strategy": decision.strategy.name}
+        bench_id = e.meta.get("example_id")
+        if truth is not None and bench_id and all((bench_id, m) in truth for m in pool.names):
+            true = {m: truth[(bench_id, m)] for m in pool.names}
+            row["in_service_true"] = true.get(served_by, False)
+            row["new_true"] = replay(decision.strategy, answers, true, cost, e.tools, price)[0]
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    out = {"n": len(frame), "router_version": client.version}
+    for who in ("in_service", "new"):
+        out[who] = {"accuracy_consensus": _mean_ci(frame[f"{who}_correct"]),
+                    "usd_per_million": float(frame[f"{who}_cost"].mean() * 1e6)}
+        if f"{who}_true" in frame:
+            scored = frame[f"{who}_true"].dropna()
+            out[who]["accuracy_true"] = _mean_ci(scored)
+            out[who]["n_true"] = int(len(scored))
+    diff = frame["new_correct"].astype(float) - frame["in_service_correct"].astype(float)
+    out["new_minus_in_service_consensus"] = _mean_ci(diff)
+    return out
+
+
+def _mean_ci(values, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Mean and a 95% bootstrap interval."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return {"mean": None, "low": None, "high": None}
+    rng = np.random.default_rng(seed)
+    boots = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
+    return {"mean": float(x.mean()), "low": float(np.percentile(boots, 2.5)), "high": float(np.percentile(boots, 97.5))}
+
+
+def true_labels(held: list[Example], outputs: list[Output], pool: Pool, data_root: Path | None) -> dict | None:
+    """The verifier's labels of the held-out answers whose request names a BFCL v1 query (`metadata.example_id`)."""
+    if data_root is None or not (Path(data_root) / "bfcl_v1").exists():
+        return None
+    from data.labels import label_outputs
+    from data.sources import read_source
+
+    wanted = {e.meta.get("example_id") for e in held} - {None}
+    bench = {x.id: x for x in read_source("bfcl_v1", str(Path(data_root) / "bfcl_v1")) if x.id in wanted}
+    if not bench:
+        return None
+    by_request = {e.id: e.meta.get("example_id") for e in held}
+    renamed = [o.model_copy(update={"example_id": by_request[o.example_id]}) for o in outputs
+               if by_request.get(o.example_id) in bench]
+    return {(lb.example_id, lb.model): bool(lb.correct) for lb in label_outputs(renamed, bench, pool)}
+
+
+# ------------------------------------------------------------------------------------------------ the job
+
+def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = "configs/pool.yaml",
+          train_config: str | Path = "configs/train.yaml", train_overrides: list[str] | None = None,
+          holdout: float = 0.25, data_root: str | Path | None = None, progress: bool = True,
+          console=None) -> LearnResult:
+    from rich.console import Console
+
+    from data.consensus import run_consensus_labels
+    from data.schema import read_labels
+    from evaluation.report import oof_matrix
+    from evaluation.routing_eval import RoutingData
+    from evaluation.strategies import CascadeData
+    from evaluation.strategy_eval import write_strategy_policy
+    from serving.gateway.decision_log import read_log
+    from training.config import load_train_config
+    from training.export import export_router
+    from training.recipe import OOF_FILE, run_training
+
+    console = console or Console()
+    if not 0 < holdout < 1:
+        raise DataError(f"--holdout {holdout}: give a share in (0, 1)", field="holdout")
+    run, timings = Path(run_dir), {}
+    run.mkdir(parents=True, exist_ok=True)
+    pool = load_pool(pool_path)
+
+    def step(name, fn):
+        console.rule(f"[bold]{name}")
+        t0 = time.perf_counter()
+        out = fn()
+        timings[name] = round(time.perf_counter() - t0, 2)
+        return out
+
+    requests, answers = read_log(log_path)
+    examples, outputs = log_contracts(requests, answers, pool)
+    complete = sorted(complete_rows(examples, outputs, pool), key=lambda e: e.meta["ts"])
+    console.print(f"{len(examples):,} logged requests with text, {len(complete):,} answered by all "
+                  f"{len(pool.names)} pool models", highlight=False)
+    if len(complete) < 40:
+        raise DataError(f"only {len(complete)} logged requests were answered by every pool model (at least 40 are "
+                        "needed)", path=log_path, hint="raise explore.rate, or serve longer, then learn again")
+    n_hold = max(10, int(round(holdout * len(complete))))
+    train, held = complete[:-n_hold], complete[-n_hold:]
+    write_examples(run / "examples.parquet", complete)
+    write_examples(run / "train_examples.parquet", train)
+    write_outputs(run / "outputs.parquet", [o for o in outputs if o.example_id in {e.id for e in complete}])
+    consensus = step("consensus labels", lambda: run_consensus_labels(pool_path, run / "outputs.parquet",
+                                                                     run / "examples.parquet", run))
+    folds = min(5, max(2, len(train) // 20))
+    cfg = load_train_config(train_config, [f"run_dir={run}", f"labels={consensus.labels_path}",
+                                           f"examples={run / 'train_examples.parquet'}", f"pool={pool_path}",
+                                           "aux.outputs=null", f"folds={folds}", f"progress={str(progress).lower()}",
+                                           *(train_overrides or [])])
+    step(f"train ({cfg.folds}-fold on {len(train)} requests)", lambda: run_training(cfg))
+    router = cfg.router_dir
+
+    def policy():
+        oof = pd.read_parquet(run / OOF_FILE)
+        probs_folds = oof_matrix(oof, sorted(set(oof["example_id"])), pool.names)[1]
+        labels = [lb for lb in read_labels(consensus.labels_path) if lb.example_id in probs_folds]
+        train_by_id = {e.id: e for e in train}
+        data = RoutingData.from_labels(labels, train_by_id, pool.names, probs_folds)
+        cd = CascadeData.from_outputs([o for o in outputs if o.example_id in set(data.example_ids)],
+                                      train_by_id, pool, data)
+        return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0])
+
+    step("strategy policy", policy)
+    onnx_dir = run / "router_onnx"
+    step("export", lambda: export_router(router, onnx_dir, requests=[(e.messages, e.tools) for e in held[:16]],
+                                         int8=False, threads=1))
+    labels_frame = pd.read_parquet(consensus.labels_path)
+    truth = true_labels(held, outputs, pool, Path(data_root) if data_root else None)
+    comparison = step("compare on held-out requests",
+                      lambda: compare_on_holdout(held, outputs, labels_frame, onnx_dir, pool, truth))
+    result = LearnResult(run, router, onnx_dir, len(examples), len(train), len(held), consensus.agreement,
+                         comparison, timings)
+    (run / "learn.json").write_text(json.dumps({
+        "command": "switchcraft learn", "log": str(log_path), "pool": str(pool_path), "requests": len(examples),
+        "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
+        "comparison": comparison, "timings_s": timings}, indent=1, default=str))
+    return result

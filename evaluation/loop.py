@@ -1,0 +1,215 @@
+"""The whole learning loop on loopback, on replayed BFCL v1 traffic: serve → log + explore → learn → reload → score.
+
+    python -m evaluation.loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
+
+What a user does on their own traffic (README, "Your own traffic"), run end to end against replay servers
+that answer with the recorded outputs of the pool's models:
+1. the gateway serves the first `requests` BFCL v1 queries (a router in service, the decision log with request
+   text, exploration on: every pool model answers every logged request, in the operator's budget);
+   with `add_model`, that model is added to the pool file partway (the gateway restarted on the new pool file,
+   as an operator would): exploration asks it first, and learning routes to it;
+2. `switchcraft learn` on the log: consensus labels, a new router and strategy policy, router_onnx/;
+3. the new router is loaded into the running gateway (POST /v1/admin/reload);
+4. the next `score` queries are served and every answer is scored with the verifier's true labels (the caller
+   sent `metadata.example_id`), against the same queries served by the router that was in service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import uvicorn
+import yaml
+
+from data.pool import Pool, PoolModel, load_pool
+
+LOOP_KEY = "sk-sc-loop-admin-key-0123456789abcdef"
+PROVIDER_KEY = "sk-loop-provider-key-0123456789"
+LOOP_KEY_ENV = "SWITCHCRAFT_LOOP_PROVIDER_KEY"  # self-hosted pool models have no key; the replay server wants one
+
+
+@dataclass
+class LoopResult:
+    learn: dict
+    before: dict  # the router in service, on the scored queries
+    after: dict  # the learned router, on the same queries
+    router_versions: tuple[str, str]
+    added_model: str | None
+    added_model_answers: int  # answers the added model gave before learning (exploration)
+
+
+class _Server:
+    def __init__(self, app) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway did not start")
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def chat_body(example) -> dict:
+    tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                               "parameters": t.parameters}} for t in example.tools]
+    return {"model": "router", "messages": [{"role": m.role, "content": m.content} for m in example.messages],
+            "tools": tools, "metadata": {"example_id": example.id}}
+
+
+def send_all(url: str, examples: list, concurrency: int = 4) -> list[dict]:
+    async def go():
+        sem = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(timeout=120, headers={"authorization": f"Bearer {LOOP_KEY}"}) as http:
+            async def one(e):
+                async with sem:
+                    r = await http.post(url + "/v1/chat/completions", json=chat_body(e))
+                    return {"example_id": e.id, "status": r.status_code,
+                            "answered_by": (r.json().get("switchcraft") or {}).get("answered_by")
+                            if r.status_code == 200 else None,
+                            "cost_usd": float(r.headers.get("x-switchcraft-cost-usd", "nan")),
+                            "router_version": ((r.json().get("switchcraft") or {}).get("decision") or {}).get(
+                                "router_version") if r.status_code == 200 else None}
+            return await asyncio.gather(*(one(e) for e in examples))
+    return asyncio.run(go())
+
+
+def score(sent: list[dict], truth: dict[tuple[str, str], bool]) -> dict:
+    ok = [r for r in sent if r["status"] == 200]
+    correct = np.array([truth.get((r["example_id"], r["answered_by"]), False) for r in ok], dtype=float)
+    cost = np.array([r["cost_usd"] for r in ok])
+    rng = np.random.default_rng(0)
+    boots = correct[rng.integers(0, len(correct), (2000, len(correct)))].mean(axis=1) if len(correct) else [np.nan]
+    return {"n": len(sent), "answered": len(ok), "accuracy": float(correct.mean()) if len(correct) else None,
+            "accuracy_ci": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
+            "usd_per_million": float(np.nanmean(cost) * 1e6) if len(cost) else None,
+            "by_model": {m: sum(r["answered_by"] == m for r in ok) for m in sorted({r["answered_by"] for r in ok})}}
+
+
+def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path = Path("configs/pool.yaml"),
+             requests: int = 200, score_n: int = 200, add_model: PoolModel | None = None, add_after: float = 0.25,
+             train_overrides: list[str] | None = None, seed: int = 0) -> LoopResult:
+    from data.labels import label_outputs
+    from data.recorded import import_recorded
+    from data.replay_serve import ReplayServer, build_state
+    from data.sources import read_source
+    from evaluation.learn import learn
+    from serving.client import RouterClient
+    from serving.gateway.app import create_app
+    from serving.gateway.config import ServingConfig
+    from serving.gateway.decision_log import read_log
+
+    work.mkdir(parents=True, exist_ok=True)
+    base = load_pool(pool_path)
+    full = base.model_copy(update={"models": [*base.models, add_model]}) if add_model else base
+    outputs_dir = data_root / "bfcl_v1_pool_outputs_2024-08-11"
+    examples = read_source("bfcl_v1", str(data_root / "bfcl_v1"))
+    rng = np.random.default_rng(seed)
+    picked = [examples[i] for i in rng.permutation(len(examples))[: requests + score_n]]
+    traffic, scored = picked[:requests], picked[requests:]
+    state = build_state(outputs_dir, picked, pool=full, api_key=PROVIDER_KEY)
+    env_keys = {m.api_key_env for m in full.models if m.api_key_env} | {LOOP_KEY_ENV}
+    saved = {k: os.environ.get(k) for k in env_keys | {"SWITCHCRAFT_GATEWAY_KEYS"}}
+    os.environ.update({k: PROVIDER_KEY for k in env_keys})
+    os.environ["SWITCHCRAFT_GATEWAY_KEYS"] = json.dumps([{"id": "loop", "key": LOOP_KEY, "role": "admin"}])
+    try:
+        with ReplayServer(state) as replay:
+            def served_pool(p: Pool) -> Pool:
+                return p.model_copy(update={"models": [m.model_copy(update={
+                    "base_url": replay.base_url, "api_key_env": m.api_key_env or LOOP_KEY_ENV}) for m in p.models]})
+            pool_file = work / "pool.yaml"
+            pool_file.write_text(yaml.safe_dump(served_pool(full).model_dump(mode="json", exclude_none=True)))
+            cfg = ServingConfig(state={"path": str(work / "state")}, log={"path": str(work / "log"), "requests": True},
+                                explore={"rate": 1.0, "usd_per_day": 1000.0, "min_answers": 50, "concurrency": 64})
+            client = RouterClient.from_dir(router_dir, threads=1)
+            first = int(len(traffic) * add_after) if add_model else len(traffic)
+            stages = [(served_pool(base), traffic[:first]), (served_pool(full), traffic[first:])]
+            for p, batch in stages:
+                if not batch:
+                    continue
+                app = create_app(cfg, client=client, pool=p)
+                with _Server(app) as url:
+                    send_all(url, batch)
+                    wait_quiet(app)
+            _, answers = read_log(work / "log")
+            added = sum(a["model"] == add_model.name and a["outcome"] == "ok" for a in answers) if add_model else 0
+            learned = learn(work / "log", work / "learned", pool_path=pool_file, data_root=data_root,
+                            train_overrides=train_overrides, progress=False)
+            truth_outputs = import_recorded(outputs_dir, examples={e.id: e for e in scored},
+                                            models=[m.recording for m in full.models], progress=False)
+            truth = {(lb.example_id, lb.model): bool(lb.correct)
+                     for lb in label_outputs(truth_outputs, {e.id: e for e in scored}, full)}
+            app = create_app(ServingConfig(), client=client, pool=served_pool(full))
+            with _Server(app) as url:
+                before = score(send_all(url, scored), truth)
+                r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned.onnx_dir)},
+                               headers={"authorization": f"Bearer {LOOP_KEY}"}, timeout=120)
+                if r.status_code != 200:
+                    raise RuntimeError(f"reload failed: {r.text}")
+                after = score(send_all(url, scored), truth)
+            return LoopResult(learned.comparison, before, after, (r.json()["previous_version"],
+                                                                   r.json()["router_version"]),
+                              add_model.name if add_model else None, added)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def wait_quiet(app, timeout_s: float = 300.0) -> None:
+    """Exploration and the log's writer finish after the answers went out: wait until both are idle."""
+    deadline = time.monotonic() + timeout_s
+    for o in app.state.observers:
+        while getattr(o, "tasks", None) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        queue = getattr(o, "queue", None)
+        while queue is not None and not queue.empty() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    time.sleep(0.3)  # the last batch's write
+
+
+def main() -> None:  # pragma: no cover - the command; the test drives run_loop
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--router", type=Path, default=Path("runs/default/router_onnx"))
+    ap.add_argument("--data-root", type=Path, default=Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data")))
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--score", type=int, default=200)
+    ap.add_argument("--add-model", default=None, help="A model of configs/pools/*.yaml to add partway.")
+    ap.add_argument("--out", type=Path, default=Path("runs/loop"))
+    args = ap.parse_args()
+    add = None
+    if args.add_model:
+        for f in sorted(Path("configs/pools").glob("*.yaml")):
+            for m in load_pool(f).models:
+                if m.name == args.add_model:
+                    add = m
+        if add is None:
+            raise SystemExit(f"--add-model {args.add_model}: not in any configs/pools/*.yaml")
+    res = run_loop(args.router, args.data_root, args.out, requests=args.requests, score_n=args.score, add_model=add)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "loop.json").write_text(json.dumps(res.__dict__, indent=1, default=str))
+    print(json.dumps({"before": res.before, "after": res.after, "learn": res.learn}, indent=1, default=str))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

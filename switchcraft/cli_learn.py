@@ -1,0 +1,65 @@
+"""`switchcraft learn`: a new router and strategy policy from the gateway's decision log (consensus labels).
+
+    switchcraft learn --from-log runs/gateway/log --run-dir runs/learned
+    switchcraft learn --from-log runs/gateway/log --run-dir runs/learned --data-root ../shared/data   # + truth scores
+
+Wiring: `register(app)` adds `learn`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console, err = Console(), Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("learn", help="Learn from served traffic: consensus labels from the decision log, a new router and "
+                              "strategy policy, compared with the one in service on held-out logged requests.")(learn)
+
+
+def learn(
+    from_log: Path = typer.Option(..., "--from-log", help="The decision log folder (the gateway's log.path)."),
+    run_dir: Path = typer.Option(Path("runs/learned"), "--run-dir", help="Where the labels, router and "
+                                 "router_onnx/ (ready to serve) go."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool the gateway serves."),
+    train_config: Path = typer.Option(Path("configs/train.yaml"), help="Training config (the usual recipe)."),
+    holdout: float = typer.Option(0.25, help="The latest share of requests held out for the comparison."),
+    data_root: Path = typer.Option(None, help="Shared data root: requests naming a BFCL v1 query "
+                                   "(metadata.example_id) are also scored with the verifier's true labels."),
+    overrides: list[str] = typer.Argument(None, help="Training config overrides key=value."),
+) -> None:
+    from data.errors import DataError
+    from evaluation.learn import learn as run_learn
+
+    root = data_root or (Path(os.environ["SWITCHCRAFT_DATA_ROOT"]) if os.environ.get("SWITCHCRAFT_DATA_ROOT") else None)
+    try:
+        res = run_learn(from_log, run_dir, pool_path=pool, train_config=train_config, train_overrides=list(overrides or []),
+                        holdout=holdout, data_root=root, console=console)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        raise typer.Exit(1) from None
+    c = res.comparison
+    table = Table(title=f"held-out logged requests (n = {c['n']}): in service vs learned")
+    for col in ("router", "accuracy (consensus) [95% CI]", "accuracy (true labels) [95% CI]", "$ / M requests"):
+        table.add_column(col)
+    for who, name in (("in_service", "in service"), ("new", f"learned ({c['router_version']})")):
+        r = c[who]
+        table.add_row(name, _ci(r["accuracy_consensus"]), _ci(r.get("accuracy_true")) + (
+            f" (n = {r['n_true']})" if r.get("n_true") else ""), f"{r['usd_per_million']:,.0f}")
+    console.print(table)
+    console.print(f"learned − in service (consensus, paired): {_ci(c['new_minus_in_service_consensus'])}",
+                  highlight=False)
+    console.print(f"ready to serve: {res.onnx_dir}  (POST /v1/admin/reload {{\"dir\": \"{res.onnx_dir}\"}} "
+                  "with an admin key, or router.dir + SIGHUP)", highlight=False)
+
+
+def _ci(x: dict | None) -> str:
+    if not x or x.get("mean") is None:
+        return "—"
+    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
