@@ -9,8 +9,9 @@ and one primary class, the first in `CLASSES` order:
 
 - `not_split`: the request was split into fewer asks than it needs tools
   (one ask retrieves for several tools);
-- `sibling_shown`: another tool of the same group (BFCL: namespace; StableToolBench:
-  the same RapidAPI tool) is in the top 10, the needed one is not;
+- `sibling_shown`: another tool of the same namespace (BFCL: a dotted name's prefix,
+  `math.gcd` / `math.lcm`; StableToolBench: the same RapidAPI tool) is in the top 10, the
+  needed one is not (tools without a namespace have no sibling);
 - `no_word_overlap`: BM25 scores the tool 0 for the request and for every ask
   (no content word in common: "then do the same for Miami");
 - `short_description`: the tool's description has at most 8 words;
@@ -71,12 +72,12 @@ def failures(bench, router, ivecs: list[np.ndarray], by_name: bool = False, k: i
             continue
         n_failed += 1
         bm25 = [router.index.bm25_scores(t) for t in texts]
-        shown_groups = {cards[router.catalog.position[s]].group_name for s in shown}
+        shown_ns = {cards[router.catalog.position[s]].namespace for s in shown} - {""}
         req = set()
         for t in missed:
             card = cards[router.catalog.position[t]]
             cls = classify_miss(rank.get(norm(t), len(keys)), len(texts) - 1 if len(texts) > 1 else 1, len(q.needed),
-                                card.group_name in shown_groups, any(b[router.catalog.position[t]] > 0 for b in bm25),
+                                card.namespace in shown_ns, any(b[router.catalog.position[t]] > 0 for b in bm25),
                                 card.description or "")
             primary[cls[0]] += 1
             any_class.update(cls)
