@@ -105,6 +105,7 @@ def serve(
     from serving.gateway.app import UNAUTHENTICATED, create_app
     from serving.gateway.config import load_serving_config
     from serving.gateway.errors import configure_json_logging
+    from serving.gateway.state import StateUnavailable
     from serving.gateway.server import uvicorn_config
 
     try:
@@ -114,7 +115,7 @@ def serve(
                                        timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
                                        spin=r.spin, rule=r.rule, lam=r.lam)
         app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
-    except (FileNotFoundError, DataError, ValueError) as e:
+    except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
         _fail(str(e))
     configure_json_logging(cfg.log_level)  # every line on stderr is one JSON object (uvicorn's and httpx's too)
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
@@ -137,6 +138,8 @@ def gateway_key(
     usd_per_day: float = typer.Option(None, help="Limit: USD per UTC day."),
     model: list[str] = typer.Option([], "--model", help="Limit: a pool model this key may use (repeatable)."),
     out: Path = typer.Option(None, "--out", "-o", help="Append the entry to this keys file (auth.keys_file)."),
+    admin: bool = typer.Option(False, "--admin", help="An admin key: may also read /metrics, /readyz details, "
+                               "/v1/admin/spend and reload the router (/v1/admin/reload)."),
 ) -> None:
     """The key is printed once and never stored: the file holds its sha256 only."""
     import yaml
@@ -149,10 +152,10 @@ def gateway_key(
     try:
         entry = KeyEntry(id=key_id, sha256=hash_key(key), caller={"tenant": tenant, "roles": role,
                                                                   "permissions": permission, "environment": environment},
-                         limits=limits)
+                         limits=limits, role="admin" if admin else "caller")
     except ValueError as e:
         _fail(str(e))
-    data = entry.model_dump(mode="json", exclude_none=True, exclude={"key"})
+    data = entry.model_dump(mode="json", exclude_none=True, exclude={"key"} | (set() if admin else {"role"}))
     text = yaml.safe_dump([data], sort_keys=False)
     if out is not None:
         existing = yaml.safe_load(out.read_text()) if out.exists() else None

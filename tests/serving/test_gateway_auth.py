@@ -252,6 +252,11 @@ def test_gateway_key_command_writes_an_entry_that_authenticates(tmp_path):
     assert (ident.key_id, ident.caller, ident.limits.usd_per_day) == ("acme-support", Caller(tenant="acme", roles=["support"]), 5.0)
     again = CliRunner().invoke(app, ["gateway-key", "--id", "acme-support", "--out", str(path)])
     assert again.exit_code == 1 and "already has a key" in again.output
+    ops = CliRunner().invoke(app, ["gateway-key", "--id", "ops", "--admin", "--out", str(path)])
+    assert ops.exit_code == 0, ops.output
+    ops_key = ops.output.split("API key (shown once; only its hash is kept): ")[1].split()[0]
+    store = KeyStore.from_settings(AuthSettings(keys_file=str(path), keys_env=None), POOL.names)
+    assert store.authenticate(f"Bearer {ops_key}").admin and not store.authenticate(f"Bearer {key}").admin
 
 
 @pytest.mark.parametrize("asked, expected", [
