@@ -150,23 +150,40 @@ def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, exam
     a, b = servers
     url = gateway(upstream={"breaker": {"failures": 1, "open_s": 5.0}})
     only_a = {"first": [MINI], "escalate": [GPT4O]}
+
+    def wait_ms(r: httpx.Response, opened: tuple[float, float], asked: tuple[float, float]) -> int:
+        """The 503's retry-after-ms, checked against what causality allows: a breaker opened within `opened` (client
+        clock before the request that opened it, after its answer), reported within `asked`: 5 s less the time
+        between."""
+        ms = int(r.headers["retry-after-ms"])
+        assert 5000 - (asked[1] - opened[0]) * 1e3 - 1 <= ms <= 5000 - (asked[0] - opened[1]) * 1e3 + 1, ms
+        assert r.headers["retry-after"] == str(-(-ms // 1000)) and f"retry after {ms} ms" in r.text
+        return ms
+
     a.stop()
+    t0 = time.monotonic()
     r = ask(url, examples[0], only_a)  # connection refused: the other model on A is not tried
+    a_opened = (t0, time.monotonic())
     assert r.status_code == 503 and r.json()["error"]["type"] == "upstream_unavailable", r.text
     assert [x["outcome"] for x in r.json()["error"]["attempts"]] == ["connect_error", "endpoint_down"]
+    t0 = time.monotonic()
     r = ask(url, examples[0], only_a)  # A's breaker is open: not one call sent
+    wait_ms(r, a_opened, (t0, time.monotonic()))
     assert r.status_code == 503 and [x["outcome"] for x in r.json()["error"]["attempts"]] == ["circuit_open"] * 2
-    ms = int(r.headers["retry-after-ms"])
-    assert 0 < ms <= 5000 and r.headers["retry-after"] == str(-(-ms // 1000)) and f"retry after {ms} ms" in r.text
     assert ask(url, examples[0]).status_code == 200  # B still answers A_THEN_B
     b.stop()
+    time.sleep(0.5)  # B opens half a second after A: the soonest to reopen stays A, by ~0.5 s
+    t0 = time.monotonic()
     r = ask(url, examples[0])
+    b_opened = (t0, time.monotonic())
     assert r.status_code == 503 and r.json()["error"]["attempts"][-1]["outcome"] == "connect_error"
-    # Every endpoint open: refused before routing, for routed and forced requests alike.
+    wait_ms(r, a_opened, b_opened)  # A's wait, not B's: the soonest endpoint
+    # Every endpoint open: refused before routing, for routed and forced requests alike, with A's (the soonest) wait.
     for body in (openai_body(examples[0]), openai_body(examples[0], switchcraft={"strategy": A_THEN_B})):
+        t0 = time.monotonic()
         r = post(url + "/v1/chat/completions", json=body, timeout=30)
         assert r.status_code == 503 and "attempts" not in r.json()["error"] and "switchcraft" not in r.json(), r.text
-        assert 0 < int(r.headers["retry-after-ms"]) <= 5000
+        wait_ms(r, a_opened, (t0, time.monotonic()))
     ready = httpx.get(url + "/readyz", headers=AUTH)
     assert ready.status_code == 503 and set(ready.json()["upstreams"].values()) == {"open"}
 
