@@ -1,4 +1,5 @@
 """The gateway's last line: an unexpected exception answers 500 cleanly; every log record is one JSON line.
+A client that vanishes mid-body is a 499, one whose body is too slow a 408 (`CatchAll`).
 
     app.add_middleware(CatchAll, metrics=metrics, log=log)    # inside create_app
     configure_json_logging("info")                            # switchcraft serve: root, uvicorn and httpx as JSON lines
@@ -36,22 +37,25 @@ class CatchAll:
 
     Two client failures are not the gateway's and are told apart: a client that disconnects while sending its body
     (Starlette's `ClientDisconnect`) is counted as status 499 and in `switchcraft_client_disconnects_total`, logged
-    at INFO, never answered; a body still incomplete `body_timeout_s` after the headers (a slow-loris body) is a 408
-    with `connection: close`, counted in `switchcraft_client_timeouts_total{phase="body"}`."""
+    at INFO, never answered; a body still incomplete `body_timeout_s` after the app began reading it (right after
+    the key check; a slow-loris body) is a 408 with `connection: close`, counted in
+    `switchcraft_client_timeouts_total{phase="body"}`."""
 
     def __init__(self, app, metrics, log: logging.Logger, body_timeout_s: float | None = 30.0) -> None:
         self.app, self.metrics, self.log, self.body_timeout_s = app, metrics, log, body_timeout_s
 
     def _deadline(self, receive):
-        """`receive` bounded: the whole body must arrive within body_timeout_s of the first call (the headers)."""
+        """`receive` bounded: the whole body must arrive within body_timeout_s of the app's first read."""
         if self.body_timeout_s is None:
             return receive
-        deadline, body_done = time.monotonic() + self.body_timeout_s, False
+        deadline, body_done = None, False
 
         async def timed() -> dict[str, Any]:
-            nonlocal body_done
+            nonlocal body_done, deadline
             if body_done:  # after the body: e.g. a streaming response listening for the disconnect
                 return await receive()
+            if deadline is None:
+                deadline = time.monotonic() + self.body_timeout_s
             try:
                 with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                     message = await receive()
