@@ -57,10 +57,8 @@ def test_disagreement_escalates_and_sums_latency():
 
 
 def test_tie_breaker_sides_with_one_then_escalates_when_it_agrees_with_neither():
-    models3 = ["a", "b", "t"]
     cd = _cd([[False, True, True], [True, False, False], [False, False, False]], agree_ab=[False] * 3,
              agree_ta=[False, True, False], agree_tb=[True, False, False])
-    cd.data.models = models3
     # 4 models are needed for t → e; reuse column 0 as e (already called).
     sim = simulate(cd, [(0, 1, 2, 0)], COSTS)
     # Row 0: t agrees with b → the cheaper of (b, t) = b (2 < 10), right. Row 1: t agrees with a → a, right.
