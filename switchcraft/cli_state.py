@@ -40,7 +40,7 @@ def spend(
     rows: bool = typer.Option(False, "--rows", help="Also print every ledger row."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Totals per key and day (by kind: answer, cascade, abandoned, estimated, expired), from the store itself."""
+    """Totals per key and day (by kind: answer, cascade, abandoned, estimated, expired, explore), from the store."""
     from serving.gateway.budget import spend_report
     from serving.gateway.config import StateSettings, load_serving_config
     from serving.gateway.state import StateUnavailable, open_state
@@ -77,14 +77,16 @@ def spend(
     if not report["totals"]:
         console.print("no charges" + (f" for key {key}" if key else "") + (f" on {day}" if day else ""))
         return
-    kinds = ("answer", "cascade", "abandoned", "estimated", "expired")
+    from serving.gateway.state import KINDS as kinds
+
     table = Table(title="spend (USD)")
     for col in ("day", "key", "calls", "total", *kinds):
         table.add_column(col, justify="left" if col in ("day", "key") else "right")
     for t in report["totals"]:
         table.add_row(t["day"], t["key"], str(t["calls"]), f"{t['usd']:.6f}",
                       *(f"{t['by_kind'].get(k, 0.0):.6f}" for k in kinds))
-    console.print(table)
+    wide = Console(width=max(console.width, 150))  # ten columns of figures: never cut to a pipe's 80
+    wide.print(table)
     if rows:
         detail = Table(title="ledger")
         for col in ("ts", "day", "key", "model", "kind", "usd", "request_id"):
@@ -92,4 +94,4 @@ def spend(
         for r in report["rows"]:
             detail.add_row(f"{r['ts']:.3f}", r["day"], r["key"], r["model"], r["kind"], f"{r['usd']:.8f}",
                            r["request_id"])
-        console.print(detail)
+        wide.print(detail)
