@@ -162,8 +162,9 @@ class DecisionLog:
             self.metrics.decision_log_records.inc(len(batch))
 
     def _rotate_if_full(self) -> None:
-        path = self.folder / FILE
-        if path.stat().st_size < self.max_bytes:
+        path, wal = self.folder / FILE, self.folder / (FILE + "-wal")
+        size = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)  # WAL mode: new rows sit in -wal
+        if size < self.max_bytes:
             return
         self.db.close()
         path.rename(self.folder / f"decisions.{int(time.time() * 1e3)}.sqlite")
