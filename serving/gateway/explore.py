@@ -40,6 +40,9 @@ OPERATOR_KEY = "__explore__"
 class Explorer:
     def __init__(self, settings, pool: Pool, cascade: Cascade, budgets: Budgets, decision_log, metrics, *,
                  state_settings, seed: int | None = None) -> None:
+        unknown = [] if settings.models == "all" else [m for m in settings.models if m not in pool.names]
+        if unknown:
+            raise ValueError(f"explore.models names {unknown}, not in the pool; pool: {', '.join(pool.names)}")
         self.settings, self.pool, self.cascade, self.budgets = settings, pool, cascade, budgets
         self.decision_log, self.metrics, self.state_settings = decision_log, metrics, state_settings
         self.operator = Identity(OPERATOR_KEY, Caller(), KeyLimits(usd_per_day=settings.usd_per_day))

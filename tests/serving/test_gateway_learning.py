@@ -131,6 +131,11 @@ def request_request_is_none(requests) -> bool:
     return all(r["request"] is None for r in requests)  # log.requests is off by default: no message text kept
 
 
+def test_explore_models_outside_the_pool_are_refused_at_start(pool, client):  # noqa: F811
+    with pytest.raises(ValueError, match=r"explore.models names \['gpt-5'\], not in the pool"):
+        create_app(ServingConfig(explore={"rate": 0.1, "models": ["gpt-5"]}), client=client, pool=pool)
+
+
 def test_exploration_stops_at_its_budget(pool, client, examples, tmp_path):  # noqa: F811
     cfg = ServingConfig(explore={"rate": 1.0, "usd_per_day": 1e-9})
     app = create_app(cfg, client=client, pool=pool)
