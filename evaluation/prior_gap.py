@@ -59,8 +59,9 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit(__doc__)
-    table = pd.DataFrame([row for a in argv for row in prior_gap(Path(a))])
-    print(table.to_markdown(index=False))
+    from evaluation.report import _md
+
+    print(_md(pd.DataFrame([row for a in argv for row in prior_gap(Path(a))])))
 
 
 if __name__ == "__main__":

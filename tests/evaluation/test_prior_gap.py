@@ -1,0 +1,40 @@
+"""prior_gap: the router's λ rows against the category prior, paired on the same held-out queries."""
+
+import pandas as pd
+
+from data.schema import Example, Expected, Label, Message, Tool, write_examples, write_labels
+from evaluation.prior_gap import prior_gap
+
+
+def _run(tmp_path, router_knows_category: bool):
+    examples, labels, oof = [], [], []
+    for i in range(90):
+        cat = "easy" if i % 2 else "hard"
+        eid = f"t:{i}"
+        examples.append(Example(id=eid, source="t", category=cat, messages=[Message(role="user", content=f"q {i}")],
+                                tools=[Tool(name="f")], expected=Expected.nothing()))
+        small_ok = cat == "easy"  # the small model is right exactly on the easy category; the big one everywhere
+        labels += [Label(example_id=eid, model="big", correct=True, reason="ok", cost_usd=0.01),
+                   Label(example_id=eid, model="small", correct=small_ok, reason="ok", cost_usd=0.001)]
+        p_small = (0.99 if cat == "easy" else 0.01) if router_knows_category else 0.5
+        oof += [{"example_id": eid, "fold": i % 3, "model": "big", "prob": 0.99},
+                {"example_id": eid, "fold": i % 3, "model": "small", "prob": p_small}]
+    write_examples(tmp_path / "examples.parquet", examples)
+    write_labels(tmp_path / "labels.parquet", labels)
+    pd.DataFrame(oof).to_parquet(tmp_path / "oof_predictions.parquet")
+    return tmp_path
+
+
+def test_a_router_that_knows_the_category_reaches_the_prior_and_one_that_does_not_costs_more(tmp_path):
+    (tmp_path / "knows").mkdir()
+    (tmp_path / "blind").mkdir()
+    knows = {r["target"]: r for r in prior_gap(_run(tmp_path / "knows", True))}
+    blind = {r["target"]: r for r in prior_gap(_run(tmp_path / "blind", False))}
+    assert set(knows) == {"best-single accuracy", "≤ 10% of best-single cost"}
+    row = knows["best-single accuracy"]
+    assert row["reached"] and row["Δ accuracy"].startswith("+0.000") and row["Δ $/M"].startswith("+0 ")
+    # Blind to the category it sends every query to the big model: dearer than the prior, which sends the easy
+    # half to the small one.
+    assert blind["best-single accuracy"]["router"].endswith("at $10,000/M")
+    assert blind["best-single accuracy"]["category prior"].endswith("at $5,500/M")
+    assert not blind["best-single accuracy"]["reached"]
