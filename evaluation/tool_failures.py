@@ -1,6 +1,7 @@
 """Why multi-tool requests miss Comprehensiveness@10: each missed tool of a failed request, classified.
 
     python -m evaluation.tool_failures --bench bfcl --bench stabletoolbench [--limit 300] [--set encoder=null]
+    python -m evaluation.tool_failures --compare --set encoder=null     # C@10 of other top-10 rules, paired
 
 A request fails C@10 when some needed tool is not in the router's top 10
 (the multi-intent ranking of `switchcraft tools eval`, by function name on
@@ -89,6 +90,64 @@ def failures(bench, router, ivecs: list[np.ndarray], by_name: bool = False, k: i
             "examples": {c: e[:5] for c, e in examples.items()}}
 
 
+def sibling_fill(fused: np.ndarray, namespaces: list[str], head: int = 5, k: int = 10) -> list[int]:
+    """Top k where the best `head` cards' namespace siblings (best first) take the next k − head places."""
+    from serving.tools.index import top_k
+
+    order = [int(i) for i in top_k(fused, max(k * 20, 200))]
+    first = order[:head]
+    spaces = {namespaces[i] for i in first} - {""}
+    sib = [i for i in order[head:] if namespaces[i] in spaces][: k - head]
+    out = first + sib
+    return out + [i for i in order if i not in set(out)][: k - len(out)]
+
+
+def round_robin(lists: list[list[int]], k: int = 10) -> list[int]:
+    """Each ask's list in turn (the whole request's last), first places first, no repeats."""
+    out: list[int] = []
+    for pos in range(max(map(len, lists), default=0)):
+        for lst in lists:
+            if pos < len(lst) and lst[pos] not in out and len(out) < k:
+                out.append(lst[pos])
+    return out
+
+
+def compare_merges(bench, router, ivecs: list[np.ndarray], by_name: bool = False, k: int = 10) -> dict:
+    """C@k of the router's ranking (max over texts) against round-robin over the asks and sibling fill,
+    on the same multi-tool requests; paired counts of requests each rule wins and loses."""
+    from evaluation.tool_eval import base_name
+    from evaluation.tool_metrics import comprehensive_at
+    from serving.tools.index import rrf_fuse, top_k
+
+    r = router.retrieval
+    keys = [c.key for c in bench.catalog.cards]
+    spaces = [c.namespace for c in bench.catalog.cards]
+    every = np.ones(len(keys), dtype=bool)
+    norm = base_name if by_name else (lambda x: x)
+    hits: dict[str, list[float]] = {"max (router)": [], "round_robin": [], "sibling_fill": []}
+    for q, v in zip(bench.queries, ivecs):
+        texts = router.intents(q.text)
+        fused = router.fuse(texts, v, every)[0]
+        tops = {"max (router)": [int(i) for i in top_k(fused, k)], "sibling_fill": sibling_fill(fused, spaces, k // 2, k)}
+        if len(texts) > 1:
+            cos = router.index.tool_vecs @ v.T
+            lists = [[int(i) for i in top_k(rrf_fuse(router.index.bm25_scores(t), cos[:, j], every, r.rrf_k, r.w_bm25,
+                                                      r.w_dense, (), r.shortlist), k)] for j, t in enumerate(texts)]
+            tops["round_robin"] = round_robin(lists[1:] + lists[:1], k)
+        else:
+            tops["round_robin"] = tops["max (router)"]
+        needed = [norm(t) for t in q.needed]
+        for m, top in tops.items():
+            hits[m].append(comprehensive_at([norm(keys[i]) for i in top], needed, k))
+    base = np.array(hits["max (router)"])
+    out = {"benchmark": bench.name, "requests": len(base)}
+    for m, h in hits.items():
+        h = np.array(h)
+        out[m] = {"c@k": float(h.mean()), "wins": int(((h == 1) & (base == 0)).sum()),
+                  "losses": int(((h == 0) & (base == 1)).sum())}
+    return out
+
+
 def main() -> None:
     import argparse
     import json
@@ -109,6 +168,7 @@ def main() -> None:
     ap.add_argument("--config", default="configs/tools.yaml")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--limit", type=int, default=None, help="multi-tool requests per benchmark (a fixed sample)")
+    ap.add_argument("--compare", action="store_true", help="C@10 of round-robin and sibling-fill top-10 rules, paired")
     a = ap.parse_args()
     cfg = load_tools_config(a.config, a.overrides)
     out = []
@@ -124,7 +184,8 @@ def main() -> None:
                                     model_dir=checked_model_dir(cfg.encoder, "encoder"))
             router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
             ivecs = intent_vectors(bench, router, Path(a.run_dir) / "cache")
-            out.append(failures(bench, router, ivecs, by_name=name == "bfcl"))
+            run = compare_merges if a.compare else failures
+            out.append(run(bench, router, ivecs, by_name=name == "bfcl"))
             print(json.dumps(out[-1], indent=2), flush=True)
 
 
