@@ -171,11 +171,13 @@ def one_then_the_rest(url: str, app, backend: CountingBackend, examples: list) -
     """/v1/route for each example: the first one's inference held at the gate until all the others are queued."""
     backend.gate.clear()
     with httpx.Client(base_url=url, headers=AUTH, timeout=120) as http, ThreadPoolExecutor(len(examples)) as threads:
-        first = threads.submit(http.post, "/v1/route", json=route_body(examples[0]))
-        wait_until(lambda: len(backend.calls) == 1, "the first inference started")
-        rest = [threads.submit(http.post, "/v1/route", json=route_body(e)) for e in examples[1:]]
-        wait_until(lambda: app.state.batcher.queued == len(rest), f"{len(rest)} routing calls queued")
-        backend.gate.set()
+        try:  # whatever fails, the gate opens: held requests never wait out their timeout
+            first = threads.submit(http.post, "/v1/route", json=route_body(examples[0]))
+            wait_until(lambda: len(backend.calls) == 1, "the first inference started")
+            rest = [threads.submit(http.post, "/v1/route", json=route_body(e)) for e in examples[1:]]
+            wait_until(lambda: app.state.slot.batcher.queued == len(rest), f"{len(rest)} routing calls queued")
+        finally:
+            backend.gate.set()
         return [first.result(), *(f.result() for f in rest)]
 
 
@@ -200,9 +202,9 @@ def test_full_queue_answers_429_with_retry_after_and_counts_it(gateway, shared_d
     ex = bfcl_sample(shared_data, 2)[1]
     backend.gate.clear()
     with httpx.Client(base_url=url, headers=AUTH, timeout=120) as http, ThreadPoolExecutor(2) as threads:
-        held = [threads.submit(http.post, "/v1/route", json=route_body(ex)) for _ in range(2)]
-        wait_until(lambda: app.state.batcher.admitted == 2, "two routing calls admitted")
         try:  # refused at once: a request admitted by mistake would wait at the gate, so a short timeout fails fast
+            held = [threads.submit(http.post, "/v1/route", json=route_body(ex)) for _ in range(2)]
+            wait_until(lambda: app.state.slot.batcher.admitted == 2, "two routing calls admitted")
             busy = [http.post("/v1/route", json=route_body(ex), timeout=15),
                     http.post("/v1/chat/completions", json=openai_body(ex), timeout=15)]
         finally:

@@ -1,0 +1,60 @@
+"""What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata.
+
+    .venv/bin/python -m evaluation.bench_long_input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]
+
+`--router`: any router folder with router.json and tokenizer/ (trained or exported). Rows: the cut request
+(serving/long_input.py, what the gateway packs) and the whole text (training/export.py's RequestEncoder alone).
+Inference is left out: it sees at most `packing.max_tokens` ids either way. Median and a bootstrap 95% interval
+of the median over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from serving.gateway.requests import parse_body, to_schema
+from serving.long_input import CappedEncoder
+from training.export import RequestEncoder
+
+
+def body(n_bytes: int) -> bytes:
+    text = ("weather in Paris and Rome? " * (n_bytes // 27 + 1))[:n_bytes]
+    return json.dumps({"messages": [{"role": "user", "content": text}]}).encode()
+
+
+def cost_s(encoder, raw: bytes) -> float:
+    t0 = time.perf_counter()
+    parsed = parse_body(raw, len(raw) + 1)
+    encoder.encode(*to_schema(parsed["messages"], parsed.get("tools")))
+    return time.perf_counter() - t0
+
+
+def interval(xs: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
+    boot = [np.median(rng.choice(xs, len(xs))) for _ in range(2000)]
+    return float(np.median(xs)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--router", type=Path, required=True)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--whole-reps", type=int, default=3, help="runs of the 2 MB whole text (~17 s each here)")
+    args = ap.parse_args()
+    whole = RequestEncoder.from_dir(args.router)
+    rng = np.random.default_rng(0)
+    print("| encoder | body | median ms | 95% CI | runs |\n|---|---:|---:|---|---:|")
+    for name, encoder in (("cut", CappedEncoder(whole)), ("whole", whole)):
+        for n in (2_000, 2_000_000):
+            reps = args.whole_reps if name == "whole" and n > 100_000 else args.reps
+            raw = body(n)
+            mid, lo, hi = interval([cost_s(encoder, raw) * 1e3 for _ in range(reps)], rng)
+            print(f"| {name} | {len(raw):,} B | {mid:.1f} | [{lo:.1f}, {hi:.1f}] | {reps} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
