@@ -206,14 +206,15 @@ def value_section(v: dict, level: int = 1) -> str:
            "with K tools depends on K, not on which K. Tokens: question + offered schemas (WordPiece); "
            "95% intervals (Wilson for a recorded accuracy, bootstrap otherwise).", "",
            "| model | category | distractors | accuracy without (%) | with router (%) | gain (points) | "
-           "prompt tokens without | with router | USD / 1k requests without → with |",
-           "|---|---|---:|---|---|---|---|---|---|"]
+           "after request_group (%) | prompt tokens without | with router | USD / 1k requests without → with |",
+           "|---|---|---:|---|---|---|---|---|---|---|"]
     for r in v["rows"]:
         usd = ("—" if r["usd_per_1k_without"] is None
                else f"{r['usd_per_1k_without']:.3f} → {r['usd_per_1k_router']:.3f}")
         out.append(f"| {r['model']} | {r['category']} | {r['distractors']} | {_pct(r['acc_without'])} "
                    f"{_ci(r['acc_without_ci'])} | {_pct(r['acc_router'])} {_ci(r['acc_router_ci'])} | "
-                   f"{100 * r['gain']:+.1f} {_ci(r['gain_ci'])} | {r['tokens_without']:,.0f} "
+                   f"{100 * r['gain']:+.1f} {_ci(r['gain_ci'])} | "
+                   f"{_pct(r['acc_router_after'])} {_ci(r['acc_router_after_ci'])} | {r['tokens_without']:,.0f} "
                    f"{_ci(r['tokens_without_ci'], False)} | {r['tokens_router']:,.0f} {_ci(r['tokens_router_ci'], False)} | "
                    f"{usd} |")
     out += ["", "| category | questions | every needed tool exposed (exact) | by name | after request_group | "

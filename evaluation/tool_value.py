@@ -123,6 +123,7 @@ class Routed:
     hit_after: bool  # after the simulated agent asks request_group for each missing tool's group
     tokens_router: int  # question + exposed schemas + request_group
     tokens_own: int  # question + own docs (the prompt at pool 0)
+    offered_after: int = 0  # tools offered once the simulated request_group calls added theirs
 
 
 def value_benchmark(data_root: str | Path, categories=CATEGORIES, bfcl_eval_data=None):
@@ -172,7 +173,7 @@ def route_recorded(bench, router, qvecs: list[np.ndarray]) -> list[Routed]:
             router.expand(d, g, EVAL_CALLER)
         out.append(Routed(
             id=q.id, category=q.split.split(":", 1)[1], own=len(q.offered), offered=len(shown) + 1, hit=hit,
-            hit_name=hit_name, hit_after=set(q.needed) <= set(d.tool_keys),
+            hit_name=hit_name, hit_after=set(q.needed) <= set(d.tool_keys), offered_after=len(d.tool_keys) + 1,
             tokens_router=q_tokens + d.schema_tokens["exposed"],
             tokens_own=q_tokens + int(sum(tok[cards.position[k]] for k in q.offered))))
     return out
@@ -198,14 +199,14 @@ def distractor_tokens(routed: list[Routed], bench, index, n: int, seed: int = 0)
 
 
 def estimate(routed: list[Routed], curve: dict[int, float], n_recorded: int, resamples: int = 2000,
-             seed: int = 0, field: str = "hit") -> dict:
+             seed: int = 0, field: str = "hit", size: str = "offered") -> dict:
     """Accuracy with the router in front: mean_i hit_i × acc(N_eff_i), with a bootstrap 95% interval.
 
     Each resample draws the questions with replacement and every recorded point
     from Beta(k + 1, n − k + 1) (k = its correct answers of n_recorded).
     """
     hits = np.array([getattr(r, field) for r in routed], dtype=np.float64)
-    neff = np.array([max(0, r.offered - r.own) for r in routed], dtype=np.float64)
+    neff = np.array([max(0, getattr(r, size) - r.own) for r in routed], dtype=np.float64)
     xs = sorted(curve)
     ys = np.array([curve[x] for x in xs])
     point = float(np.mean(hits * np.interp(neff, xs, ys)))
@@ -233,6 +234,8 @@ def value_rows(routed: list[Routed], curves: dict[tuple[str, str], dict[int, flo
             continue
         n = n_by_category[category]
         est = estimate(sel, curve, n, resamples)
+        # The agent's second turn: request_group for each missing tool's group, then the larger set offered.
+        after = estimate(sel, curve, n, resamples, field="hit_after", size="offered_after")
         rt = np.array([r.tokens_router for r in sel], dtype=np.float64)
         xs = est["xs"]
         for pool in pools:
@@ -254,6 +257,7 @@ def value_rows(routed: list[Routed], curves: dict[tuple[str, str], dict[int, flo
                 "usd_per_1k_without": None if price is None else float(tk.mean()) * price / 1e3,
                 "usd_per_1k_router": None if price is None else float(rt.mean()) * price / 1e3,
                 "price_per_mtok": price,
+                "acc_router_after": after["estimate"], "acc_router_after_ci": after["interval"],
                 "recall_all_needed": float(np.mean([r.hit for r in sel])),
                 "offered_router": float(np.mean([r.offered for r in sel])),
             })

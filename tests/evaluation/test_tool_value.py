@@ -74,6 +74,11 @@ def test_estimate_is_recall_times_accuracy_at_the_offered_size():
     assert e["estimate"] == pytest.approx(0.75 * 0.85)
     lo, hi = e["interval"]
     assert lo < e["estimate"] < hi and hi - lo < 0.35
+    # the agent's second turn: hits after request_group, at the larger set offered (1 own + 17 → 16 distractors)
+    after = [Routed(id="a", category="multiple", own=1, offered=9, hit=False, hit_name=False, hit_after=True,
+                    tokens_router=1, tokens_own=1, offered_after=17)]
+    assert estimate(after, curve, 200, resamples=50, field="hit_after", size="offered_after")["estimate"] == (
+        pytest.approx(0.8))
     # fewer tools offered than the question's own docs: accuracy at pool 0
     assert estimate([_r(0, True, 2, own=4)], curve, 200, resamples=50)["estimate"] == pytest.approx(0.9)
 
@@ -86,6 +91,7 @@ def test_value_rows_compare_with_the_recorded_pool(tmp_path):
     assert len(rows) == 1  # 512 is not recorded for this curve
     r = rows[0]
     assert r["acc_without"] == 0.5 and r["acc_router"] == pytest.approx(0.9)
+    assert r["acc_router_after"] == pytest.approx(0.9)  # every question complete; offered_after 0 → pool 0
     assert r["gain"] == pytest.approx(0.4) and r["gain_ci"][0] > 0.3
     assert r["acc_without_ci"] == pytest.approx(list(wilson(100, 200)))
     assert r["tokens_without"] == 9000 and r["tokens_router"] == 100
@@ -165,6 +171,7 @@ def test_route_recorded_counts_hits_offered_tools_and_tokens(tiny_router):
     r0, r1 = route_recorded(bench, tiny_router, vecs)
     assert r0.hit and r0.hit_name and r0.own == 2 and r0.category == "multiple"
     assert not r1.hit and r1.hit_after  # the simulated request_group brings the invoices group in
+    assert r1.offered_after > r1.offered and r0.offered_after == r0.offered
     d = tiny_router.route(qs[0].text, __import__("evaluation.tool_eval", fromlist=["EVAL_CALLER"]).EVAL_CALLER,
                           qvecs=vecs[0])
     count = tiny_router.index.encoder.count_tokens
