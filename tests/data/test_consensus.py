@@ -73,7 +73,7 @@ def test_two_coins_separate_calling_and_declining():
     declined = np.zeros((21, 3), bool)
     declined[:, 2] = True
     declined[-1, 0] = True
-    con = fit_consensus(np.stack(rows), declined=declined)
+    con = fit_consensus(np.stack(rows), declined=declined, config=ConsensusConfig(two_coin=True))
     assert con.reliability[1, 2] < 0.1 and con.reliability[0, 1] > 0.9
     assert con.correct[-1].tolist() == [False, True, False]
 
