@@ -237,8 +237,8 @@ def result_of(ids: list[str], names: list[str], con: Consensus) -> ConsensusResu
         "example_id": np.asarray(ids, dtype=object)[i], "model": np.asarray(names, dtype=object)[j],
         "correct": con.correct[i, j], "p_correct": con.p_correct[i, j], "confidence": con.confidence[i, j],
         "abstained": con.abstained[i]})
-    rel = {name: {"calling": float(con.reliability[0, c]), "declining": float(con.reliability[1, c])}
-           for c, name in enumerate(names)}
+    r = con.reliability if con.config.two_coin else con.reliability[[0, 0]]  # one coin: the same both ways
+    rel = {name: {"calling": float(r[0, c]), "declining": float(r[1, c])} for c, name in enumerate(names)}
     return ConsensusResult(ids, names, con, frame, rel)
 
 
