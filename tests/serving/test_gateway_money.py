@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -160,6 +161,14 @@ def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, 
             assert r.status_code == 429 and "'small' has spent" in r.json()["error"]["message"]
         r = httpx.post(urls[-1] + "/v1/route", json=route_body(examples[0]), headers=bearer(RPM_KEY), timeout=30)
         assert r.status_code == 429 and "5 requests per minute" in r.json()["error"]["message"]
+
+        # SIGHUP reloads router.dir in a running `switchcraft serve` (docs/learning.md, "Roll out").
+        gateways[0].proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while 'switchcraft_router_reloads_total{outcome="ok"} 1.0' not in httpx.get(
+                urls[0] + "/metrics", headers=AUTH, timeout=10).text:
+            assert time.monotonic() < deadline and gateways[0].proc.poll() is None, "SIGHUP did not reload"
+            time.sleep(0.2)
     finally:
         for g in gateways:
             g.stop()
