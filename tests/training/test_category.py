@@ -136,3 +136,22 @@ def test_pytorch_and_onnx_serve_the_training_blend_with_the_category_branch(cate
         assert np.abs(client.probabilities(requests) - expected).max() < 1e-4
     finally:
         client.close()
+
+
+@pytest.mark.integration
+def test_triton_serves_the_category_branch(category_dir, tmp_path):
+    from serving.client import RouterClient
+    from serving.triton import TritonServer, write_model_repository
+    from tests.serving.test_export import decide_with
+    from training.export import export_router
+
+    out, requests = category_dir
+    info = json.loads((out / "router.json").read_text())
+    export_router(out, tmp_path / "onnx", requests=requests[:8], decide=decide_with(info), threads=1)
+    repo = write_model_repository(tmp_path / "onnx", tmp_path / "model_repository", threads=1)
+    with TritonServer(repo / "cpu", startup_timeout_s=90) as server:
+        remote = RouterClient.from_dir(repo, backend="triton-http", url=server.http_url, timeout_s=10)
+        try:
+            assert np.abs(remote.probabilities(requests) - training_blend(out, requests)).max() < 1e-4
+        finally:
+            remote.close()
