@@ -166,7 +166,7 @@ def gateway_key(
         console.print(f"appended {key_id} to {out}", highlight=False)
     else:
         console.print("# add under `keys:` in auth.keys_file\n" + text, highlight=False, markup=False)
-    err.print(f"API key (shown once; only its hash is kept): {key}", highlight=False, markup=False)
+    err.print(f"API key (shown once; only its hash is kept): {key}", highlight=False, markup=False, soft_wrap=True)
 
 
 def bench_serve(
