@@ -33,6 +33,7 @@ from data.errors import DataError
 from data.pool import Pool, load_pool
 from data.schema import Call, Example, Expected, Message, Output, Tool, Usage, write_examples, write_outputs
 from data.verify.agree import calls_agree, disagreement_kind
+from evaluation.stats import paired_bootstrap
 from serving.strategy import Strategy
 
 
@@ -153,27 +154,27 @@ def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.Da
             row["new_true"] = replay(decision.strategy, answers, true, cost, e.tools, price)[0]
         rows.append(row)
     frame = pd.DataFrame(rows)
-    out = {"n": len(frame), "router_version": client.version}
-    for who in ("in_service", "new"):
-        out[who] = {"accuracy_consensus": _mean_ci(frame[f"{who}_correct"]),
-                    "usd_per_million": float(frame[f"{who}_cost"].mean() * 1e6)}
-        if f"{who}_true" in frame:
-            scored = frame[f"{who}_true"].dropna()
-            out[who]["accuracy_true"] = _mean_ci(scored)
-            out[who]["n_true"] = int(len(scored))
-    diff = frame["new_correct"].astype(float) - frame["in_service_correct"].astype(float)
-    out["new_minus_in_service_consensus"] = _mean_ci(diff)
+    out: dict = {"n": len(frame), "router_version": client.version, "in_service": {}, "new": {}}
+    for scoring, labels_col in (("consensus", "correct"), ("true", "true")):
+        scored = frame.dropna(subset=[f"new_{labels_col}"]) if f"new_{labels_col}" in frame else frame.iloc[:0]
+        if scored.empty:
+            continue
+        ci = paired_bootstrap({who: (scored[f"{who}_{labels_col}"].to_numpy(float), scored[f"{who}_cost"].to_numpy(float))
+                               for who in ("in_service", "new")}, reference="in_service")
+        for who in ("in_service", "new"):
+            out[who][f"accuracy_{scoring}"] = _mean_ci(scored[f"{who}_{labels_col}"], ci[who].accuracy)
+            out[who]["usd_per_million"] = float(frame[f"{who}_cost"].mean() * 1e6)
+            if scoring == "true":
+                out[who]["n_true"] = int(len(scored))
+        diff = scored[f"new_{labels_col}"].astype(float) - scored[f"in_service_{labels_col}"].astype(float)
+        out[f"new_minus_in_service_{scoring}"] = _mean_ci(diff, ci["new"].delta_accuracy)
     return out
 
 
-def _mean_ci(values, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Mean and a 95% bootstrap interval."""
-    x = np.asarray(values, dtype=float)
-    if len(x) == 0:
-        return {"mean": None, "low": None, "high": None}
-    rng = np.random.default_rng(seed)
-    boots = x[rng.integers(0, len(x), size=(n_boot, len(x)))].mean(axis=1)
-    return {"mean": float(x.mean()), "low": float(np.percentile(boots, 2.5)), "high": float(np.percentile(boots, 97.5))}
+def _mean_ci(values, interval) -> dict:
+    """The mean and its paired-bootstrap interval (evaluation.stats.paired_bootstrap)."""
+    return {"mean": float(np.mean(np.asarray(values, dtype=float))), "low": float(interval.low),
+            "high": float(interval.high)}
 
 
 def true_labels(held: list[Example], outputs: list[Output], pool: Pool, data_root: Path | None) -> dict | None:

@@ -90,16 +90,28 @@ def send_all(url: str, examples: list, concurrency: int = 4) -> list[dict]:
     return asyncio.run(go())
 
 
-def score(sent: list[dict], truth: dict[tuple[str, str], bool]) -> dict:
-    ok = [r for r in sent if r["status"] == 200]
-    correct = np.array([truth.get((r["example_id"], r["answered_by"]), False) for r in ok], dtype=float)
-    cost = np.array([r["cost_usd"] for r in ok])
-    rng = np.random.default_rng(0)
-    boots = correct[rng.integers(0, len(correct), (2000, len(correct)))].mean(axis=1) if len(correct) else [np.nan]
-    return {"n": len(sent), "answered": len(ok), "accuracy": float(correct.mean()) if len(correct) else None,
-            "accuracy_ci": [float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))],
-            "usd_per_million": float(np.nanmean(cost) * 1e6) if len(cost) else None,
-            "by_model": {m: sum(r["answered_by"] == m for r in ok) for m in sorted({r["answered_by"] for r in ok})}}
+def score(before: list[dict], after: list[dict], truth: dict[tuple[str, str], bool]) -> tuple[dict, dict]:
+    """True accuracy and cost of the same queries served twice, with paired intervals (an unanswered request
+    counts as wrong and free)."""
+    from evaluation.stats import paired_bootstrap
+
+    def arrays(sent: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+        ok = [r["status"] == 200 for r in sent]
+        correct = np.array([o and truth.get((r["example_id"], r["answered_by"]), False) for o, r in zip(ok, sent)],
+                           dtype=float)
+        return correct, np.array([r["cost_usd"] if o else 0.0 for o, r in zip(ok, sent)], dtype=float)
+
+    rows = {"before": arrays(before), "after": arrays(after)}
+    ci = paired_bootstrap(rows, reference="before")
+    out = {}
+    for name, sent in (("before", before), ("after", after)):
+        ok = [r for r in sent if r["status"] == 200]
+        (correct, cost), iv = rows[name], ci[name]
+        out[name] = {"n": len(sent), "answered": len(ok), "accuracy": float(correct.mean()),
+                     "accuracy_ci": [iv.accuracy.low, iv.accuracy.high], "usd_per_million": float(cost.mean() * 1e6),
+                     "by_model": {m: sum(r["answered_by"] == m for r in ok) for m in sorted({r["answered_by"] for r in ok})}}
+    out["after"]["minus_before_ci"] = [ci["after"].delta_accuracy.low, ci["after"].delta_accuracy.high]
+    return out["before"], out["after"]
 
 
 def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path = Path("configs/pool.yaml"),
@@ -157,12 +169,12 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
                      for lb in label_outputs(truth_outputs, {e.id: e for e in scored}, full)}
             app = create_app(ServingConfig(), client=client, pool=served_pool(full))
             with _Server(app) as url:
-                before = score(send_all(url, scored), truth)
+                sent_before = send_all(url, scored)
                 r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned.onnx_dir)},
                                headers={"authorization": f"Bearer {LOOP_KEY}"}, timeout=120)
                 if r.status_code != 200:
                     raise RuntimeError(f"reload failed: {r.text}")
-                after = score(send_all(url, scored), truth)
+                before, after = score(sent_before, send_all(url, scored), truth)
             return LoopResult(learned.comparison, before, after, (r.json()["previous_version"],
                                                                    r.json()["router_version"]),
                               add_model.name if add_model else None, added)

@@ -101,19 +101,16 @@ def serve(
 
     from data.errors import DataError
     from data.pool import load_pool
-    from serving.client import RouterClient
     from serving.gateway.app import UNAUTHENTICATED, create_app
     from serving.gateway.config import load_serving_config
     from serving.gateway.errors import configure_json_logging
+    from serving.gateway.reload import client_from
     from serving.gateway.state import StateUnavailable
     from serving.gateway.server import uvicorn_config
 
     try:
         cfg = load_serving_config(config, overrides or [])
-        r = cfg.router
-        client = RouterClient.from_dir(r.dir, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
-                                       timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
-                                       spin=r.spin, rule=r.rule, lam=r.lam)
+        client = client_from(cfg.router, cfg.router.dir)  # the same settings a reload (SIGHUP) loads with
         app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
     except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
         _fail(str(e))

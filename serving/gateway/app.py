@@ -49,7 +49,7 @@ from serving.client import RouterClient
 from serving.gateway.answers import upstream_body
 from serving.gateway.auth import Identity, KeyStore, forbidden, narrow, restrict_models
 from serving.gateway.batcher import RoutingBatcher
-from serving.gateway.budget import Budgets, StreamCharge, charges_of, spend_report, worst_case_usd
+from serving.gateway.budget import Budgets, StreamCharge, charges_of, payload_size, spend_report, worst_case_usd
 from serving.gateway.cascade import MODEL_HEADER, CallRecord, Cascade, CascadeRequest, Run
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import CatchAll
@@ -297,7 +297,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     def cost_headers(charged: list[Charge]) -> dict[str, str]:
         """What the request was charged, and how much of that is an estimate (no usage from the provider)."""
         return {"x-switchcraft-cost-usd": f"{sum(c.usd for c in charged):.8f}",
-                "x-switchcraft-cost-estimated-usd": f"{sum(c.usd for c in charged if c.kind != 'answer' and c.kind != 'cascade'):.8f}"}
+                "x-switchcraft-cost-estimated-usd": f"{sum(c.usd for c in charged if c.estimated):.8f}"}
 
     def error_response(e: GatewayError, rid: str, extra: dict | None = None) -> JSONResponse:
         body = e.body()
@@ -566,11 +566,6 @@ def _on_sighup(reload) -> bool:
     except (ValueError, RuntimeError, NotImplementedError):
         return False
     return True
-
-
-def payload_size(payload: dict) -> int:
-    """Bytes of an upstream payload as JSON: what its input tokens are estimated from."""
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode())
 
 
 def request_id(request: Request) -> str:

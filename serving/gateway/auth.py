@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from serving.gateway.requests import GatewayError
+from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
 from serving.tools.policy import Caller
 
 KEY_PREFIX = "sk-sc-"
@@ -265,8 +264,7 @@ def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str)
 
 
 def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
-    ms = max(1, math.ceil(wait_s * 1e3))
-    e = GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error",
-                     headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+    ms = retry_after_ms(wait_s)
+    e = GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error", headers=retry_after_headers(ms))
     e.reason = reason  # type: ignore[attr-defined]
     return e

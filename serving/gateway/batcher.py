@@ -42,7 +42,7 @@ import numpy as np
 
 from serving.client import RoutedDecision, RouterClient
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError
+from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
 from serving.policy import Constraints
 
 EWMA = 0.2  # weight of the newest batch in the batch-time estimate behind Retry-After
@@ -104,10 +104,10 @@ class RoutingBatcher:
     def busy(self) -> GatewayError:
         """429 router_busy; the wait is the batches ahead of a new call × the recent batch time."""
         ahead = math.ceil(self.admitted / self.max_batch_size)
-        ms = max(1, math.ceil(ahead * self.batch_s * 1e3))
+        ms = retry_after_ms(ahead * self.batch_s)
         return GatewayError(429, f"the router has {self.admitted} routing calls queued or running (router.max_queue "
                             f"{self.max_queue}); retry after {ms} ms", type="router_busy",
-                            headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+                            headers=retry_after_headers(ms))
 
     def _wake(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._arrived is None:

@@ -30,7 +30,7 @@ import anyio
 from data.pool import Pool, PoolModel
 from serving.gateway.auth import Identity, too_many
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError
+from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
 from serving.gateway.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
 from serving.strategy import Strategy
 
@@ -52,8 +52,7 @@ class Budgets:
         return GatewayError(503, "the gateway's limit store is unavailable; this API key has limits, so it is not "
                             f"served until the store is back; retry after {self.retry_after_s:g} s",
                             type="state_unavailable",
-                            headers={"retry-after": str(math.ceil(self.retry_after_s)),
-                                     "retry-after-ms": str(math.ceil(self.retry_after_s * 1e3))})
+                            headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
 
     async def admit(self, ident: Identity) -> None:
         """Count the request against the key's per-minute limit; 429 when that or today's budget is used up."""
@@ -118,7 +117,7 @@ class StreamCharge:
                  before: list[Charge], rec, request_id: str, payload: dict) -> None:
         self.budgets, self.pool, self.settings = budgets, pool, settings
         self.ident, self.res, self.before, self.rec, self.request_id = ident, res, before, rec, request_id
-        self.size = len(json.dumps(payload, separators=(",", ":"), default=str))
+        self.size = payload_size(payload)
         self.done: list[Charge] | None = None
 
     async def __call__(self, usage: dict | None, output_bytes: int) -> list[Charge]:
@@ -192,6 +191,18 @@ def tokens_in(n_bytes: int, chars_per_token: float) -> int:
     return math.ceil(n_bytes / chars_per_token)
 
 
+def payload_size(payload: dict) -> int:
+    """Bytes of an upstream payload as JSON: what its input tokens are estimated from."""
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+
+
+def call_worst_case_usd(pool: Pool, model: str, body: dict, payload_bytes: int, *, chars_per_token: float,
+                        default_output_tokens: int) -> float:
+    """One call's worst case: the model's payload size in input tokens, its output cap in output tokens."""
+    m = pool.get(model)
+    return call_estimate_usd(m, tokens_in(payload_bytes, chars_per_token), output_cap(body, m, default_output_tokens))
+
+
 def may_call(strategy: Strategy, ranking: Iterable[str], max_attempts: int, price) -> list[str]:
     """Every model the strategy may call at worst: its first models and tie-breaker, then the dearest
     `max_attempts` of the models it may fall back or escalate to (the gateway sends at most that many more)."""
@@ -211,9 +222,8 @@ def worst_case_usd(pool: Pool, strategy: Strategy, ranking: Iterable[str], body:
     (`payload_bytes(model)`: a prompt-style model's payload carries the functions in a system prompt) and its
     output cap."""
     def price(name: str) -> float:
-        m = pool.get(name)
-        return call_estimate_usd(m, tokens_in(payload_bytes(name), chars_per_token),
-                                 output_cap(body, m, default_output_tokens))
+        return call_worst_case_usd(pool, name, body, payload_bytes(name), chars_per_token=chars_per_token,
+                                   default_output_tokens=default_output_tokens)
 
     return sum(price(m) for m in may_call(strategy, [m for m in ranking if m in pool.names], max_attempts, price))
 

@@ -25,7 +25,7 @@ import random
 from data.pool import Pool
 from serving.gateway.answers import upstream_body
 from serving.gateway.auth import Identity, KeyLimits
-from serving.gateway.budget import Budgets, call_estimate_usd, charges_of, output_cap, tokens_in
+from serving.gateway.budget import Budgets, call_worst_case_usd, charges_of, payload_size
 from serving.gateway.cascade import Cascade, CascadeRequest, Run
 from serving.gateway.record import Served
 from serving.gateway.requests import GatewayError
@@ -80,9 +80,9 @@ class Explorer:
                 payloads[model] = upstream_body(body, served.tools, self.pool.get(model))
             return payloads[model]
 
-        sizes = {m: len(json.dumps(body_for(m), separators=(",", ":"), default=str).encode()) for m in models}
-        worst = sum(call_estimate_usd(self.pool.get(m), tokens_in(sizes[m], self.state_settings.chars_per_token),
-                                      output_cap(body, self.pool.get(m), self.state_settings.default_output_tokens))
+        sizes = {m: payload_size(body_for(m)) for m in models}
+        worst = sum(call_worst_case_usd(self.pool, m, body, sizes[m], chars_per_token=self.state_settings.chars_per_token,
+                                        default_output_tokens=self.state_settings.default_output_tokens)
                     for m in models)
         try:
             res = await self.budgets.reserve(self.operator, worst, served.request_id)

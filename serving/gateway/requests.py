@@ -50,6 +50,15 @@ class GatewayError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
 
 
+def retry_after_ms(wait_s: float) -> int:
+    return max(1, math.ceil(wait_s * 1e3))
+
+
+def retry_after_headers(ms: int) -> dict[str, str]:
+    """Retry-After (whole seconds, rounded up) and retry-after-ms, for every 429 and 503 the gateway answers."""
+    return {"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)}
+
+
 def bad(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, f"{param}: {message}" if param else message, param=param)
 

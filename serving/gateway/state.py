@@ -83,6 +83,11 @@ class Charge:
     kind: str  # one of KINDS
     usd: float
 
+    @property
+    def estimated(self) -> bool:
+        """Priced by an estimate, not by the provider's usage: abandoned, estimated and expired charges."""
+        return self.kind in ("abandoned", "estimated", "expired")
+
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"ledger kind {self.kind!r}; known: {', '.join(KINDS)}")

@@ -113,7 +113,7 @@ def _cost_chunk(model: str, charged: list) -> bytes:
     chunk = {"object": "chat.completion.chunk", "model": model, "choices": [],
              "switchcraft": {"cost_usd": round(sum(c.usd for c in charged), 10),
                              "cost_estimated_usd": round(sum(c.usd for c in charged
-                                                             if c.kind not in ("answer", "cascade")), 10),
+                                                             if c.estimated), 10),
                              "charges": [{"model": c.model, "kind": c.kind, "usd": c.usd} for c in charged]}}
     return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 

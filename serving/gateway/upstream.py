@@ -44,7 +44,7 @@ from data.pool import Pool
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError
+from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
 
 CALLER_ERRORS = {400, 413, 422}
 # Not sent: the endpoint's breaker is open, it refused us this request, or it asked for a pause (429 Retry-After).
@@ -230,21 +230,21 @@ class Upstreams:
         """503 with Retry-After (seconds) and retry-after-ms: the earliest an endpoint of `models` takes calls."""
         models = list(models)
         wait = self.breakers.retry_after_s(models)
-        ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
+        ms = retry_after_ms(1.0 if wait is None else wait)
         endpoints = sorted({self.breakers.of(m).endpoint for m in models})
         return GatewayError(503, f"no upstream is reachable now (endpoints down: {', '.join(endpoints)}); "
                             f"retry after {ms} ms", type="upstream_unavailable",
-                            headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+                            headers=retry_after_headers(ms))
 
     def rate_limited(self, models: Iterable[str]) -> GatewayError:
         """429 with the soonest Retry-After among `models`' endpoints: every candidate asked for a pause."""
         models = list(models)
         wait = self.breakers.limited_s(models)
-        ms = max(1, math.ceil((1.0 if wait is None else wait) * 1e3))
+        ms = retry_after_ms(1.0 if wait is None else wait)
         endpoints = sorted({self.breakers.of(m).endpoint for m in models})
         return GatewayError(429, f"every upstream candidate is rate-limited (endpoints: {', '.join(endpoints)}); "
                             f"retry after {ms} ms", type="upstream_rate_limited",
-                            headers={"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)})
+                            headers=retry_after_headers(ms))
 
     def no_answer(self, attempts: list[Attempt]) -> GatewayError:
         """502 when no upstream answered; 429 with the soonest Retry-After when every candidate was rate-limited;

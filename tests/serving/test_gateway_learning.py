@@ -124,11 +124,7 @@ def test_a_model_with_too_few_answers_is_explored_until_it_has_them(pool, client
         for a in explored:
             assert counts.get(a["model"], 0) < 2  # explored only while it had fewer than min_answers
             counts[a["model"]] = counts.get(a["model"], 0) + 1
-    assert request_request_is_none(requests)
-
-
-def request_request_is_none(requests) -> bool:
-    return all(r["request"] is None for r in requests)  # log.requests is off by default: no message text kept
+    assert all(r["request"] is None for r in requests)  # log.requests is off by default: no message text kept
 
 
 def test_explore_models_outside_the_pool_are_refused_at_start(pool, client):  # noqa: F811

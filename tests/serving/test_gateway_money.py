@@ -136,7 +136,7 @@ def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, 
         codes = [r.status_code for r in answers]
         assert set(codes) <= {200, 429} and codes.count(200) >= 1 and codes.count(429) >= 1, codes
         from serving.gateway.answers import upstream_body
-        from serving.gateway.app import payload_size
+        from serving.gateway.budget import payload_size
         from serving.gateway.requests import to_schema
 
         sent = upstream_body(body, to_schema(body["messages"], body["tools"])[1], POOL.get(CHEAP))
