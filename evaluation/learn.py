@@ -11,7 +11,10 @@ learns from (exploration, `explore.rate`, provides them). Steps:
 2. consensus labels (`data.consensus`): each (request, model) labelled from agreement in meaning;
 3. the last `holdout` share of requests (by time) is held out; the router is trained on the rest (the usual
    recipe, configs/train.yaml, on consensus labels, no auxiliary targets) and the strategy policy fitted on its
-   out-of-fold probabilities (`write_strategy_policy`), then exported to ONNX (`router_onnx/`);
+   out-of-fold probabilities (`write_strategy_policy`), then exported to ONNX (`router_onnx/`). Its cost target
+   is `--budget` USD per million requests when given (recommended: consensus labels can swap two near-tied top
+   models, and "20% of the best single model's cost" then moves with their price ratio; docs/consensus.md),
+   else 20% of the cost of the model the consensus labels rank first;
 4. on the held-out requests, the new router's decisions are replayed on the logged answers (the gateway's
    strategy rules: agreement in meaning, resolve rules, tie-breaker, escalation) and compared with what the
    router in service did: accuracy scored with consensus labels, and with the verifier's true labels where the
@@ -199,7 +202,7 @@ def true_labels(held: list[Example], outputs: list[Output], pool: Pool, data_roo
 def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = "configs/pool.yaml",
           train_config: str | Path = "configs/train.yaml", train_overrides: list[str] | None = None,
           holdout: float = 0.25, data_root: str | Path | None = None, progress: bool = True,
-          console=None) -> LearnResult:
+          budget_usd_per_million: float | None = None, console=None) -> LearnResult:
     from rich.console import Console
 
     from data.consensus import run_consensus_labels
@@ -216,6 +219,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     console = console or Console()
     if not 0 < holdout < 1:
         raise DataError(f"--holdout {holdout}: give a share in (0, 1)", field="holdout")
+    if budget_usd_per_million is not None and not budget_usd_per_million > 0:
+        raise DataError(f"--budget {budget_usd_per_million}: give USD per million requests, > 0", field="budget")
     run, timings = Path(run_dir), {}
     run.mkdir(parents=True, exist_ok=True)
     pool = load_pool(pool_path)
@@ -258,7 +263,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         data = RoutingData.from_labels(labels, train_by_id, pool.names, probs_folds)
         cd = CascadeData.from_outputs([o for o in outputs if o.example_id in set(data.example_ids)],
                                       train_by_id, pool, data)
-        return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0])
+        return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0],
+                                     budget_usd_per_million=budget_usd_per_million)
 
     step("strategy policy", policy)
     onnx_dir = run / "router_onnx"

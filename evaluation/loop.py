@@ -116,7 +116,8 @@ def score(before: list[dict], after: list[dict], truth: dict[tuple[str, str], bo
 
 def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path = Path("configs/pool.yaml"),
              requests: int = 200, score_n: int = 200, add_model: PoolModel | None = None, add_after: float = 0.25,
-             train_overrides: list[str] | None = None, seed: int = 0) -> LoopResult:
+             train_overrides: list[str] | None = None, seed: int = 0,
+             budget_usd_per_million: float | None = None) -> LoopResult:
     from data.labels import label_outputs
     from data.recorded import import_recorded
     from data.replay_serve import ReplayServer, build_state
@@ -162,7 +163,8 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
             _, answers = read_log(work / "log")
             added = sum(a["model"] == add_model.name and a["outcome"] == "ok" for a in answers) if add_model else 0
             learned = learn(work / "log", work / "learned", pool_path=pool_file, data_root=data_root,
-                            train_overrides=train_overrides, progress=False)
+                            train_overrides=train_overrides, progress=False,
+                            budget_usd_per_million=budget_usd_per_million)
             truth_outputs = import_recorded(outputs_dir, examples={e.id: e for e in scored},
                                             models=[m.recording for m in full.models], progress=False)
             truth = {(lb.example_id, lb.model): bool(lb.correct)

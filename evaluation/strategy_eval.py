@@ -105,9 +105,17 @@ def _pick_lambda(points: list[tuple[float, float, float]], *, target: str, best_
 
 
 def _budget(cd: CascadeData, train: np.ndarray, target: str, cost_fraction: float) -> tuple[float, float | None]:
+    """(the best single model's accuracy on `train`, the mean cost per query the target allows). Targets:
+    "match_best" (no budget), "cost_fraction" (`cost_fraction` × the best single model's mean cost: read off
+    the labels, so labels that swap two near-tied top models move it) and "budget" (`cost_fraction` is then
+    the budget itself, USD per query: given by the user, no label moves it)."""
+    if target not in ("match_best", "cost_fraction", "budget"):
+        raise ValueError(f"unknown target {target!r}; use 'match_best', 'cost_fraction' or 'budget'")
     d = cd.data
     j = best_single_column(d.correct[train], d.cost[train])
     best_acc, best_cost = float(d.correct[train, j].mean()), float(d.cost[train, j].mean())
+    if target == "budget":
+        return best_acc, float(cost_fraction)
     return best_acc, (cost_fraction * best_cost if target == "cost_fraction" else None)
 
 
@@ -134,7 +142,8 @@ def to_strategy(spec: Spec, models: list[str], rule: dict[str, str] | None = Non
                           resolve=rule)
 
 
-Target = tuple[str, float]  # ("match_best" | "cost_fraction", the cost fraction for "cost_fraction")
+# ("match_best" | "cost_fraction" | "budget", the cost fraction for "cost_fraction", USD per query for "budget")
+Target = tuple[str, float]
 
 
 C_GRID = (0.0, 0.03, 0.3)  # the regressions' inverse regularisation; 0: no regression (one strategy for all)
@@ -350,15 +359,24 @@ def deployable_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost
 
 
 def write_strategy_policy(router_dir: str | Path, cd: CascadeData, probs: np.ndarray, *, cost_fraction: float = 0.2,
-                          specs: list[Spec] | None = None, sim: Simulated | None = None) -> Path:
+                          budget_usd_per_million: float | None = None, specs: list[Spec] | None = None,
+                          sim: Simulated | None = None) -> Path:
     """The deployable policy into `<router_dir>/router.json` (`strategy_policy`): `switchcraft export` and the
-    Triton repository carry it to serving, where RouterClient runs it."""
-    policy = deployable_policy(cd, probs, target="cost_fraction", cost_fraction=cost_fraction, specs=specs, sim=sim)
+    Triton repository carry it to serving, where RouterClient runs it. Its cost target: `cost_fraction` of the
+    best single model's cost (read off `cd`'s labels), or with `budget_usd_per_million` that budget in USD per
+    million requests (what to give where the labels are consensus labels: no label can move it)."""
+    if budget_usd_per_million is not None and not budget_usd_per_million > 0:
+        raise ValueError(f"budget_usd_per_million must be > 0, got {budget_usd_per_million}")
+    target, value = (("budget", budget_usd_per_million / 1e6) if budget_usd_per_million is not None
+                     else ("cost_fraction", cost_fraction))
+    policy = deployable_policy(cd, probs, target=target, cost_fraction=value, specs=specs, sim=sim)
     path = Path(router_dir) / "router.json"
     info = json.loads(path.read_text())
     if list(info.get("models") or []) != cd.data.models:
         raise ValueError(f"{path}: the router is over {info.get('models')}, the evaluation over {cd.data.models}")
-    info["strategy_policy"] = {**policy.to_json(), "target": f"cost_fraction {cost_fraction}",
+    label = (f"budget {budget_usd_per_million:g} USD per million requests" if budget_usd_per_million is not None
+             else f"cost_fraction {cost_fraction}")
+    info["strategy_policy"] = {**policy.to_json(), "target": label,
                                "fitted_on": f"{len(probs)} labelled queries (out-of-fold router probabilities)"}
     path.write_text(json.dumps(info, indent=2, default=str))
     return path

@@ -2,6 +2,7 @@
 
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned --data-root ../shared/data   # + truth scores
+    switchcraft learn --from-log runs/gateway/log --run-dir runs/learned --budget 400    # ≤ $400 per M requests
 
 Wiring: `register(app)` adds `learn`.
 """
@@ -32,6 +33,9 @@ def learn(
     holdout: float = typer.Option(0.25, help="The latest share of requests held out for the comparison."),
     data_root: Path = typer.Option(None, help="Shared data root: requests naming a BFCL v1 query "
                                    "(metadata.example_id) are also scored with the verifier's true labels."),
+    budget: float = typer.Option(None, "--budget", help="The strategy policy's cost target in USD per million "
+                                 "requests (recommended; default: 20% of the cost of the model the consensus labels "
+                                 "rank first, which moves if they swap two near-tied models)."),
     overrides: list[str] = typer.Argument(None, help="Training config overrides key=value."),
 ) -> None:
     from data.errors import DataError
@@ -40,7 +44,8 @@ def learn(
     root = data_root or (Path(os.environ["SWITCHCRAFT_DATA_ROOT"]) if os.environ.get("SWITCHCRAFT_DATA_ROOT") else None)
     try:
         res = run_learn(from_log, run_dir, pool_path=pool, train_config=train_config, train_overrides=list(overrides or []),
-                        holdout=holdout, data_root=root, console=console)
+                        holdout=holdout, data_root=root, budget_usd_per_million=budget,
+                        console=console)
     except (DataError, FileNotFoundError, ValueError) as e:
         err.print(f"[bold red]error:[/] {e}", highlight=False)
         raise typer.Exit(1) from None

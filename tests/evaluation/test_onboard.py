@@ -139,6 +139,33 @@ def test_consensus_fit_rows_score_with_true_labels():
         consensus_fit_rows(cd, fit[:10], probs)
 
 
+def test_cost_targets_are_the_truth_fit_budgets_and_the_diagnostic_reads_the_anchor_off_the_fit_labels():
+    # True labels: m2 (cost 10) is the best single, so ≤ 20% of its cost is 2.0 per query, which buys m1.
+    # The fit labels rank m1 (cost 2) first: "20% of the best single" read off them is 0.4, which buys nothing
+    # but the cheapest model. The given budget must not move with the labels; the diagnostic must.
+    cd, probs = _synthetic()
+    fit = np.zeros_like(cd.data.correct)
+    fit[:, 1] = True
+    rows = consensus_fit_rows(cd, fit, probs, prefix="s")
+    fixed = rows["best fixed strategy on training folds, for ≤ 20% of best-single cost"]
+    assert set(fixed.chosen) == {"single(m1)"}
+    given = rows["s, λ for ≤ 20% of best-single cost"]
+    assert given.cost.mean() == pytest.approx(2.0)
+    anchored = rows["s, λ for ≤ 20% of the consensus-ranked best single's cost (diagnostic)"]
+    assert set(anchored.chosen) == {"single(m0)"} and anchored.cost.mean() == pytest.approx(1.0)
+
+
+def test_a_budget_target_is_a_number_no_label_moves():
+    from evaluation.strategy_eval import _budget
+
+    cd, _ = _synthetic()
+    rows = np.arange(len(cd.data.example_ids))
+    assert _budget(cd, rows, "budget", 3.5)[1] == 3.5
+    assert _budget(cd, rows, "cost_fraction", 0.2)[1] == pytest.approx(2.0)  # m2 is the best single, cost 10
+    with pytest.raises(ValueError, match="unknown target"):
+        _budget(cd, rows, "cheap", 0.2)
+
+
 def test_with_model_adds_labels_costs_and_agreement_with_each_pool_model():
     from data.pool import Pool, PoolModel
     from data.schema import Call, Example, Expected, Message, Output
