@@ -24,8 +24,9 @@ calls_agree`, both directions) (optionally also the hypothesis that no answer is
 reliability r (one per model; optionally two, one when it calls and one when it declines), so a hypothesis' likelihood is
 the product of r over its supporters and (1 - r) over the other answering models. An EM of the Dawid–Skene
 kind alternates the posterior over hypotheses per query and each model's reliability (its expected accuracy,
-Beta(1, 1)-smoothed). A label's `p_correct` is the posterior of the hypotheses the model's answer supports;
-`correct` = p_correct > 0.5; `confidence` = max(p, 1 - p); a query is `abstained` when no hypothesis reaches
+Beta(1, 1)-smoothed). A model that never declines, even where most others do (forced tool choice), has no
+vote on queries where some model declined (`forced_callers`): its call there says nothing about whether to
+call. A label's `p_correct` is the posterior of the hypotheses the model's answer supports; `correct` = p_correct > 0.5; `confidence` = max(p, 1 - p); a query is `abstained` when no hypothesis reaches
 `min_support` posterior (no group is supported): its labels are still the most probable ones, flagged.
 docs/consensus.md has the measured agreement with the verifier's labels and the variants compared.
 """
@@ -58,6 +59,13 @@ class ConsensusConfig:
     # "No answer is right" as a hypothesis of its own: measured the same on the default pool (92.6%), and on a
     # few queries the EM can drift to "everyone is wrong" (docs/consensus.md); off by default.
     none_hypothesis: bool = False
+    # A model that never declines, not even on queries where most of the others decline (forced tool choice:
+    # "-FC-Any"-style deployments), says nothing about whether to call at all: where some model declined, its
+    # vote is left out (it still gets a label). Decided from the answers, never from names: it must have called
+    # on at least `forced_evidence` queries that most other answering models declined, so a pool whose traffic
+    # always needs a call (nobody declines but one model's stray text answer) mutes no one.
+    mute_never_decliners: bool = True
+    forced_evidence: int = 5
     min_support: float = 0.5  # a query whose best hypothesis is below this posterior is abstained
     max_iter: int = 50
     tol: float = 1e-5
@@ -105,6 +113,15 @@ def _hypotheses(agree: np.ndarray, answered: np.ndarray) -> tuple[np.ndarray, np
     return np.asarray(qs, dtype=int), (np.asarray(masks, dtype=bool) if masks else np.zeros((0, m), bool))
 
 
+def forced_callers(answered: np.ndarray, declined: np.ndarray, evidence: int) -> np.ndarray:
+    """(m,) bool: models that never decline though they called on at least `evidence` queries that most of the
+    other answering models declined — forced tool choice, whose calls carry no vote on whether to call."""
+    others_answered = answered.sum(1, keepdims=True) - answered
+    others_declined = declined.sum(1, keepdims=True) - declined
+    overruled = answered & ~declined & (2 * others_declined > others_answered) & (others_answered > 0)
+    return answered.any(0) & ~declined.any(0) & (overruled.sum(0) >= evidence)
+
+
 def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, declined: np.ndarray | None = None,
                   config: ConsensusConfig | None = None) -> Consensus:
     """The EM on `agree` (bool, n × m × m: do models a and b's answers to query i mean the same calls),
@@ -117,6 +134,10 @@ def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, decline
     n, m, _ = agree.shape
     answered = np.ones((n, m), bool) if answered is None else np.asarray(answered, dtype=bool)
     coin = np.zeros((n, m), int) if declined is None or not cfg.two_coin else np.asarray(declined, dtype=bool).astype(int)
+    votes = answered
+    if declined is not None and cfg.mute_never_decliners:
+        dec = np.asarray(declined, dtype=bool) & answered
+        votes = answered & ~(forced_callers(answered, dec, cfg.forced_evidence)[None, :] & dec.any(1)[:, None])
     q, mask = _hypotheses(agree, answered)
     k = np.bincount(q, minlength=n).astype(float)  # hypotheses (answers) per query
     rel = np.full((2, m), cfg.init_reliability)
@@ -125,8 +146,8 @@ def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, decline
     iterations = 0
     for iterations in range(1, cfg.max_iter + 1):  # noqa: B007 - the count is returned
         lr, lw = np.log(rel[coin, cols]), np.log1p(-rel[coin, cols])  # n × m
-        lr, lw = np.where(answered, lr, 0.0), np.where(answered, lw, 0.0)
-        ll = (mask * lr[q]).sum(1) + ((answered[q] & ~mask) * lw[q]).sum(1) - np.log(np.maximum(k[q], 1))
+        lr, lw = np.where(votes, lr, 0.0), np.where(votes, lw, 0.0)
+        ll = (mask * lr[q]).sum(1) + ((votes[q] & ~mask) * lw[q]).sum(1) - np.log(np.maximum(k[q], 1))
         ll += np.log1p(-pi0) if pi0 > 0 else 0.0
         ll_none = np.log(pi0) + lw.sum(1) if pi0 > 0 else np.full(n, -np.inf)
         top = ll_none.copy()
@@ -140,7 +161,7 @@ def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, decline
         p = np.minimum(p, 1.0)
         new = rel.copy()
         for c in (0, 1):
-            here = answered & (coin == c)
+            here = votes & (coin == c)
             prior = (cfg.decline_prior * new[0], cfg.decline_prior) if c == 1 else (0.0, 0.0)
             new[c] = (np.where(here, p, 0).sum(0) + 1 + prior[0]) / (here.sum(0) + 2 + prior[1])
         new = np.clip(new, 0.01, 0.99)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,36 @@ def test_two_coins_separate_calling_and_declining():
     con = fit_consensus(np.stack(rows), declined=declined, config=ConsensusConfig(two_coin=True))
     assert con.reliability[1, 2] < 0.1 and con.reliability[0, 1] > 0.9
     assert con.correct[-1].tolist() == [False, True, False]
+
+
+def test_a_model_that_never_declines_has_no_vote_where_someone_declines():
+    # Models 3 and 4 never decline, even on query 1, which everyone else declines: forced tool choice. On query 0,
+    # 0-2 decline and 3-6 call the same function: counting every vote the callers win 4 to 3; with 3 and 4 muted
+    # (labelled, not voting) the decliners win 3 to 2.
+    rows = [agree_of([[0, 1, 2], [3, 4, 5, 6]], 7), agree_of([[0, 1, 2, 5, 6], [3, 4]], 7)]
+    rows += [agree_of([list(range(7))], 7)] * 10
+    declined = np.zeros((12, 7), bool)
+    declined[0, [0, 1, 2]] = True
+    declined[1, [0, 1, 2, 5, 6]] = True
+    cfg = replace(PLAIN, forced_evidence=1)
+    counted = fit_consensus(np.stack(rows), declined=declined, config=replace(cfg, mute_never_decliners=False))
+    assert counted.correct[0].tolist() == [False] * 3 + [True] * 4
+    muted = fit_consensus(np.stack(rows), declined=declined, config=cfg)
+    assert muted.correct[0].tolist() == [True] * 3 + [False] * 4
+    assert not np.isnan(muted.p_correct[0, 3])  # labelled, though not voting
+    # Without enough evidence of forcing (a query most others declined), nobody is muted.
+    unsure = fit_consensus(np.stack(rows), declined=declined, config=replace(cfg, forced_evidence=2))
+    assert unsure.correct[0].tolist() == counted.correct[0].tolist()
+
+
+def test_a_stray_text_answer_does_not_mute_the_models_that_always_call():
+    # Traffic that always needs a call: model 2 sometimes answers in text, nobody else ever declines. Nobody is
+    # forced (no query most others declined), so the two callers outvote the stray decliner.
+    rows = [agree_of([[0, 1]], 3)] * 12
+    declined = np.zeros((12, 3), bool)
+    declined[:6, 2] = True
+    con = fit_consensus(np.stack(rows), declined=declined, config=ConsensusConfig(forced_evidence=1))
+    assert con.correct[:6].tolist() == [[True, True, False]] * 6
 
 
 def test_no_supported_group_abstains():
