@@ -1,31 +1,39 @@
 """Onboarding a new model from a few hundred unlabelled requests, measured offline.
 
     python -m evaluation.onboard --run-dir runs/default --model gpt-3.5-turbo-0125-FC --model ... \
-        [--sizes 50 100 200 400] [--draws 3] [--out docs-table.md]
+        [--sizes 50 100 200 400] [--draws 3] [--gate 1.645] [--out docs-table.md]
+    python -m evaluation.onboard --run-dir runs/default --screen --out runs/screen.json   # truth arm, every model
 
 For a model X outside the pool: the pool (labels known as below on every query) plus X, whose answers are
 known on only N probe queries. What X is worth is the change in the policy's held-out outcome when X joins
-the menu, at each target (≤ 20% of the best single model's cost: accuracy gain; best-single accuracy: cost
-saving). Two ways of onboarding X, each against its own no-X baseline:
+the menu, at each target (a budget of 20% of the best single model's cost: accuracy gain; best-single
+accuracy: cost saving). Two ways of onboarding X, each against its own no-X baseline:
 
 - **truth**: the verifier's labels on all 1,630 queries, for X and the pool (what a benchmark user has);
 - **consensus, N probes**: consensus labels only (`data.consensus`, no expected answers) — the pool's from the
   pool's answers on every query, X's from everyone's answers on N random probe queries (X is "not asked"
   elsewhere, so its vote and label exist only there).
 
+The targets are given, not read off labels (`--targets given`, the default): the budget is the pool's
+truth-fit budget in USD per query (20% of the cost of the pool's best single model by the true labels, per
+fold), the same number in every arm with and without X; "best-single accuracy" is the accuracy of the pool's
+best single model (by each arm's labels), which X cannot become. `--targets labels` reads both off each arm's
+fit labels with X among the candidates, so adding X could move a target without X ever being called.
+
 Policy: the best fixed strategy for the target (`evaluation.strategy_eval`: every single model and
 agreement cascade with resolve rules, chosen on the training folds, run on every query of the test fold).
 On the training folds a strategy that calls X is estimated (accuracy, cost, resolve rules, X's profiled cost)
 on the probe queries only; the others on every training query. Held-out outcomes are scored with the true
 labels on the same folds as the router's. Kept value = consensus value / truth value; intervals: 95%
-bootstrap over queries (paired), outcomes averaged over the probe draws.
+bootstrap over queries (paired), outcomes averaged over the probe draws. `--screen`: the truth arm alone for
+every recorded model outside the pool (which models are worth anything to it at all).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,16 +43,19 @@ from evaluation.strategies import RULE_TOLERANCES, CascadeData, Simulated, menu_
 TARGETS = (("cost_fraction", 0.2), ("match_best", None))
 
 
-def choose_fixed(acc: np.ndarray, cost: np.ndarray, singles: np.ndarray, target: str, fraction: float | None) -> int:
-    """The spec best for `target` given per-spec training estimates: best single = the most accurate single
-    (ties: cheaper); match_best: the cheapest spec at least as accurate (else the most accurate); cost_fraction:
-    the most accurate spec within `fraction` × the best single's cost (ties: cheaper; else the cheapest)."""
+def choose_fixed(acc: np.ndarray, cost: np.ndarray, singles: np.ndarray, target: str, fraction: float | None,
+                 budget: float | None = None) -> int:
+    """The spec best for `target` given per-spec training estimates: best single = the most accurate of
+    `singles` (the specs that may anchor the target; ties: cheaper); match_best: the cheapest spec at least as
+    accurate (else the most accurate); cost_fraction: the most accurate spec within `budget` USD per query
+    (given), else within `fraction` × the best single's cost (ties: cheaper; nothing fits: the cheapest)."""
     s = np.flatnonzero(singles)
     j = s[np.lexsort((cost[s], -acc[s]))[0]]
     if target == "match_best":
         ok = np.flatnonzero(acc >= acc[j] - 1e-12)
         return int(ok[np.argmin(cost[ok])])
-    ok = np.flatnonzero(cost <= fraction * cost[j] + 1e-15)
+    limit = budget if budget is not None else fraction * cost[j]
+    ok = np.flatnonzero(cost <= limit + 1e-15)
     return int(ok[np.lexsort((cost[ok], -acc[ok]))[0]]) if len(ok) else int(np.argmin(cost))
 
 
@@ -73,18 +84,27 @@ def _merge(a: Simulated, b: Simulated, cols_a: np.ndarray, cols_b: np.ndarray, s
 
 
 def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
-                   rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None, paired: bool = True
-                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+                   rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None, paired: bool = True,
+                   budgets: dict[int, float] | None = None, anchor_models: int | None = None,
+                   gate: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold on `fit` labels of the
     training folds and scored with `cd`'s true labels on the test fold. With `probe` (bool, n) and `new` (a
     column), the specs that call model `new` are estimated on the probe training rows only. `cache`: the
     simulations of the specs without `new`, per fold, shared by calls whose other columns of `fit` are equal.
     `paired`: estimate the new model's specs by their paired difference from the incumbent on the probes
-    (below); else by their plain mean on the probes."""
+    (below); else by their plain mean on the probes.
+
+    The targets: `budgets` (fold -> USD per query) makes the cost target a given budget, which no label moves;
+    else it is 20% of the cost of the best single model read off `fit`. `anchor_models`: only the first this
+    many columns can be that best single model (the one "best-single accuracy" means), so a new model cannot
+    move the target; default every column. `gate` (a one-sided z, with `paired`): a spec calling the new model
+    replaces the incumbent only where its paired advantage on the probe rows is significant — accuracy gain
+    (≤ budget), or accuracy kept and cost saved (best-single accuracy) — with that z; else the incumbent stays."""
     m = len(cd.data.models)
     specs = menu_of(m, rules=rules if cd.kinds is not None else ())
     uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
     singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
+    anchors = singles & np.array([unpack(s)[0] < (m if anchor_models is None else anchor_models) for s in specs])
     n = len(cd.data.example_ids)
     out = {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS}
     for k in cd.data.fold_ids:
@@ -92,6 +112,7 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None
         train = np.flatnonzero(~test)
         cdk = with_labels(cd, fit, test)
         costs = cd.data.cost[train].mean(axis=0)
+        budget = None if budgets is None else budgets[k]
         if probe is None or new is None:
             sim = simulate(cdk, specs, costs, fit_rows=train)
             acc, paid = sim.correct[train].mean(axis=0), sim.cost[train].mean(axis=0)
@@ -111,21 +132,43 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None
             acc = np.where(uses_new, sim.correct[ptrain].mean(axis=0), sim.correct[train].mean(axis=0))
             paid = np.where(uses_new, sim.cost[ptrain].mean(axis=0), sim.cost[train].mean(axis=0))
         for t, f in TARGETS:
+            b = budget if t == "cost_fraction" else None
             if probe is not None and new is not None and paired:
                 # Paired (control-variate) estimates: a spec that calls the new model is measured on the probes
                 # *against* the incumbent (the best spec without it), and that difference is added to the
                 # incumbent's estimate on every training row. The same rows on both sides: far less noise.
                 pool_acc = np.where(uses_new, -np.inf, acc)
-                ref = choose_fixed(pool_acc, np.where(uses_new, np.inf, paid), singles & ~uses_new, t, f)
+                ref = choose_fixed(pool_acc, np.where(uses_new, np.inf, paid), anchors & ~uses_new, t, f, b)
                 d_acc = sim.correct[ptrain].mean(axis=0) - sim.correct[ptrain, ref].mean()
                 d_paid = sim.cost[ptrain].mean(axis=0) - sim.cost[ptrain, ref].mean()
                 est_acc = np.where(uses_new, acc[ref] + d_acc, acc)
                 est_paid = np.where(uses_new, paid[ref] + d_paid, paid)
-                j = choose_fixed(est_acc, est_paid, singles, t, f)
+                j = choose_fixed(est_acc, est_paid, anchors, t, f, b)
+                if gate is not None and uses_new[j] and not significant(sim, ptrain, j, ref, t, gate,
+                                                                        acc[ref] - _anchor_accuracy(acc, paid, anchors)):
+                    j = ref
             else:
-                j = choose_fixed(acc, paid, singles, t, f)
+                j = choose_fixed(acc, paid, anchors, t, f, b)
             out[t][0][test], out[t][1][test] = sim.correct[test, j], sim.cost[test, j]
     return out
+
+
+def _anchor_accuracy(acc: np.ndarray, paid: np.ndarray, anchors: np.ndarray) -> float:
+    s = np.flatnonzero(anchors)
+    return float(acc[s[np.lexsort((paid[s], -acc[s]))[0]]])
+
+
+def significant(sim: Simulated, rows: np.ndarray, j: int, ref: int, target: str, z: float, slack: float) -> bool:
+    """Whether spec j beats the incumbent `ref` on `rows` (paired, one-sided at `z` standard errors): for the
+    cost target, a higher accuracy; for best-single accuracy, a lower cost with its accuracy no more than
+    `slack` (the incumbent's margin over the target accuracy) below the incumbent's."""
+    def lower(x: np.ndarray) -> float:  # the mean's one-sided lower confidence bound
+        return float(x.mean() - z * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else -np.inf
+
+    d_acc = sim.correct[rows, j].astype(float) - sim.correct[rows, ref]
+    if target == "cost_fraction":
+        return lower(d_acc) > 0
+    return lower(sim.cost[rows, ref] - sim.cost[rows, j]) > 0 and lower(d_acc) >= -slack
 
 
 @dataclass
@@ -186,7 +229,12 @@ def priced_entry(recordings: Path, price_file, model: str):
 
 @dataclass
 class PoolState:
-    """The pool's side, computed once for every new model: its CascadeData (true labels) and who declined."""
+    """The pool's side, computed once for every new model: its CascadeData (true labels), who declined, and the
+    targets. `given_targets` (the default): the cost target is the budget in USD per query that the pool's
+    best single model by the true labels gives (20% of its cost on each fold's training rows), the same number
+    for every arm, with or without a new model, and the best-single-accuracy target is anchored on the pool's
+    models only — so neither a new model nor consensus labels can move a target. Without it, both targets are
+    read off each arm's own fit labels, the new model included (the first onboarding tables did that)."""
 
     run_dir: Path
     pool: object
@@ -195,22 +243,47 @@ class PoolState:
     cd: CascadeData
     declined: np.ndarray
     calls: list[list[list]]
+    given_targets: bool = True
     base: dict | None = None  # the no-new-model arms, computed on first use
+    fit: np.ndarray | None = None  # the pool's consensus labels, computed on first use
+    caches: dict = field(default_factory=lambda: {"truth": {}, "consensus": {}})  # the pool's simulations per arm
 
     def consensus_fit(self) -> np.ndarray:
         """The pool's consensus labels (from the pool's answers alone)."""
         from data.consensus import fit_consensus
 
-        return fit_consensus(self.cd.agree, declined=self.declined).correct
+        if self.fit is None:
+            self.fit = fit_consensus(self.cd.agree, declined=self.declined).correct
+        return self.fit
+
+    def targets(self) -> dict:
+        """held_out_fixed's target arguments (see the class)."""
+        if not self.given_targets:
+            return {}
+        return {"budgets": pool_budgets(self.cd), "anchor_models": len(self.pool.names)}
 
     def baseline(self) -> dict:
         if self.base is None:
-            self.base = {"truth": held_out_fixed(self.cd, self.cd.data.correct),
-                         "consensus": held_out_fixed(self.cd, self.consensus_fit())}
+            self.base = {"truth": held_out_fixed(self.cd, self.cd.data.correct, **self.targets()),
+                         "consensus": held_out_fixed(self.cd, self.consensus_fit(), **self.targets())}
         return self.base
 
 
-def pool_state(run_dir: Path, pool_path="configs/pool.yaml") -> PoolState:
+def pool_budgets(cd: CascadeData) -> dict[int, float]:
+    """Per fold: the cost target's budget in USD per query — the cost fraction × the mean cost of `cd`'s best
+    single model by its (true) labels on the fold's training rows, as the truth-fit policy has it (the budget
+    `evaluation.consensus_eval` gives its consensus-fit rows)."""
+    from evaluation.routing_metrics import best_single_column
+
+    fraction, d, out = dict(TARGETS)["cost_fraction"], cd.data, {}
+    for k in d.fold_ids:
+        train = d.folds != k
+        j = best_single_column(d.correct[train], d.cost[train])
+        out[k] = float(fraction * d.cost[train, j].mean())
+    return out
+
+
+def pool_state(run_dir: Path, pool_path="configs/pool.yaml", *, given_targets: bool = True) -> PoolState:
     import pandas as pd
 
     from data.consensus import answers_of_outputs
@@ -232,7 +305,7 @@ def pool_state(run_dir: Path, pool_path="configs/pool.yaml") -> PoolState:
         if r["example_id"] in row:
             calls[row[r["example_id"]]][pool.names.index(r["model"])] = r["calls"]
     declined = np.array([[not c for c in rc] for rc in calls], dtype=bool)
-    return PoolState(run_dir, pool, examples, folds, cd, declined, calls)
+    return PoolState(run_dir, pool, examples, folds, cd, declined, calls, given_targets)
 
 
 def with_model(st: PoolState, entry, outputs) -> tuple[CascadeData, np.ndarray]:
@@ -277,11 +350,10 @@ def with_model(st: PoolState, entry, outputs) -> tuple[CascadeData, np.ndarray]:
     return cd9, declined
 
 
-def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
-                  recordings=None, seed: int = 0, paired: bool = True, log=print) -> dict:
-    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`."""
+def new_model(st: PoolState, model: str, *, price_file=None, recordings=None) -> tuple[CascadeData, np.ndarray, object]:
+    """The pool plus one recorded model (its recording must be in `<run_dir>/outputs.parquet`): (CascadeData,
+    declined, its pool entry)."""
     from data.config import load_data_config
-    from data.consensus import fit_consensus
     from data.schema import read_outputs
 
     cfg = load_data_config("configs/data.yaml")
@@ -292,16 +364,38 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     if not outputs:
         raise ValueError(f"{model}: no outputs in {st.run_dir / 'outputs.parquet'} (reproduce imports every recording)")
     cd9, declined = with_model(st, entry, outputs)
+    return cd9, declined, entry
+
+
+def truth_arm(st: PoolState, cd9: CascadeData) -> dict:
+    """The new model (last column) added with every true label. Run as a probe set of every row with plain
+    means — the same choices as without probes — so the pool's simulations are shared by every new model."""
+    m = len(st.pool.names)
+    return held_out_fixed(cd9, cd9.data.correct, probe=np.ones(len(cd9.data.example_ids), bool), new=m,
+                          cache=st.caches["truth"], paired=False, **st.targets())
+
+
+def describe(model: str, entry, data, m: int) -> dict:
+    return {"model": model, "prices": entry.prices.model_dump(exclude_none=True), "prompt_style": entry.prompt_style,
+            "true_accuracy": float(data.correct[:, m].mean()), "usd_per_million": float(data.cost[:, m].mean() * 1e6)}
+
+
+def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
+                  recordings=None, seed: int = 0, paired: bool = True, gate: float | None = None, log=print) -> dict:
+    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gate`: see
+    held_out_fixed (adopt a strategy calling the new model only on a significant paired advantage)."""
+    from data.consensus import fit_consensus
+
+    cd9, declined, entry = new_model(st, model, price_file=price_file, recordings=recordings)
     data = cd9.data
     log(f"{model}: agreement with the pool done")
     m = len(st.pool.names)
     base = st.baseline()
     fit8 = st.consensus_fit()
-    arms = {"truth": [held_out_fixed(cd9, cd9.data.correct)]}
+    arms = {"truth": [truth_arm(st, cd9)]}
     log(f"{model}: truth arm done")
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
-    shared: dict = {}
     for size in sizes:
         arms[f"consensus N={size}"] = []
         for _ in range(draws):
@@ -311,12 +405,59 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             answered[~probe, m] = False
             # The pool keeps its own consensus labels; the new model's come from everyone's answers on its probes.
             fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
-            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m, cache=shared,
-                                                                          paired=paired))
+            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m, cache=st.caches["consensus"],
+                                                              paired=paired, gate=gate, **st.targets()))
         log(f"{model}: N={size} done")
-    return {"model": model, "prices": entry.prices.model_dump(exclude_none=True), "prompt_style": entry.prompt_style,
-            "true_accuracy": float(data.correct[:, m].mean()), "usd_per_million": float(data.cost[:, m].mean() * 1e6),
-            "draws": draws, "estimator": "paired" if paired else "probe means", "values": value_table(base, arms)}
+    return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
+            "estimator": ("paired" if paired else "probe means") + (f", gate z={gate:g}" if gate is not None else ""),
+            "targets": "given" if st.given_targets else "labels", "values": value_table(base, arms)}
+
+
+def outside_models(st: PoolState) -> list[str]:
+    """The recorded models in `<run_dir>/outputs.parquet` that are not in the pool, sorted."""
+    import pyarrow.parquet as pq
+
+    names = set(pq.read_table(st.run_dir / "outputs.parquet", columns=["model"]).column("model").to_pylist())
+    return sorted(names - {m.recording for m in st.pool.models} - set(st.pool.names))
+
+
+def screen(st: PoolState, models: list[str], *, log=print) -> list[dict]:
+    """The truth arm alone for each model: its held-out value to the pool with every true label, per target
+    (with its 95% interval). Models without a price are listed with the reason and no value."""
+    base = {"truth": st.baseline()["truth"]}
+    out = []
+    for model in models:
+        try:
+            cd9, _, entry = new_model(st, model)
+        except ValueError as e:
+            out.append({"model": model, "skipped": str(e)})
+            log(f"{model}: skipped ({e})")
+            continue
+        values = value_table(base, {"truth": [truth_arm(st, cd9)]})["truth"]
+        out.append({**describe(model, entry, cd9.data, len(st.pool.names)), "values": values})
+        log(f"{model}: ≤ 20% {values['cost_fraction']['value']:+.4f} {values['cost_fraction']['value_ci']}, "
+            f"best-single acc. {values['match_best']['value']:+.0f} $/M {values['match_best']['value_ci']}")
+    return out
+
+
+def significant_value(values: dict) -> dict[str, bool]:
+    """Per target: whether the value's 95% interval lies above 0."""
+    return {t: values[t]["value_ci"][0] > 0 for t, _ in TARGETS}
+
+
+def screen_markdown(rows: list[dict]) -> list[str]:
+    lines = ["| model (accuracy, $/M) | ≤ 20% budget: accuracy, $/M | accuracy gain [95% CI] | "
+             "best-single acc.: accuracy, $/M | $/M saved [95% CI] |", "|---|---|---|---|---|"]
+    for r in sorted((r for r in rows if "values" in r), key=lambda r: -r["values"]["cost_fraction"]["value"]):
+        cells = []
+        for t, fmt in (("cost_fraction", "{:+.4f}"), ("match_best", "{:+,.0f}")):
+            x = r["values"][t]
+            star = " *" if x["value_ci"][0] > 0 else ""
+            cells += [f"{x['accuracy']:.3f}, {x['usd_per_million']:,.0f}",
+                      f"{fmt.format(x['value'])} [{fmt.format(x['value_ci'][0])}, {fmt.format(x['value_ci'][1])}]{star}"]
+        lines.append(f"| {r['model']} ({r['true_accuracy']:.3f}, {r['usd_per_million']:,.0f}) | " + " | ".join(cells) + " |")
+    lines += [f"| {r['model']} | skipped: {r['skipped']} | | | |" for r in rows if "skipped" in r]
+    return lines
 
 
 def markdown(results: list[dict]) -> list[str]:
@@ -344,25 +485,47 @@ def markdown(results: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run-dir", type=Path, default=Path("runs/default"), help="A reproduce run (all models imported).")
-    p.add_argument("--model", action="append", required=True, help="A recorded model outside the pool (repeat).")
+    p.add_argument("--model", action="append", help="A recorded model outside the pool (repeat; with --screen, "
+                   "default: every recorded model outside the pool).")
     p.add_argument("--pool", default="configs/pool.yaml")
+    p.add_argument("--screen", action="store_true", help="The truth arm only: each model's value with all true labels.")
     p.add_argument("--sizes", type=int, nargs="+", default=[50, 100, 200, 400])
     p.add_argument("--draws", type=int, default=3, help="Random probe sets per size.")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the probe draws.")
     p.add_argument("--estimator", choices=("paired", "probe"), default="paired",
                    help="How a strategy calling the new model is estimated on the probes: its paired difference from "
                    "the incumbent (default), or its plain mean.")
+    p.add_argument("--gate", type=float, metavar="Z", help="Adopt a strategy calling the new model only when its paired "
+                   "advantage over the incumbent on the probes is significant at this one-sided z (e.g. 1.645).")
+    p.add_argument("--targets", choices=("given", "labels"), default="given",
+                   help="given (default): the pool's truth-fit budget in USD and the pool's best single model, the "
+                   "same in every arm; labels: both read off each arm's fit labels, the new model included.")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
-    results = []
-    st = pool_state(a.run_dir, a.pool)
+    if not a.model and not a.screen:
+        p.error("--model is required (or --screen)")
+    st = pool_state(a.run_dir, a.pool, given_targets=a.targets == "given")
     print(f"pool state of {a.run_dir} ready", flush=True)
-    for model in a.model:
-        results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, paired=a.estimator == "paired"))
-        print("\n".join(markdown(results[-1:])), flush=True)
+
+    def write(results, table):
         if a.out:  # after each model: a long run keeps what it has
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(results, indent=2))
-            a.out.with_suffix(".md").write_text("\n".join(markdown(results)) + "\n")
+            a.out.with_suffix(".md").write_text("\n".join(table(results)) + "\n")
+
+    if a.screen:
+        results = []
+        for model in a.model or outside_models(st):
+            results += screen(st, [model])
+            write(results, screen_markdown)
+        print("\n".join(screen_markdown(results)), flush=True)
+        return
+    results = []
+    for model in a.model:
+        results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
+                                     paired=a.estimator == "paired", gate=a.gate))
+        print("\n".join(markdown(results[-1:])), flush=True)
+        write(results, markdown)
 
 
 if __name__ == "__main__":  # pragma: no cover

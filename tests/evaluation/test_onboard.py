@@ -98,6 +98,76 @@ def test_columns_keeps_the_chosen_models():
     assert sub.data.models == ["m0", "m2"] and sub.agree.shape == (4, 2, 2) and sub.data.cost[0].tolist() == [1.0, 3.0]
 
 
+def _budget_case():
+    # m0 cost 1 (right on half the rows), m1 cost 2 (right on 4 rows of 5), m2 cost 10 (always right); in
+    # both folds (row parity) alike.
+    n = 40
+    r = np.arange(n)
+    correct = np.stack([r % 4 < 2, r % 5 != 0, np.ones(n, bool)], axis=1)
+    return cd_of(correct, [1.0, 2.0, 10.0], folds=r % 2)
+
+
+def test_the_given_budget_does_not_move_with_the_fit_labels():
+    from evaluation.onboard import pool_budgets
+
+    cd = _budget_case()
+    budgets = pool_budgets(cd)
+    assert budgets == {0: pytest.approx(2.0), 1: pytest.approx(2.0)}  # 20% of m2, the true best single
+    fit = np.zeros_like(cd.data.correct)
+    fit[:, 1] = True  # the fit labels rank m1 first: "20% of the best single" read off them is 0.4 per query
+    given = held_out_fixed(cd, fit, rules=(), budgets=budgets)["cost_fraction"]
+    assert (given[1] == 2.0).all()  # m1, within the given 2.0
+    anchored = held_out_fixed(cd, fit, rules=())["cost_fraction"]
+    assert (anchored[1] == 1.0).all()  # nothing within 0.4: the cheapest, m0
+    truth = held_out_fixed(cd, cd.data.correct, rules=(), budgets=budgets)["cost_fraction"]
+    assert (truth[1] == 2.0).all()  # same budget with the true labels
+
+
+def test_a_new_model_the_policy_never_calls_is_worth_nothing():
+    # The pool is m0, m1 (best single m1: budget 0.4 buys only m0). Adding m2 (dear, always right) must not
+    # raise the budget to 20% of m2's cost, which buys m1 and looks like a value of m2 it never earned.
+    from evaluation.onboard import pool_budgets
+
+    cd3 = _budget_case()
+    cd2 = columns(cd3, [0, 1])
+    budgets = pool_budgets(cd2)
+    assert budgets == {0: pytest.approx(0.4), 1: pytest.approx(0.4)}
+    base = held_out_fixed(cd2, cd2.data.correct, rules=(), budgets=budgets, anchor_models=2)
+    with_new = held_out_fixed(cd3, cd3.data.correct, rules=(), budgets=budgets, anchor_models=2)
+    for t, _ in TARGETS:
+        assert with_new[t][0].tolist() == base[t][0].tolist() and with_new[t][1].tolist() == base[t][1].tolist()
+    moved = held_out_fixed(cd3, cd3.data.correct, rules=())  # the label-anchored targets move with m2
+    assert (moved["cost_fraction"][1] == 2.0).all() and (base["cost_fraction"][1] == 1.0).all()
+    assert moved["match_best"][1].mean() > base["match_best"][1].mean()  # the bar rose to m2's accuracy
+
+
+def test_the_truth_arm_as_all_row_probes_is_the_plain_truth_arm():
+    cd, _ = _synthetic(n=120)
+    every = np.ones(len(cd.data.example_ids), bool)
+    plain = held_out_fixed(cd, cd.data.correct, rules=())
+    cache: dict = {}
+    for _ in range(2):  # the second call reads the pool's simulations from the cache
+        split = held_out_fixed(cd, cd.data.correct, probe=every, new=2, rules=(), paired=False, cache=cache)
+        for t, _ in TARGETS:
+            assert split[t][0].tolist() == plain[t][0].tolist() and split[t][1].tolist() == plain[t][1].tolist()
+
+
+def test_the_gate_adopts_the_new_model_only_on_a_significant_paired_advantage():
+    # Pool: m0 (cost 1, right on half the rows), m1 (cost 10, always right); budget 2.0 buys m0 alone. The new
+    # m2 (cost 1.5) is always right. On 4 probe rows (2 per training fold, m0 wrong on one of them) it looks
+    # 0.5 better, but from 2 rows that is not significant; on every row (20 per training fold) it is.
+    n = 40
+    r = np.arange(n)
+    correct = np.stack([r % 4 >= 2, np.ones(n, bool), np.ones(n, bool)], axis=1)
+    cd = cd_of(correct, [1.0, 10.0, 1.5], folds=r % 2)
+    budgets = {0: 2.0, 1: 2.0}
+    few = np.isin(r, [0, 1, 2, 3])
+    for probe, gate, calls_new in ((few, None, True), (few, 1.645, False), (np.ones(n, bool), 1.645, True)):
+        paid = held_out_fixed(cd, correct, probe=probe, new=2, rules=(), budgets=budgets, anchor_models=2,
+                              gate=gate)["cost_fraction"][1]
+        assert (paid == 1.5).all() if calls_new else (paid == 1.0).all()
+
+
 def _synthetic(n=300, seed=0):
     rng = np.random.default_rng(seed)
     hard = rng.random(n) < 0.3
