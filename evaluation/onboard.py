@@ -83,10 +83,16 @@ def _merge(a: Simulated, b: Simulated, cols_a: np.ndarray, cols_b: np.ndarray, s
     return out
 
 
-def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
-                   rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None, paired: bool = True,
-                   budgets: dict[int, float] | None = None, anchor_models: int | None = None,
-                   gate: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, gate: float | None = None, **kw
+                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """held_out_fixed_gates with one gate (None: no gate)."""
+    return held_out_fixed_gates(cd, fit, gates=(gate,), **kw)[gate]
+
+
+def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
+                         rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None, paired: bool = True,
+                         budgets: dict[int, float] | None = None, anchor_models: int | None = None,
+                         gates: tuple[float | None, ...] = (None,)) -> dict[float | None, dict]:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold on `fit` labels of the
     training folds and scored with `cd`'s true labels on the test fold. With `probe` (bool, n) and `new` (a
     column), the specs that call model `new` are estimated on the probe training rows only. `cache`: the
@@ -97,16 +103,17 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None
     The targets: `budgets` (fold -> USD per query) makes the cost target a given budget, which no label moves;
     else it is 20% of the cost of the best single model read off `fit`. `anchor_models`: only the first this
     many columns can be that best single model (the one "best-single accuracy" means), so a new model cannot
-    move the target; default every column. `gate` (a one-sided z, with `paired`): a spec calling the new model
-    replaces the incumbent only where its paired advantage on the probe rows is significant — accuracy gain
-    (≤ budget), or accuracy kept and cost saved (best-single accuracy) — with that z; else the incumbent stays."""
+    move the target; default every column. A gate (a one-sided z, with `paired`; None: no gate): a spec calling
+    the new model replaces the incumbent only where its paired advantage on the probe rows is significant —
+    accuracy gain (≤ budget), or accuracy kept and cost saved (best-single accuracy) — at that z; else the
+    incumbent stays. Returns gate -> target -> (correct, cost): each gate from the same simulations."""
     m = len(cd.data.models)
     specs = menu_of(m, rules=rules if cd.kinds is not None else ())
     uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
     singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
     anchors = singles & np.array([unpack(s)[0] < (m if anchor_models is None else anchor_models) for s in specs])
     n = len(cd.data.example_ids)
-    out = {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS}
+    outs = {g: {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS} for g in gates}
     for k in cd.data.fold_ids:
         test = cd.data.folds == k
         train = np.flatnonzero(~test)
@@ -143,14 +150,15 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None
                 d_paid = sim.cost[ptrain].mean(axis=0) - sim.cost[ptrain, ref].mean()
                 est_acc = np.where(uses_new, acc[ref] + d_acc, acc)
                 est_paid = np.where(uses_new, paid[ref] + d_paid, paid)
-                j = choose_fixed(est_acc, est_paid, anchors, t, f, b)
-                if gate is not None and uses_new[j] and not significant(sim, ptrain, j, ref, t, gate,
-                                                                        acc[ref] - _anchor_accuracy(acc, paid, anchors)):
-                    j = ref
+                j0 = choose_fixed(est_acc, est_paid, anchors, t, f, b)
+                slack = acc[ref] - _anchor_accuracy(acc, paid, anchors)
+                picks = {g: ref if g is not None and uses_new[j0] and not significant(sim, ptrain, j0, ref, t, g, slack)
+                         else j0 for g in gates}
             else:
-                j = choose_fixed(acc, paid, anchors, t, f, b)
-            out[t][0][test], out[t][1][test] = sim.correct[test, j], sim.cost[test, j]
-    return out
+                picks = dict.fromkeys(gates, choose_fixed(acc, paid, anchors, t, f, b))
+            for g, j in picks.items():
+                outs[g][t][0][test], outs[g][t][1][test] = sim.correct[test, j], sim.cost[test, j]
+    return outs
 
 
 def _anchor_accuracy(acc: np.ndarray, paid: np.ndarray, anchors: np.ndarray) -> float:
@@ -297,7 +305,14 @@ def pool_state(run_dir: Path, pool_path="configs/pool.yaml", *, given_targets: b
     outputs = read_outputs(run_dir / "outputs.parquet", models=[m.recording for m in pool.models])
     folds = pd.read_parquet(run_dir / OOF_FILE).drop_duplicates("example_id").set_index("example_id")["fold"]
     folds = {e: int(f) for e, f in folds.items() if f >= 0}
-    data = RoutingData.from_labels(read_labels(run_dir / "labels.parquet"), examples, pool.names, folds)
+    labels = read_labels(run_dir / "labels.parquet")
+    have = {lb.model for lb in labels}
+    lacking = {m.recording for m in pool.models if m.name not in have}
+    if lacking:  # a pool other than the run's (e.g. drawn with `switchcraft pool sample`): label it here
+        from data.labels import label_outputs
+
+        labels = [*labels, *label_outputs([o for o in outputs if o.model in lacking], examples, pool)]
+    data = RoutingData.from_labels(labels, examples, pool.names, folds)
     cd = CascadeData.from_outputs(outputs, examples, pool, data)
     row = {e: i for i, e in enumerate(data.example_ids)}
     calls = [[None] * len(pool.names) for _ in row]
@@ -381,9 +396,10 @@ def describe(model: str, entry, data, m: int) -> dict:
 
 
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
-                  recordings=None, seed: int = 0, paired: bool = True, gate: float | None = None, log=print) -> dict:
-    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gate`: see
-    held_out_fixed (adopt a strategy calling the new model only on a significant paired advantage)."""
+                  recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
+                  log=print) -> dict:
+    """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
+    consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws."""
     from data.consensus import fit_consensus
 
     cd9, declined, entry = new_model(st, model, price_file=price_file, recordings=recordings)
@@ -396,8 +412,12 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     log(f"{model}: truth arm done")
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
+
+    def arm(size, g):
+        return f"consensus N={size}" + ("" if g is None else f", gate z={g:g}")
+
     for size in sizes:
-        arms[f"consensus N={size}"] = []
+        arms |= {arm(size, g): [] for g in gates}
         for _ in range(draws):
             probe = np.zeros(n, bool)
             probe[rng.choice(n, size=min(size, n), replace=False)] = True
@@ -405,11 +425,13 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             answered[~probe, m] = False
             # The pool keeps its own consensus labels; the new model's come from everyone's answers on its probes.
             fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
-            arms[f"consensus N={size}"].append(held_out_fixed(cd9, fit9, probe=probe, new=m, cache=st.caches["consensus"],
-                                                              paired=paired, gate=gate, **st.targets()))
+            outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches["consensus"], paired=paired,
+                                        gates=gates, **st.targets())
+            for g, out in outs.items():
+                arms[arm(size, g)].append(out)
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
-            "estimator": ("paired" if paired else "probe means") + (f", gate z={gate:g}" if gate is not None else ""),
+            "estimator": "paired" if paired else "probe means", "gates": list(gates),
             "targets": "given" if st.given_targets else "labels", "values": value_table(base, arms)}
 
 
@@ -495,8 +517,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--estimator", choices=("paired", "probe"), default="paired",
                    help="How a strategy calling the new model is estimated on the probes: its paired difference from "
                    "the incumbent (default), or its plain mean.")
-    p.add_argument("--gate", type=float, metavar="Z", help="Adopt a strategy calling the new model only when its paired "
-                   "advantage over the incumbent on the probes is significant at this one-sided z (e.g. 1.645).")
+    p.add_argument("--gate", type=float, nargs="+", metavar="Z", help="Also: adopt a strategy calling the new model only "
+                   "when its paired advantage over the incumbent on the probes is significant at this one-sided z "
+                   "(e.g. 1.645); each gate is a row of its own, on the same probe draws as the ungated one.")
     p.add_argument("--targets", choices=("given", "labels"), default="given",
                    help="given (default): the pool's truth-fit budget in USD and the pool's best single model, the "
                    "same in every arm; labels: both read off each arm's fit labels, the new model included.")
@@ -523,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
-                                     paired=a.estimator == "paired", gate=a.gate))
+                                     paired=a.estimator == "paired", gates=(None, *(a.gate or ()))))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from evaluation.consensus_eval import consensus_fit_rows, hybrid, side_by_side
-from evaluation.onboard import TARGETS, choose_fixed, columns, held_out_fixed, value_table
+from evaluation.onboard import TARGETS, choose_fixed, columns, held_out_fixed, held_out_fixed_gates, value_table
 from evaluation.routing_eval import RoutingData
 from evaluation.strategies import CascadeData
 from evaluation.strategy_eval import default_menu, evaluate_strategy_policies, fold_simulations
@@ -166,6 +166,9 @@ def test_the_gate_adopts_the_new_model_only_on_a_significant_paired_advantage():
         paid = held_out_fixed(cd, correct, probe=probe, new=2, rules=(), budgets=budgets, anchor_models=2,
                               gate=gate)["cost_fraction"][1]
         assert (paid == 1.5).all() if calls_new else (paid == 1.0).all()
+    both = held_out_fixed_gates(cd, correct, probe=few, new=2, rules=(), budgets=budgets, anchor_models=2,
+                                gates=(None, 1.645))  # one simulation, both choices
+    assert (both[None]["cost_fraction"][1] == 1.5).all() and (both[1.645]["cost_fraction"][1] == 1.0).all()
 
 
 def _synthetic(n=300, seed=0):
