@@ -7,6 +7,14 @@ folds; `evaluation.category_prior`) at the report's two single-model targets (be
 its cost), each with its 95% bootstrap interval and the paired difference router − prior (accuracy, $/M).
 "Reached" means the accuracy difference's interval is not all below 0 and the router costs no more than the
 prior (its cost difference's interval is not all above 0). Every number is held out (docs/metrics.md).
+
+Where the run has `oof_parts.npz` with the category branch, two more routers are computed from the stored
+parts (no retraining): the fixed blend (category weight and C as configured before they were chosen: 0.5,
+C = 1) and the inner-fold choice (`training.category.inner_fold_choices`: for each held-out fold the weight
+from `category.weight_grid` and the C among the stored `category_c<C>` parts with the lowest mean log loss
+on the *other* folds' out-of-fold rows — what `switchcraft train` with the grids does). The inner-fold
+router is also paired with the fixed one. A run trained without per-C parts gets them from
+`evaluation.category_refit`. A router identical to the run's own is printed once, its name saying so.
 """
 
 from __future__ import annotations
@@ -22,11 +30,66 @@ from evaluation.category_prior import category_prior_probs
 from evaluation.report import oof_matrix
 from evaluation.routing_eval import RoutingData, evaluate_router
 from evaluation.stats import paired_bootstrap
+from training.category import blend, inner_fold_choices
 
 TARGETS = (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost"))
+PARTS_FILE = "oof_parts.npz"  # training.recipe.PARTS_FILE
 
 
-def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = None) -> list[dict]:
+def _grids() -> tuple[list[float], list[float], float, float]:
+    """(weight grid, C grid, fixed weight, fixed C) as configs/train.yaml sets them."""
+    from training.config import load_train_config
+
+    cc = load_train_config("configs/train.yaml", []).category
+    return list(cc.weight_grid) or [cc.weight], list(cc.c_grid) or [cc.c], 0.5, 1.0
+
+
+def _lexical_weight(run: Path) -> float:
+    """The run's `lexical.weight` (its router.json's config; else configs/train.yaml's)."""
+    import json
+
+    info = run / "router" / "router.json"
+    if info.exists():
+        return float(json.loads(info.read_text())["config"]["lexical"]["weight"])
+    from training.config import load_train_config
+
+    return float(load_train_config("configs/train.yaml", []).lexical.weight)
+
+
+def blended_routers(run: Path, oof: pd.DataFrame, weights: list[float], cs: list[float], fixed: tuple[float, float]
+                    ) -> tuple[dict[str, pd.DataFrame], list[dict]] | None:
+    """{name: n × models probabilities indexed by example id} for the fixed and the inner-fold blends, and the
+    per-fold choices; None without the category branch's parts."""
+    path = run / PARTS_FILE
+    if not path.exists():
+        return None
+    parts = dict(np.load(path))
+    if "category" not in parts:
+        return None
+    ids, models, fold = [str(e) for e in parts["example_ids"]], [str(m) for m in parts["models"]], parts["fold"]
+    cands = {c: parts[f"category_c{c:g}"] for c in cs if f"category_c{c:g}" in parts}
+    if not cands:  # a run without per-C parts: its one C is the fixed one
+        cands = {fixed[1]: parts["category"]}
+    correct = oof.pivot_table(index="example_id", columns="model", values="correct", aggfunc="first")
+    correct = correct.reindex(ids)[models]
+    mask = correct.notna().to_numpy()
+    y = np.where(mask, correct.fillna(False).to_numpy(dtype=float), 0.0)
+    base = blend(parts["head"], parts["lexical"], _lexical_weight(run))
+    choice = inner_fold_choices(base, cands, y, mask, fold, weights)
+    inner = np.full(base.shape, np.nan)
+    for f, (c, w, _) in choice.items():
+        rows = fold == f
+        inner[rows] = blend(base[rows], cands[c][rows], w)
+    fixed_cat = cands.get(fixed[1], parts["category"])
+    sig = lambda z: 1.0 / (1.0 + np.exp(-z))
+    frame = lambda z: pd.DataFrame(sig(z), index=ids, columns=models)
+    return ({f"fixed: weight {fixed[0]:g}, C {fixed[1]:g}": frame(blend(base, fixed_cat, fixed[0])),
+             "inner-fold choice": frame(inner)},
+            [{"fold": f, "c": c, "weight": w, "log_loss": round(loss, 4)} for f, (c, w, loss) in choice.items()])
+
+
+def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = None, *,
+              weights: list[float] | None = None, cs: list[float] | None = None) -> list[dict]:
     oof = pd.read_parquet(run / "oof_predictions.parquet")
     folds = {e: int(f) for e, f in oof.drop_duplicates("example_id").set_index("example_id")["fold"].items() if f >= 0}
     models = list(dict.fromkeys(oof["model"]))
@@ -35,24 +98,52 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
     data = RoutingData.from_labels([lb for lb in read_labels(labels or run / "labels.parquet")
                                     if lb.example_id in held and lb.model in models], exs, models, folds)
     probs, _ = oof_matrix(oof, data.example_ids, data.models)
+    routers, choices = {"router": probs}, None
+    if weights is None or cs is None:
+        gw, gc, *_ = _grids()
+        weights, cs = weights or gw, cs or gc
+    extra = blended_routers(run, oof, weights, cs, (0.5, 1.0))
+    if extra is not None:
+        blends, choices = extra
+        for name, p in blends.items():
+            p = p.reindex(data.example_ids)[data.models].to_numpy()
+            same = [k for k, q in routers.items() if np.allclose(p, q, rtol=0, atol=1e-9)]
+            if same:
+                routers[f"{same[0]} (= {name})"] = routers.pop(same[0])
+            else:
+                routers[name] = p
     prior = category_prior_probs(data.categories, data.correct, data.folds)
     rows = np.arange(len(probs))
+    fixed = next((k for k in routers if "fixed" in k), None)
     out = []
     for target, what in TARGETS:
         res = {name: evaluate_router(name, p, data, target=target, rule="lambda")
-               for name, p in (("router", probs), ("category prior", prior))}
+               for name, p in (*routers.items(), ("category prior", prior))}
         per = {name: (data.correct[rows, r.choice], data.cost[rows, r.choice]) for name, r in res.items()}
         ci = paired_bootstrap(per, reference="category prior")
-        r = ci["router"]
-        out.append({"run": str(run), "target": what,
-                    "router": f"{per['router'][0].mean():.3f} "
-                              f"[{r.accuracy.low:.3f}, {r.accuracy.high:.3f}] at ${per['router'][1].mean() * 1e6:,.0f}/M",
-                    "category prior": f"{per['category prior'][0].mean():.3f} at ${per['category prior'][1].mean() * 1e6:,.0f}/M",
-                    "Δ accuracy": f"{per['router'][0].mean() - per['category prior'][0].mean():+.3f} "
-                                  f"[{r.delta_accuracy.low:+.3f}, {r.delta_accuracy.high:+.3f}]",
-                    "Δ $/M": f"{(per['router'][1].mean() - per['category prior'][1].mean()) * 1e6:+,.0f} "
-                             f"[{r.delta_usd_per_million.low:+,.0f}, {r.delta_usd_per_million.high:+,.0f}]",
-                    "reached": bool(r.delta_accuracy.high >= 0 and r.delta_usd_per_million.low <= 0)})
+        vs_fixed = paired_bootstrap(per, reference=fixed) if fixed else {}
+        acc = lambda n: per[n][0].mean()
+        usd = lambda n: per[n][1].mean() * 1e6
+        for name in routers:
+            r = ci[name]
+            row = {"run": str(run), "target": what, "variant": name,
+                   "router": f"{acc(name):.3f} [{r.accuracy.low:.3f}, {r.accuracy.high:.3f}] at ${usd(name):,.0f}/M",
+                   "category prior": f"{acc('category prior'):.3f} at ${usd('category prior'):,.0f}/M",
+                   "Δ accuracy": f"{acc(name) - acc('category prior'):+.3f} "
+                                 f"[{r.delta_accuracy.low:+.3f}, {r.delta_accuracy.high:+.3f}]",
+                   "Δ $/M": f"{usd(name) - usd('category prior'):+,.0f} "
+                            f"[{r.delta_usd_per_million.low:+,.0f}, {r.delta_usd_per_million.high:+,.0f}]",
+                   "reached": bool(r.delta_accuracy.high >= 0 and r.delta_usd_per_million.low <= 0)}
+            if fixed and name != fixed:
+                v = vs_fixed[name]
+                row["vs fixed: Δ accuracy"] = (f"{acc(name) - acc(fixed):+.3f} "
+                                               f"[{v.delta_accuracy.low:+.3f}, {v.delta_accuracy.high:+.3f}]")
+                row["vs fixed: Δ $/M"] = (f"{usd(name) - usd(fixed):+,.0f} "
+                                          f"[{v.delta_usd_per_million.low:+,.0f}, {v.delta_usd_per_million.high:+,.0f}]")
+            out.append(row)
+    if choices is not None:
+        for row in out:
+            row["choices"] = choices
     return out
 
 
@@ -61,7 +152,13 @@ def main(argv: list[str]) -> None:
         raise SystemExit(__doc__)
     from evaluation.report import _md
 
-    print(_md(pd.DataFrame([row for a in argv for row in prior_gap(Path(a))])))
+    rows = [row for a in argv for row in prior_gap(Path(a))]
+    for run in dict.fromkeys(r["run"] for r in rows):
+        ch = next((r.get("choices") for r in rows if r["run"] == run), None)
+        if ch:
+            print(f"{run}: inner-fold choices " + "; ".join(f"fold {c['fold']}: C {c['c']:g}, weight {c['weight']:g}"
+                                                          for c in ch))
+    print(_md(pd.DataFrame([{k: v for k, v in r.items() if k != "choices"} for r in rows]).fillna("")))
 
 
 if __name__ == "__main__":

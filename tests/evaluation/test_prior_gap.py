@@ -38,3 +38,28 @@ def test_a_router_that_knows_the_category_reaches_the_prior_and_one_that_does_no
     assert blind["best-single accuracy"]["router"].endswith("at $10,000/M")
     assert blind["best-single accuracy"]["category prior"].endswith("at $5,500/M")
     assert not blind["best-single accuracy"]["reached"]
+
+
+def test_the_inner_fold_weight_is_applied_from_the_stored_parts(tmp_path):
+    """With oof_parts.npz: the fixed blend (weight 0.5) and the inner-fold choice are rows too; here the head and
+    lexical parts know nothing and the category branch knows the category, so every fold chooses weight 1."""
+    import numpy as np
+
+    run = _run(tmp_path, router_knows_category=False)
+    oof = pd.read_parquet(run / "oof_predictions.parquet")
+    ids = list(dict.fromkeys(oof.example_id))
+    easy = np.array([int(e.split(":")[1]) % 2 == 1 for e in ids])
+    cat = np.c_[np.full(len(ids), 4.6), np.where(easy, 4.6, -4.6)]  # big always right; small right on easy
+    oof["correct"] = [bool(m == "big" or int(e.split(":")[1]) % 2 == 1) for e, m in zip(oof.example_id, oof.model)]
+    # The run's own router is the fixed blend of these parts: sigmoid(0.5 · 0 + 0.5 · cat).
+    pos = {e: i for i, e in enumerate(ids)}
+    oof["prob"] = [1 / (1 + np.exp(-0.5 * cat[pos[e], 0 if m == "big" else 1])) for e, m in zip(oof.example_id, oof.model)]
+    oof.to_parquet(run / "oof_predictions.parquet")
+    np.savez(run / "oof_parts.npz", example_ids=np.array(ids), fold=np.array([int(e.split(":")[1]) % 3 for e in ids]),
+             models=np.array(["big", "small"]), head=np.zeros_like(cat), lexical=np.zeros_like(cat), category=cat)
+    rows = prior_gap(run, weights=[0.0, 0.5, 1.0], cs=[1.0])
+    assert [r["variant"] for r in rows[:2]] == ["router (= fixed: weight 0.5, C 1)", "inner-fold choice"]
+    assert [c["weight"] for c in rows[0]["choices"]] == [1.0, 1.0, 1.0]
+    inner = rows[1]
+    assert inner["target"] == "best-single accuracy" and inner["reached"]
+    assert inner["Δ accuracy"].startswith("+0.000") and "vs fixed: Δ accuracy" in inner

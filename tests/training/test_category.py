@@ -95,9 +95,9 @@ def category_dir(tmp_path_factory, shared_data):
     return out, requests
 
 
-def training_blend(router_dir, requests) -> np.ndarray:
+def training_blend(router_dir, requests, wc: float | None = None) -> np.ndarray:
     """The recipe's held-out computation: head ⊕ lexical blend, then the category branch on the same TF-IDF and
-    scaled metadata, in numpy."""
+    scaled metadata, in numpy (at weight `wc`; default: the router's own)."""
     from training.export import RequestEncoder
     from training.router import load_router
 
@@ -108,7 +108,7 @@ def training_blend(router_dir, requests) -> np.ndarray:
                             attention_mask=torch.from_numpy(feed["attention_mask"])).double().numpy()
     ids = [router.pack_request(m, t).ids for m, t in requests]
     z = router.lexical.blend(head, ids)
-    k, wc = router.category.n_models, router.category.weight
+    k, wc = router.category.n_models, router.category.weight if wc is None else wc
     z[:, :k] = (1 - wc) * z[:, :k] + wc * router.category.logits(router.lexical.features(ids), feed["metadata"])
     return 1.0 / (1.0 + np.exp(-z / router.temperatures))
 
