@@ -188,7 +188,8 @@ class Onboarding:
 def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 2000, seed: int = 0) -> dict:
     """Per arm and target: the held-out value (≤ 20%: accuracy gain; match_best: cost saving in $/M) against
     the arm's baseline, its 95% interval, and the share of the truth arm's value kept (with its interval), all
-    on the same bootstrap resamples. `base`: arm -> target -> (correct, cost) without the new model;
+    on the same bootstrap resamples; also both changes (accuracy and $/M, with intervals), since a cost saving
+    bought with accuracy, or a gain with money, is not the target's value. `base`: arm -> target -> (correct, cost) without the new model;
     `arms`: arm -> one such dict per probe draw (averaged per query)."""
     idx = None
     res: dict = {}
@@ -208,6 +209,9 @@ def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 200
             res[arm][t] = {"value": float(v.mean()), "samples": boot(v), "accuracy": float(ok.mean()),
                            "usd_per_million": float(paid.mean() * 1e6), "baseline_accuracy": float(b_ok.mean()),
                            "baseline_usd_per_million": float(b_paid.mean() * 1e6)}
+            for name, change in (("accuracy_change", ok - b_ok), ("usd_per_million_change", (paid - b_paid) * 1e6)):
+                res[arm][t][name] = float(change.mean())
+                res[arm][t][name + "_ci"] = [float(x) for x in np.percentile(boot(change), [2.5, 97.5])]
     for arm in res:
         for t, _ in TARGETS:
             r, truth = res[arm][t], res["truth"][t]
@@ -487,7 +491,8 @@ def markdown(results: list[dict]) -> list[str]:
     same labels' no-new-model policy, and the share of the truth value kept (only where the truth value's
     interval excludes 0: with no value to keep, a share means nothing)."""
     lines = ["| new model (accuracy, $/M) | labels | ≤ 20%: accuracy, $/M | accuracy gain [95% CI] | kept [95% CI] | "
-             "best-single acc.: accuracy, $/M | $/M saved [95% CI] | kept [95% CI] |", "|---|---|---|---|---|---|---|---|"]
+             "best-single acc.: accuracy, $/M | Δ accuracy [95% CI] | $/M saved [95% CI] | kept [95% CI] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         truth = r["values"]["truth"]
         for arm, v in r["values"].items():
@@ -498,7 +503,13 @@ def markdown(results: list[dict]) -> list[str]:
                 kept = ("—" if arm == "truth" else "n/a (truth value n.s.)" if lo <= 0 <= hi
                         else f"{x['kept']:.0%} [{x['kept_ci'][0]:.0%}, {x['kept_ci'][1]:.0%}]")
                 value = f"{fmt.format(x['value'])} [{fmt.format(x['value_ci'][0])}, {fmt.format(x['value_ci'][1])}]"
-                cells += [f"{x['accuracy']:.3f}, {x['usd_per_million']:,.0f}", value, kept]
+                cells.append(f"{x['accuracy']:.3f}, {x['usd_per_million']:,.0f}")
+                if t == "match_best" and "accuracy_change" in x:  # a saving bought with accuracy shows here
+                    lo_a, hi_a = x["accuracy_change_ci"]
+                    cells.append(f"{x['accuracy_change']:+.4f} [{lo_a:+.4f}, {hi_a:+.4f}]")
+                elif t == "match_best":
+                    cells.append("")
+                cells += [value, kept]
             name = f"{r['model']} ({r['true_accuracy']:.3f}, {r['usd_per_million']:,.0f})"
             lines.append(f"| {name} | {arm} | " + " | ".join(cells) + " |")
     return lines

@@ -90,6 +90,15 @@ def test_value_table_kept_share_and_intervals():
     assert c["match_best"]["kept"] == pytest.approx(0.5)  # two draws: one saves 1e6, one nothing
     lo, hi = c["cost_fraction"]["kept_ci"]
     assert lo <= 0.75 <= hi
+    # Both sides of each target: the consensus arm's accuracy change (0.15) and cost change (-0.5 per query).
+    assert c["match_best"]["accuracy_change"] == pytest.approx(0.15)
+    assert c["match_best"]["usd_per_million_change"] == pytest.approx(-0.5e6)
+    lo, hi = c["match_best"]["accuracy_change_ci"]
+    assert lo < 0.15 < hi
+    from evaluation.onboard import markdown
+
+    table = markdown([{"model": "x", "true_accuracy": 0.5, "usd_per_million": 1.0, "values": res}])
+    assert len(table) == 4 and "+0.1500 [" in table[3]
 
 
 def test_columns_keeps_the_chosen_models():
