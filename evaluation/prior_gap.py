@@ -9,9 +9,9 @@ its cost), each with its 95% bootstrap interval and the paired difference router
 prior (its cost difference's interval is not all above 0). Every number is held out (docs/metrics.md).
 
 Where the run has `oof_parts.npz` with the category branch, two more routers are computed from the stored
-parts (no retraining): the fixed blend (category weight and C as configured before they were chosen: 0.5,
-C = 1) and the inner-fold choice (`training.category.inner_fold_choices`: for each held-out fold the weight
-from `category.weight_grid` and the C among the stored `category_c<C>` parts with the lowest mean log loss
+parts (no retraining): the fixed blend (category weight 0.5, C = 1: `configs/train.yaml`) and the inner-fold
+choice (`training.category.inner_fold_choices`: for each held-out fold the weight from {0, 0.25, 0.5, 0.75,
+1} and the C among the stored `category_c<C>` parts (C in {1, 10, 100}) with the lowest mean log loss
 on the *other* folds' out-of-fold rows — what `switchcraft train` with the grids does). The inner-fold
 router is also paired with the fixed one. A run trained without per-C parts gets them from
 `evaluation.category_refit`. A router identical to the run's own is printed once, its name saying so.
@@ -30,18 +30,10 @@ from evaluation.category_prior import category_prior_probs
 from evaluation.report import oof_matrix
 from evaluation.routing_eval import RoutingData, evaluate_router
 from evaluation.stats import paired_bootstrap
-from training.category import blend, inner_fold_choices
+from training.category import C_GRID, WEIGHT_GRID, blend, inner_fold_choices
 
 TARGETS = (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost"))
 PARTS_FILE = "oof_parts.npz"  # training.recipe.PARTS_FILE
-
-
-def _grids() -> tuple[list[float], list[float], float, float]:
-    """(weight grid, C grid, fixed weight, fixed C) as configs/train.yaml sets them."""
-    from training.config import load_train_config
-
-    cc = load_train_config("configs/train.yaml", []).category
-    return list(cc.weight_grid) or [cc.weight], list(cc.c_grid) or [cc.c], 0.5, 1.0
 
 
 def _lexical_weight(run: Path) -> float:
@@ -99,10 +91,7 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
                                     if lb.example_id in held and lb.model in models], exs, models, folds)
     probs, _ = oof_matrix(oof, data.example_ids, data.models)
     routers, choices = {"router": probs}, None
-    if weights is None or cs is None:
-        gw, gc, *_ = _grids()
-        weights, cs = weights or gw, cs or gc
-    extra = blended_routers(run, oof, weights, cs, (0.5, 1.0))
+    extra = blended_routers(run, oof, list(weights or WEIGHT_GRID), list(cs or C_GRID), (0.5, 1.0))
     if extra is not None:
         blends, choices = extra
         for name, p in blends.items():

@@ -43,6 +43,8 @@ from torch import nn
 CATEGORY_FILE = "category.safetensors"
 EPS = 1e-4
 CRITERION = "mean log loss over the labelled (query, model) pairs of out-of-fold rows"
+WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grids measured in docs/router.md (`category.weight_grid`, `c_grid`)
+C_GRID = (1.0, 10.0, 100.0)
 
 
 @dataclass
