@@ -111,8 +111,8 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
         per = {name: (data.correct[rows, r.choice], data.cost[rows, r.choice]) for name, r in res.items()}
         ci = paired_bootstrap(per, reference="category prior")
         vs_fixed = paired_bootstrap(per, reference=fixed) if fixed else {}
-        acc = lambda n: per[n][0].mean()
-        usd = lambda n: per[n][1].mean() * 1e6
+        acc = lambda n, per=per: per[n][0].mean()
+        usd = lambda n, per=per: per[n][1].mean() * 1e6
         for name in routers:
             r = ci[name]
             row = {"run": str(run), "target": what, "variant": name,

@@ -27,6 +27,7 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -329,8 +330,7 @@ class TrainRecipe:
             tr, va = grouped_split(t.groups, np.flatnonzero(self.fold != f), cfg.val_fraction, cfg.seed + f)
             fitted = self.fit_one(tr, va, cfg.seed + f, desc=f"fold {f + 1}/{cfg.folds}")
             parts = {"head": fitted.head_logits} | ({"lexical": fitted.lexical_logits} if fitted.lexical else {})
-            parts |= {self._category_part(c): (lambda idx, c=c: fitted.category_logits(idx, c))
-                      for c in fitted.category_models}
+            parts |= {self._category_part(c): partial(fitted.category_logits, c=c) for c in fitted.category_models}
             hits.append({c: self._category_accuracy(fitted, c, test) for c in fitted.category_models})
             for name, fn in parts.items():
                 self.oof_parts.setdefault(name, np.full((n, len(self.models)), np.nan))[test] = fn(test)
