@@ -202,7 +202,7 @@ def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 200
         for t, _ in TARGETS:
             ok = np.mean([d[t][0] for d in draws], axis=0)
             paid = np.mean([d[t][1] for d in draws], axis=0)
-            b_ok, b_paid = base[arm.split(" ")[0]][t]
+            b_ok, b_paid = base["truth" if arm.startswith("truth") else "consensus"][t]
             if idx is None:
                 idx = np.random.default_rng(seed).integers(0, len(ok), size=(resamples, len(ok)))
             v = (ok - b_ok) if t == "cost_fraction" else (b_paid - paid) * 1e6
@@ -401,9 +401,14 @@ def describe(model: str, entry, data, m: int) -> dict:
 
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
-                  log=print) -> dict:
+                  probe_labels: str = "consensus", log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
-    consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws."""
+    consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
+    `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
+    new model's *true* labels on them (and the pool's true labels), against the truth baseline: what N probes
+    give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality."""
+    if probe_labels not in ("consensus", "truth"):
+        raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     from data.consensus import fit_consensus
 
     cd9, declined, entry = new_model(st, model, price_file=price_file, recordings=recordings)
@@ -418,7 +423,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     n = len(data.example_ids)
 
     def arm(size, g):
-        return f"consensus N={size}" + ("" if g is None else f", gate z={g:g}")
+        head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
+        return head + ("" if g is None else f", gate z={g:g}")
 
     for size in sizes:
         arms |= {arm(size, g): [] for g in gates}
@@ -428,15 +434,19 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             answered = np.ones((n, m + 1), bool)
             answered[~probe, m] = False
             # The pool keeps its own consensus labels; the new model's come from everyone's answers on its probes.
-            fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
-            outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches["consensus"], paired=paired,
+            if probe_labels == "truth":  # off the probes the new model's labels are never read
+                fit9 = data.correct
+            else:
+                fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
+            outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels], paired=paired,
                                         gates=gates, **st.targets())
             for g, out in outs.items():
                 arms[arm(size, g)].append(out)
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "targets": "given" if st.given_targets else "labels", "values": value_table(base, arms)}
+            "probe_labels": probe_labels, "targets": "given" if st.given_targets else "labels",
+            "values": value_table(base, arms)}
 
 
 def outside_models(st: PoolState) -> list[str]:
@@ -534,6 +544,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--targets", choices=("given", "labels"), default="given",
                    help="given (default): the pool's truth-fit budget in USD and the pool's best single model, the "
                    "same in every arm; labels: both read off each arm's fit labels, the new model included.")
+    p.add_argument("--probe-labels", choices=("consensus", "truth"), default="consensus",
+                   help="truth: a diagnostic — the same probe draws with the new model's true labels.")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     if not a.model and not a.screen:
@@ -557,7 +569,8 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
-                                     paired=a.estimator == "paired", gates=(None, *(a.gate or ()))))
+                                     paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
+                                     probe_labels=a.probe_labels))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -277,3 +277,10 @@ def test_with_model_adds_labels_costs_and_agreement_with_each_pool_model():
     assert declined.tolist() == [[False, True, False], [False, False, True]]
     with pytest.raises(ValueError, match="no recorded output for 1"):
         with_model(st, new, outs[:1])
+
+
+def test_onboard_model_refuses_unknown_probe_labels():
+    from evaluation.onboard import onboard_model
+
+    with pytest.raises(ValueError, match="probe_labels must be"):
+        onboard_model(None, "x", probe_labels="oracle")
