@@ -19,7 +19,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -35,6 +37,15 @@ from training.recipe import PARTS_FILE
 LINKED = ("examples.parquet", "labels.parquet", "oof_predictions.parquet")
 
 
+class FoldFit(NamedTuple):
+    table: Any  # training.dataset's table of the run's examples
+    test: np.ndarray  # the held-out fold's rows
+    rows: np.ndarray  # the rows the recipe fits the branch on (training split, + validation without temperature)
+    x: Any  # their TF-IDF (the fold's lexical vocabulary)
+    x_test: Any  # the held-out rows' TF-IDF
+    meta: np.ndarray  # every row's metadata, scaled on the training split
+
+
 def run_config(run: Path) -> TrainConfig:
     """The run's training config (router.json's, else configs/train.yaml with the run's data paths)."""
     info = run / "router" / "router.json"
@@ -45,24 +56,18 @@ def run_config(run: Path) -> TrainConfig:
     return load_train_config("configs/train.yaml", [f"run_dir={run}"])
 
 
-def refit(run: Path, out: Path, cs: list[float]) -> dict[str, float]:
+def fold_fits(run: Path, cfg: TrainConfig, parts: dict[str, np.ndarray]) -> Iterator[FoldFit]:
+    """Per finished fold, the branch's inputs exactly as the recipe builds them (`evaluation.category_hard` too)."""
     from transformers import AutoTokenizer
 
     from training.model import resolve_backbone
 
-    cfg = run_config(run)
-    parts = dict(np.load(run / PARTS_FILE))
-    if "category" not in parts:
-        raise SystemExit(f"{run / PARTS_FILE}: no category part (the run was trained without the category branch)")
     models, fold = [str(m) for m in parts["models"]], parts["fold"]
     tok = AutoTokenizer.from_pretrained(cfg.backbone.tokenizer or resolve_backbone(cfg.backbone.name), local_files_only=True)
     examples = read_examples(run / "examples.parquet")
     t = build_table(examples, read_labels(run / "labels.parquet"), models, tok, cfg.packing)
     if list(t.example_ids) != [str(e) for e in parts["example_ids"]]:
         raise SystemExit(f"{run}: the rebuilt table's examples are not the run's ({PARTS_FILE}); cannot refit")
-    n, m = len(t), len(models)
-    new = {f"category_c{c:g}": np.full((n, m), np.nan) for c in cs}
-    t0 = time.perf_counter()
     for f in sorted(int(k) for k in set(fold.tolist()) if k >= 0):
         test = np.flatnonzero(fold == f)
         tr, va = grouped_split(t.groups, np.flatnonzero(fold != f), cfg.val_fraction, cfg.seed + f)
@@ -72,11 +77,25 @@ def refit(run: Path, out: Path, cs: list[float]) -> dict[str, float]:
                                special_ids=tok.all_special_ids,
                                vocab_size=max(int(tok.vocab_size), len(tok)), buckets=cfg.lexical.buckets,
                                min_df=cfg.lexical.min_df, max_features=cfg.lexical.max_features)
-        x, x_test = lex.features([t.ids[i] for i in rows]), lex.features([t.ids[i] for i in test])
+        yield FoldFit(t, test, rows, lex.features([t.ids[i] for i in rows]), lex.features([t.ids[i] for i in test]),
+                      meta)
+
+
+def refit(run: Path, out: Path, cs: list[float]) -> dict[str, float]:
+    cfg = run_config(run)
+    parts = dict(np.load(run / PARTS_FILE))
+    if "category" not in parts:
+        raise SystemExit(f"{run / PARTS_FILE}: no category part (the run was trained without the category branch)")
+    fold = parts["fold"]
+    n, m = parts["category"].shape
+    new = {f"category_c{c:g}": np.full((n, m), np.nan) for c in cs}
+    t0 = time.perf_counter()
+    for ff in fold_fits(run, cfg, parts):
+        t, rows = ff.table, ff.rows
         for c in cs:
-            cat = CategoryModel.fit(x, meta[rows], [t.categories[i] for i in rows], t.y[rows], t.mask[rows], c=c,
+            cat = CategoryModel.fit(ff.x, ff.meta[rows], [t.categories[i] for i in rows], t.y[rows], t.mask[rows], c=c,
                                     prior_rows=cfg.category.prior_rows)
-            new[f"category_c{c:g}"][test] = cat.logits(x_test, meta[test])
+            new[f"category_c{c:g}"][ff.test] = cat.logits(ff.x_test, ff.meta[ff.test])
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / PARTS_FILE, **parts, **new)
     for name in LINKED:
