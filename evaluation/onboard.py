@@ -26,7 +26,9 @@ On the training folds a strategy that calls X is estimated (accuracy, cost, reso
 on the probe queries only; the others on every training query. Held-out outcomes are scored with the true
 labels on the same folds as the router's. Kept value = consensus value / truth value; intervals: 95%
 bootstrap over queries (paired), outcomes averaged over the probe draws. `--screen`: the truth arm alone for
-every recorded model outside the pool (which models are worth anything to it at all).
+every recorded model outside the pool (`evaluation.onboard_screen`). `--gate Z`: extra rows where a strategy
+calling X is adopted only on a significant paired advantage; `--probe-labels truth`: the same probe draws with
+X's true labels (a diagnostic). Results: docs/onboarding.md.
 """
 
 from __future__ import annotations
@@ -449,53 +451,6 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             "values": value_table(base, arms)}
 
 
-def outside_models(st: PoolState) -> list[str]:
-    """The recorded models in `<run_dir>/outputs.parquet` that are not in the pool, sorted."""
-    import pyarrow.parquet as pq
-
-    names = set(pq.read_table(st.run_dir / "outputs.parquet", columns=["model"]).column("model").to_pylist())
-    return sorted(names - {m.recording for m in st.pool.models} - set(st.pool.names))
-
-
-def screen(st: PoolState, models: list[str], *, log=print) -> list[dict]:
-    """The truth arm alone for each model: its held-out value to the pool with every true label, per target
-    (with its 95% interval). Models without a price are listed with the reason and no value."""
-    base = {"truth": st.baseline()["truth"]}
-    out = []
-    for model in models:
-        try:
-            cd9, _, entry = new_model(st, model)
-        except ValueError as e:
-            out.append({"model": model, "skipped": str(e)})
-            log(f"{model}: skipped ({e})")
-            continue
-        values = value_table(base, {"truth": [truth_arm(st, cd9)]})["truth"]
-        out.append({**describe(model, entry, cd9.data, len(st.pool.names)), "values": values})
-        log(f"{model}: ≤ 20% {values['cost_fraction']['value']:+.4f} {values['cost_fraction']['value_ci']}, "
-            f"best-single acc. {values['match_best']['value']:+.0f} $/M {values['match_best']['value_ci']}")
-    return out
-
-
-def significant_value(values: dict) -> dict[str, bool]:
-    """Per target: whether the value's 95% interval lies above 0."""
-    return {t: values[t]["value_ci"][0] > 0 for t, _ in TARGETS}
-
-
-def screen_markdown(rows: list[dict]) -> list[str]:
-    lines = ["| model (accuracy, $/M) | ≤ 20% budget: accuracy, $/M | accuracy gain [95% CI] | "
-             "best-single acc.: accuracy, $/M | $/M saved [95% CI] |", "|---|---|---|---|---|"]
-    for r in sorted((r for r in rows if "values" in r), key=lambda r: -r["values"]["cost_fraction"]["value"]):
-        cells = []
-        for t, fmt in (("cost_fraction", "{:+.4f}"), ("match_best", "{:+,.0f}")):
-            x = r["values"][t]
-            star = " *" if x["value_ci"][0] > 0 else ""
-            cells += [f"{x['accuracy']:.3f}, {x['usd_per_million']:,.0f}",
-                      f"{fmt.format(x['value'])} [{fmt.format(x['value_ci'][0])}, {fmt.format(x['value_ci'][1])}]{star}"]
-        lines.append(f"| {r['model']} ({r['true_accuracy']:.3f}, {r['usd_per_million']:,.0f}) | " + " | ".join(cells) + " |")
-    lines += [f"| {r['model']} | skipped: {r['skipped']} | | | |" for r in rows if "skipped" in r]
-    return lines
-
-
 def markdown(results: list[dict]) -> list[str]:
     """The onboarding table: per new model and labels, each target's held-out outcome, its value against the
     same labels' no-new-model policy, and the share of the truth value kept (only where the truth value's
@@ -560,6 +515,8 @@ def main(argv: list[str] | None = None) -> None:
             a.out.with_suffix(".md").write_text("\n".join(table(results)) + "\n")
 
     if a.screen:
+        from evaluation.onboard_screen import outside_models, screen, screen_markdown
+
         results = []
         for model in a.model or outside_models(st):
             results += screen(st, [model])

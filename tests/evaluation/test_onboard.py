@@ -284,3 +284,20 @@ def test_onboard_model_refuses_unknown_probe_labels():
 
     with pytest.raises(ValueError, match="probe_labels must be"):
         onboard_model(None, "x", probe_labels="oracle")
+
+
+def test_screen_table_marks_significant_values_and_lists_skipped_models():
+    from evaluation.onboard_screen import screen_markdown
+
+    def value(v, lo, hi):
+        return {"value": v, "value_ci": [lo, hi], "accuracy": 0.9, "usd_per_million": 100.0}
+
+    rows = [{"model": "a", "true_accuracy": 0.8, "usd_per_million": 50.0,
+             "values": {"cost_fraction": value(0.01, 0.002, 0.02), "match_best": value(5.0, -1.0, 9.0)}},
+            {"model": "b", "true_accuracy": 0.7, "usd_per_million": 20.0,
+             "values": {"cost_fraction": value(0.0, 0.0, 0.0), "match_best": value(30.0, 12.0, 50.0)}},
+            {"model": "c", "skipped": "no price"}]
+    table = screen_markdown(rows)
+    assert table[2].startswith("| a ") and "+0.0100 [+0.0020, +0.0200] *" in table[2] and "+5 [-1, +9] |" in table[2]
+    assert table[3].startswith("| b ") and "+0.0000 [+0.0000, +0.0000] |" in table[3] and "+30 [+12, +50] *" in table[3]
+    assert table[4] == "| c | skipped: no price | | | |"
