@@ -175,6 +175,25 @@ def fit_consensus(agree: np.ndarray, answered: np.ndarray | None = None, decline
     return Consensus(np.where(answered, p, np.nan), support, post_none, rel, iterations, cfg)
 
 
+def error_sharing_pairs(agree: np.ndarray, correct: np.ndarray, answered: np.ndarray | None = None,
+                        shared: float = 0.5) -> np.ndarray:
+    """(m × m bool) pairs of models that share most of their errors: a and b are paired when, on the queries
+    where a is wrong (by `correct`, e.g. consensus labels) and b answered, b's answer agrees with a's at least
+    `shared` of the time, and the same with a and b swapped. Their agreement checks nothing — consensus labels
+    cannot see an error they make together, and an agreement cascade between them accepts it."""
+    agree = np.asarray(agree, dtype=bool)
+    n, m, _ = agree.shape
+    answered = np.ones((n, m), bool) if answered is None else np.asarray(answered, dtype=bool)
+    wrong = answered & ~np.asarray(correct, dtype=bool)
+    rate = np.zeros((m, m))
+    for a in range(m):
+        for b in range(m):
+            rows = wrong[:, a] & answered[:, b]
+            if a != b and rows.any():
+                rate[a, b] = agree[rows, a, b].mean()
+    return np.minimum(rate, rate.T) >= shared
+
+
 # --- from answers ---------------------------------------------------------------
 
 

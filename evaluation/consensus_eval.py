@@ -17,6 +17,10 @@ truth-fit rows' on the same training folds (a user states a budget in money; pri
 label). One diagnostic row instead reads the budget's anchor — the best single model — off the consensus labels,
 as a user without labels who asks for "20% of the best model" would: where consensus swaps two near-tied top
 models, that budget moves by their price ratio (docs/consensus.md).
+
+The consensus-fit menu has no agreement cascade between two models that share most of their errors
+(`menu_apart`): consensus labels cannot see an error such a pair makes together, so their agreement would look
+like a check it is not (several deployments of one model in a pool; docs/consensus.md).
 """
 
 from __future__ import annotations
@@ -34,8 +38,21 @@ from evaluation.strategy_eval import (RowOutcome, _best_fixed_column, _budget, _
 # (target, cost fraction, row name): the strategy rows the section compares, as in the headline.
 TARGETS = (("match_best", 0.2, "best-single accuracy"), ("cost_fraction", 0.2, "≤ 20% of best-single cost"),
            ("cost_fraction", 0.1, "≤ 10% of best-single cost"))
+# Two models whose answers agree on at least this share of each one's (consensus-labelled) errors: no agreement
+# cascade between them on the consensus-fit menu. Set once ("most of their errors"), not tuned.
+SHARED_ERRORS = 0.5
 # The diagnostic row: ≤ 20% of the cost of the model the consensus labels rank first (the anchor read off them).
 ANCHORED = "≤ 20% of the consensus-ranked best single's cost (diagnostic)"
+
+
+def menu_apart(cd: CascadeData, fit_correct: np.ndarray, shared: float = SHARED_ERRORS) -> list:
+    """The strategy menu without agreement cascades between two models that share most of their errors by the
+    consensus labels (`data.consensus.error_sharing_pairs`, over every query's answers, as the labels themselves
+    are): consensus cannot see an error such a pair makes together, so it would overrate their agreement."""
+    from data.consensus import error_sharing_pairs
+
+    pairs = error_sharing_pairs(cd.agree, fit_correct, shared=shared)
+    return [s for s in default_menu(cd) if s[0] == s[1] or not pairs[s[0], s[1]]]
 
 
 def given_budget(cd: CascadeData, k: int, fraction: float) -> float:
@@ -58,7 +75,7 @@ def consensus_fit_rows(cd: CascadeData, fit_correct: np.ndarray, probs: np.ndarr
     if fit_correct.shape != cd.data.correct.shape or probs.shape != cd.data.correct.shape:
         raise ValueError(f"consensus labels {fit_correct.shape} and probabilities {probs.shape} must match the "
                          f"true labels {cd.data.correct.shape}")
-    specs = default_menu(cd)
+    specs = menu_apart(cd, fit_correct)
     n = len(probs)
     # Per fold: the targets with each cost fraction turned into the truth-fit row's budget, then the diagnostic.
     n_t = len(TARGETS) + 1

@@ -210,6 +210,7 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     from evaluation.report import oof_matrix
     from evaluation.routing_eval import RoutingData
     from evaluation.strategies import CascadeData
+    from evaluation.consensus_eval import menu_apart
     from evaluation.strategy_eval import write_strategy_policy
     from serving.gateway.decision_log import read_log
     from training.config import load_train_config
@@ -264,7 +265,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         cd = CascadeData.from_outputs([o for o in outputs if o.example_id in set(data.example_ids)],
                                       train_by_id, pool, data)
         return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0],
-                                     budget_usd_per_million=budget_usd_per_million)
+                                     budget_usd_per_million=budget_usd_per_million,
+                                     specs=menu_apart(cd, cd.data.correct))  # its labels are consensus labels
 
     step("strategy policy", policy)
     onnx_dir = run / "router_onnx"

@@ -237,6 +237,30 @@ def test_cost_targets_are_the_truth_fit_budgets_and_the_diagnostic_reads_the_anc
     assert set(anchored.chosen) == {"single(m0)"} and anchored.cost.mean() == pytest.approx(1.0)
 
 
+def test_the_consensus_fit_menu_has_no_agreement_between_models_that_share_their_errors():
+    from data.consensus import error_sharing_pairs
+    from evaluation.consensus_eval import menu_apart
+
+    # m0 and m1 give the same wrong answer on every query the fit labels call wrong for them; m2 errs alone.
+    n = 40
+    correct = np.ones((n, 3), bool)
+    correct[:10, [0, 1]] = False
+    correct[10:20, 2] = False
+    agree = correct[:, :, None] & correct[:, None, :]
+    agree[:10, 0, 1] = agree[:10, 1, 0] = True  # the shared wrong answer
+    agree[:, range(3), range(3)] = True
+    cd = cd_of(correct, [1.0, 2.0, 10.0], agree=agree)
+    pairs = error_sharing_pairs(agree, correct)
+    assert pairs.tolist() == [[False, True, False], [True, False, False], [False, False, False]]
+    menu = menu_apart(cd, correct)
+    assert not any(s[0] != s[1] and {s[0], s[1]} == {0, 1} for s in menu)
+    assert any(s[:2] == (0, 2) for s in menu) and (0, 0, None, 0) in menu
+    assert len(menu) < len(default_menu(cd))
+    # Sharing a third of the errors is not "most": the pair stays.
+    agree[:7, 0, 1] = agree[:7, 1, 0] = False
+    assert not error_sharing_pairs(agree, correct).any()
+
+
 def test_a_budget_target_is_a_number_no_label_moves():
     from evaluation.strategy_eval import _budget
 
