@@ -94,7 +94,7 @@ def held_out_fixed(cd: CascadeData, fit: np.ndarray, *, gate: float | None = Non
 def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray | None = None, new: int | None = None,
                          rules: tuple[float, ...] = RULE_TOLERANCES, cache: dict | None = None, paired: bool = True,
                          budgets: dict[int, float] | None = None, anchor_models: int | None = None,
-                         gates: tuple[float | None, ...] = (None,)) -> dict[float | None, dict]:
+                         gates: tuple[float | None, ...] = (None,), x_menu: str = "all") -> dict[float | None, dict]:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold on `fit` labels of the
     training folds and scored with `cd`'s true labels on the test fold. With `probe` (bool, n) and `new` (a
     column), the specs that call model `new` are estimated on the probe training rows only. `cache`: the
@@ -108,10 +108,18 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
     move the target; default every column. A gate (a one-sided z, with `paired`; None: no gate): a spec calling
     the new model replaces the incumbent only where its paired advantage on the probe rows is significant —
     accuracy gain (≤ budget), or accuracy kept and cost saved (best-single accuracy) — at that z; else the
-    incumbent stays. Returns gate -> target -> (correct, cost): each gate from the same simulations."""
+    incumbent stays. `x_menu="small"` (with probes and `paired`): of the specs calling the new model only
+    small_x_menu(incumbent) may be chosen (and only those are simulated). Returns gate -> target -> (correct,
+    cost): each gate from the same simulations."""
+    if x_menu not in ("all", "small"):
+        raise ValueError(f"x_menu must be 'all' or 'small', got {x_menu!r}")
     m = len(cd.data.models)
     specs = menu_of(m, rules=rules if cd.kinds is not None else ())
     uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
+    small = x_menu == "small" and probe is not None and new is not None
+    if small and not paired:
+        raise ValueError("x_menu='small' needs the paired estimator (its menu is built from the incumbent)")
+    index = {s: i for i, s in enumerate(specs)}
     singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
     anchors = singles & np.array([unpack(s)[0] < (m if anchor_models is None else anchor_models) for s in specs])
     n = len(cd.data.example_ids)
@@ -136,6 +144,13 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
                 sa = simulate(cdk, [specs[i] for i in a_cols], costs, fit_rows=train)
                 if cache is not None:
                     cache[k] = sa
+            if small:  # the incumbents come from the pool's specs alone: simulate only their small menus
+                acc_a, paid_a = np.full(len(specs), -np.inf), np.full(len(specs), np.inf)
+                acc_a[a_cols], paid_a[a_cols] = sa.correct[train].mean(axis=0), sa.cost[train].mean(axis=0)
+                allowed = {t: [index[x] for x in small_x_menu(
+                    specs[choose_fixed(acc_a, paid_a, anchors & ~uses_new, t, f, budget if t == "cost_fraction"
+                                       else None)], new)] for t, f in TARGETS}
+                b_cols = np.array(sorted({i for v in allowed.values() for i in v}), int)
             sb = simulate(cdk, [specs[i] for i in b_cols], costs, fit_rows=ptrain)
             sim = _merge(sa, sb, a_cols, b_cols, len(specs))
             acc = np.where(uses_new, sim.correct[ptrain].mean(axis=0), sim.correct[train].mean(axis=0))
@@ -152,6 +167,10 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
                 d_paid = sim.cost[ptrain].mean(axis=0) - sim.cost[ptrain, ref].mean()
                 est_acc = np.where(uses_new, acc[ref] + d_acc, acc)
                 est_paid = np.where(uses_new, paid[ref] + d_paid, paid)
+                if small:  # only the incumbent's small menu may call the new model
+                    off = uses_new.copy()
+                    off[allowed[t]] = False
+                    est_acc, est_paid = np.where(off, -np.inf, est_acc), np.where(off, np.inf, est_paid)
                 j0 = choose_fixed(est_acc, est_paid, anchors, t, f, b)
                 slack = acc[ref] - _anchor_accuracy(acc, paid, anchors)
                 picks = {g: ref if g is not None and uses_new[j0] and not significant(sim, ptrain, j0, ref, t, g, slack)
@@ -161,6 +180,23 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
             for g, j in picks.items():
                 outs[g][t][0][test], outs[g][t][1][test] = sim.correct[test, j], sim.cost[test, j]
     return outs
+
+
+def small_x_menu(incumbent: tuple, new: int) -> list[tuple]:
+    """The specs calling model `new` that a small menu offers next to `incumbent` (a spec without it):
+    single(new) and the agreements in which `new` replaces one of the incumbent's two agreeing models, keeping
+    the other one, its tie-breaker, escalation and resolve-rule tolerance (a single incumbent j: agree(j, new → j),
+    no tie-breaker, no rule). Specs in menu_of's form (the agreeing pair in ascending order)."""
+    a, b, t, e, tol = unpack(incumbent)
+    out = [(new, new, None, new)]
+    if a == b:
+        return [*out, (min(a, new), max(a, new), None, a)]
+    for keep in (b, a):
+        if keep == new or t == new or e == new:
+            raise ValueError(f"the incumbent {incumbent} already calls model {new}")
+        spec = (min(keep, new), max(keep, new), t, e)
+        out.append(spec if tol is None else (*spec, tol))
+    return out
 
 
 def _anchor_accuracy(acc: np.ndarray, paid: np.ndarray, anchors: np.ndarray) -> float:
@@ -403,12 +439,14 @@ def describe(model: str, entry, data, m: int) -> dict:
 
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
-                  probe_labels: str = "consensus", log=print) -> dict:
+                  probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
     new model's *true* labels on them (and the pool's true labels), against the truth baseline: what N probes
-    give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality."""
+    give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality.
+    `x_menus`: the menus of specs calling the new model ("all"; "small": small_x_menu), each a row of its own on
+    the same probe draws."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     from data.consensus import fit_consensus
@@ -424,12 +462,12 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
 
-    def arm(size, g):
+    def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
-        return head + ("" if g is None else f", gate z={g:g}")
+        return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     for size in sizes:
-        arms |= {arm(size, g): [] for g in gates}
+        arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates}
         for _ in range(draws):
             probe = np.zeros(n, bool)
             probe[rng.choice(n, size=min(size, n), replace=False)] = True
@@ -440,14 +478,15 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                 fit9 = data.correct
             else:
                 fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
-            outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels], paired=paired,
-                                        gates=gates, **st.targets())
-            for g, out in outs.items():
-                arms[arm(size, g)].append(out)
+            for menu in x_menus:
+                outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels],
+                                            paired=paired, gates=gates, x_menu=menu, **st.targets())
+                for g, out in outs.items():
+                    arms[arm(size, g, menu)].append(out)
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "x_menus": list(x_menus), "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -501,6 +540,10 @@ def main(argv: list[str] | None = None) -> None:
                    "same in every arm; labels: both read off each arm's fit labels, the new model included.")
     p.add_argument("--probe-labels", choices=("consensus", "truth"), default="consensus",
                    help="truth: a diagnostic — the same probe draws with the new model's true labels.")
+    p.add_argument("--x-menu", choices=("all", "small"), nargs="+", default=["all"],
+                   help="The strategies calling the new model that the probes choose among: all (default), or small "
+                   "(single(X) and X in place of one of the incumbent's two agreeing models); several: a row each, "
+                   "on the same probe draws.")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     if not a.model and not a.screen:
@@ -527,7 +570,7 @@ def main(argv: list[str] | None = None) -> None:
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
-                                     probe_labels=a.probe_labels))
+                                     probe_labels=a.probe_labels, x_menus=tuple(a.x_menu)))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from evaluation.consensus_eval import consensus_fit_rows, hybrid, side_by_side
-from evaluation.onboard import TARGETS, choose_fixed, columns, held_out_fixed, held_out_fixed_gates, value_table
+from evaluation.onboard import (TARGETS, choose_fixed, columns, held_out_fixed, held_out_fixed_gates, small_x_menu,
+                                 value_table)
 from evaluation.routing_eval import RoutingData
 from evaluation.strategies import CascadeData
 from evaluation.strategy_eval import default_menu, evaluate_strategy_policies, fold_simulations
@@ -325,3 +326,37 @@ def test_screen_table_marks_significant_values_and_lists_skipped_models():
     assert table[2].startswith("| a ") and "+0.0100 [+0.0020, +0.0200] *" in table[2] and "+5 [-1, +9] |" in table[2]
     assert table[3].startswith("| b ") and "+0.0000 [+0.0000, +0.0000] |" in table[3] and "+30 [+12, +50] *" in table[3]
     assert table[4] == "| c | skipped: no price | | | |"
+
+
+def test_small_x_menu_keeps_the_incumbents_other_model_tie_breaker_escalation_and_rule():
+    assert small_x_menu((0, 1, 2, 3, 0.02), 4) == [(4, 4, None, 4), (1, 4, 2, 3, 0.02), (0, 4, 2, 3, 0.02)]
+    assert small_x_menu((2, 2, None, 2), 4) == [(4, 4, None, 4), (2, 4, None, 2)]
+    assert small_x_menu((1, 3, None, 0), 2) == [(2, 2, None, 2), (2, 3, None, 0), (1, 2, None, 0)]
+    with pytest.raises(ValueError, match="already calls"):
+        small_x_menu((0, 2, None, 1), 2)
+
+
+def test_the_small_x_menu_offers_only_the_incumbents_neighbours():
+    # Pool: m0 (cost 1, right on 70%), m1 (cost 10, always right): at best-single accuracy the incumbent is m1.
+    # The new m2 (cost 1, right on 70%, independently of m0): agree(m0, m2 → m1) is as accurate as m1 for
+    # ~2 + 0.5 × 10 — the full menu takes it; the small menu around m1 offers only single(m2) (70%) and
+    # agree(m1, m2 → m1) (cost 11), so it keeps m1. A new model right everywhere is single(m2): both take it.
+    n = 200
+    rng = np.random.default_rng(1)
+    correct = np.stack([rng.random(n) < 0.7, np.ones(n, bool), rng.random(n) < 0.7], axis=1)
+    cd = cd_of(correct, [1.0, 10.0, 1.0], folds=np.arange(n) % 2)
+    every = np.ones(n, bool)
+    kw = dict(probe=every, new=2, rules=(), anchor_models=2)
+    full = held_out_fixed(cd, correct, x_menu="all", **kw)["match_best"]
+    small = held_out_fixed(cd, correct, x_menu="small", **kw)["match_best"]
+    assert full[0].all() and full[1].mean() < 8.5  # the cascade of m0 and m2, cheaper than m1
+    assert small[0].all() and (small[1] == 10.0).all()  # m1 kept: the cascade is not on the small menu
+    right = correct.copy()
+    right[:, 2] = True
+    cd_right = cd_of(right, [1.0, 10.0, 1.0], folds=np.arange(n) % 2)
+    picked = held_out_fixed(cd_right, right, x_menu="small", **kw)["match_best"]
+    assert picked[0].all() and (picked[1] == 1.0).all()  # single(m2) is on the small menu
+    with pytest.raises(ValueError, match="x_menu"):
+        held_out_fixed(cd, correct, x_menu="tiny", **kw)
+    with pytest.raises(ValueError, match="paired"):
+        held_out_fixed(cd, correct, x_menu="small", paired=False, **kw)
