@@ -109,7 +109,7 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
     the new model replaces the incumbent only where its paired advantage on the probe rows is significant —
     accuracy gain (≤ budget), or accuracy kept and cost saved (best-single accuracy) — at that z; else the
     incumbent stays. `x_menu="small"` (with probes and `paired`): of the specs calling the new model only
-    small_x_menu(incumbent) may be chosen (and only those are simulated). Returns gate -> target -> (correct,
+    small_x_menu(incumbent) — single(new) and the incumbent with `new` in one of its roles — may be chosen (and only those are simulated). Returns gate -> target -> (correct,
     cost): each gate from the same simulations."""
     if x_menu not in ("all", "small"):
         raise ValueError(f"x_menu must be 'all' or 'small', got {x_menu!r}")
@@ -149,7 +149,8 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
                 acc_a[a_cols], paid_a[a_cols] = sa.correct[train].mean(axis=0), sa.cost[train].mean(axis=0)
                 allowed = {t: [index[x] for x in small_x_menu(
                     specs[choose_fixed(acc_a, paid_a, anchors & ~uses_new, t, f, budget if t == "cost_fraction"
-                                       else None)], new)] for t, f in TARGETS}
+                                       else None)], new, rules if cd.kinds is not None else ()) if x in index]
+                           for t, f in TARGETS}
                 b_cols = np.array(sorted({i for v in allowed.values() for i in v}), int)
             sb = simulate(cdk, [specs[i] for i in b_cols], costs, fit_rows=ptrain)
             sim = _merge(sa, sb, a_cols, b_cols, len(specs))
@@ -182,20 +183,23 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
     return outs
 
 
-def small_x_menu(incumbent: tuple, new: int) -> list[tuple]:
+def small_x_menu(incumbent: tuple, new: int, rules: tuple[float, ...] = RULE_TOLERANCES) -> list[tuple]:
     """The specs calling model `new` that a small menu offers next to `incumbent` (a spec without it):
-    single(new) and the agreements in which `new` replaces one of the incumbent's two agreeing models, keeping
-    the other one, its tie-breaker, escalation and resolve-rule tolerance (a single incumbent j: agree(j, new → j),
-    no tie-breaker, no rule). Specs in menu_of's form (the agreeing pair in ascending order)."""
-    a, b, t, e, tol = unpack(incumbent)
-    out = [(new, new, None, new)]
+    single(new), and the incumbent with `new` in place of one of its models — either agreeing model, the
+    tie-breaker, or the escalation — the others kept, each without and with every resolve-rule tolerance in
+    `rules` (a single incumbent j: agree(j, new → j) and agree(j, new → new)). At most 1 + 4 × (1 + len(rules))
+    specs, in menu_of's form (the agreeing pair in ascending order)."""
+    a, b, t, e, _ = unpack(incumbent)
+    if new in (a, b, t, e):
+        raise ValueError(f"the incumbent {incumbent} already calls model {new}")
     if a == b:
-        return [*out, (min(a, new), max(a, new), None, a)]
-    for keep in (b, a):
-        if keep == new or t == new or e == new:
-            raise ValueError(f"the incumbent {incumbent} already calls model {new}")
-        spec = (min(keep, new), max(keep, new), t, e)
-        out.append(spec if tol is None else (*spec, tol))
+        swaps = [(a, new, None, a), (a, new, None, new)]
+    else:
+        swaps = [(new, b, t, e), (a, new, t, e), *([(a, b, new, e)] if t is not None else []), (a, b, t, new)]
+    out = [(new, new, None, new)]
+    for x, y, tb, esc in swaps:
+        spec = (min(x, y), max(x, y), tb, esc)
+        out += [spec, *((*spec, tol) for tol in rules)]
     return out
 
 
@@ -542,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="truth: a diagnostic — the same probe draws with the new model's true labels.")
     p.add_argument("--x-menu", choices=("all", "small"), nargs="+", default=["all"],
                    help="The strategies calling the new model that the probes choose among: all (default), or small "
-                   "(single(X) and X in place of one of the incumbent's two agreeing models); several: a row each, "
+                   "(single(X) and the incumbent with X in place of one of its models); several: a row each, "
                    "on the same probe draws.")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)

@@ -328,10 +328,14 @@ def test_screen_table_marks_significant_values_and_lists_skipped_models():
     assert table[4] == "| c | skipped: no price | | | |"
 
 
-def test_small_x_menu_keeps_the_incumbents_other_model_tie_breaker_escalation_and_rule():
-    assert small_x_menu((0, 1, 2, 3, 0.02), 4) == [(4, 4, None, 4), (1, 4, 2, 3, 0.02), (0, 4, 2, 3, 0.02)]
-    assert small_x_menu((2, 2, None, 2), 4) == [(4, 4, None, 4), (2, 4, None, 2)]
-    assert small_x_menu((1, 3, None, 0), 2) == [(2, 2, None, 2), (2, 3, None, 0), (1, 2, None, 0)]
+def test_small_x_menu_puts_the_new_model_in_one_role_of_the_incumbent():
+    base = [(4, 4, None, 4)]
+    assert small_x_menu((0, 1, 2, 3, 0.02), 4, rules=()) == [*base, (1, 4, 2, 3), (0, 4, 2, 3), (0, 1, 4, 3), (0, 1, 2, 4)]
+    assert small_x_menu((2, 2, None, 2), 4, rules=()) == [*base, (2, 4, None, 2), (2, 4, None, 4)]
+    assert small_x_menu((1, 3, None, 0), 2, rules=(0.0,)) == [(2, 2, None, 2), (2, 3, None, 0), (2, 3, None, 0, 0.0),
+                                                              (1, 2, None, 0), (1, 2, None, 0, 0.0),
+                                                              (1, 3, None, 2), (1, 3, None, 2, 0.0)]
+    assert len(small_x_menu((0, 1, 2, 3), 4)) == 1 + 4 * 3  # every role, each with the menu's two rules and none
     with pytest.raises(ValueError, match="already calls"):
         small_x_menu((0, 2, None, 1), 2)
 
@@ -340,7 +344,7 @@ def test_the_small_x_menu_offers_only_the_incumbents_neighbours():
     # Pool: m0 (cost 1, right on 70%), m1 (cost 10, always right): at best-single accuracy the incumbent is m1.
     # The new m2 (cost 1, right on 70%, independently of m0): agree(m0, m2 → m1) is as accurate as m1 for
     # ~2 + 0.5 × 10 — the full menu takes it; the small menu around m1 offers only single(m2) (70%) and
-    # agree(m1, m2 → m1) (cost 11), so it keeps m1. A new model right everywhere is single(m2): both take it.
+    # agree(m1, m2 → m1 or m2) (cost 11), so it keeps m1. A new model right everywhere is single(m2): both take it.
     n = 200
     rng = np.random.default_rng(1)
     correct = np.stack([rng.random(n) < 0.7, np.ones(n, bool), rng.random(n) < 0.7], axis=1)
