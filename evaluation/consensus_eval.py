@@ -220,7 +220,16 @@ def without_truth(ev, consensus_labels_path, oof_path, agreement: dict) -> tuple
     truth[f"{STRATEGIES}, λ for {ANCHORED}"] = truth.get(f"{STRATEGIES}, λ for ≤ 20% of best-single cost")
     best = row_of_choice("best single model", ev.refs.best_single.choice, ev.cascade)
     table = side_by_side(rows, {k: v for k, v in truth.items() if v is not None}, best)
+    from data.consensus import error_sharing_pairs
+
+    pairs = error_sharing_pairs(ev.cascade.agree, fit, shared=SHARED_ERRORS)
+    apart = [[data.models[a], data.models[b]] for a, b in zip(*np.nonzero(np.triu(pairs)))]
     metrics = {"consensus_label_agreement": agreement,
                "without_ground_truth": {"rows": table, "chosen": {n: dict(r.chosen.most_common(8)) for n, r in rows.items()},
-                                        "label_accuracy_of_fit": float((fit == data.correct).mean())}}
-    return metrics, section_markdown(table, agreement, best)
+                                        "label_accuracy_of_fit": float((fit == data.correct).mean()),
+                                        "error_sharing_pairs": apart}}
+    lines = section_markdown(table, agreement, best)
+    shown = "; ".join(f"{a} & {b}" for a, b in apart) if apart else "none in this pool"
+    lines[-1:-1] = [f"Agreement cascades between models that share most of their (consensus-labelled) errors, left "
+                    f"off the consensus-fit menu: {shown}.", ""]
+    return metrics, lines

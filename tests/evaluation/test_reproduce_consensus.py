@@ -57,3 +57,6 @@ def test_consensus_section_matches_the_runs_files(consensus_run):
             assert r["truth_fit_accuracy"] == pytest.approx(head[name]["accuracy"])
     report = (run / "report" / "report.md").read_text()
     assert "## Without ground truth" in report
+    pairs = metrics["without_ground_truth"]["error_sharing_pairs"]
+    assert all(a in models and b in models and a != b for a, b in pairs)
+    assert "left off the consensus-fit menu" in report
