@@ -26,7 +26,8 @@ the product of r over its supporters and (1 - r) over the other answering models
 kind alternates the posterior over hypotheses per query and each model's reliability (its expected accuracy,
 Beta(1, 1)-smoothed). A model that never declines, even where most others do (forced tool choice), has no
 vote on queries where some model declined (`forced_callers`): its call there says nothing about whether to
-call. A label's `p_correct` is the posterior of the hypotheses the model's answer supports; `correct` = p_correct > 0.5; `confidence` = max(p, 1 - p); a query is `abstained` when no hypothesis reaches
+call. A label's `p_correct` is the posterior of the hypotheses the model's answer supports; `correct` =
+p_correct > 0.5; `confidence` = max(p, 1 - p); a query is `abstained` when no hypothesis reaches
 `min_support` posterior (no group is supported): its labels are still the most probable ones, flagged.
 docs/consensus.md has the measured agreement with the verifier's labels and the variants compared.
 """

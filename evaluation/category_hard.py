@@ -31,16 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from training.category import EPS, blend
+from training.category import blend, logit
 
 THRESHOLD = 0.8  # fixed before any result was seen
 WEIGHT = 0.5  # the shipped weight (configs/train.yaml)
 BRANCH_FILE = "category_hard.npz"
-
-
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, EPS, 1 - EPS)
-    return np.log(p / (1 - p))
 
 
 def branch_logits(probs: np.ndarray, rates: np.ndarray, threshold: float | None = None) -> np.ndarray:
@@ -52,10 +47,10 @@ def branch_logits(probs: np.ndarray, rates: np.ndarray, threshold: float | None 
     probs, rates = np.asarray(probs, dtype=np.float64), np.asarray(rates, dtype=np.float64)
     if probs.ndim != 2 or rates.ndim != 2 or probs.shape[1] != rates.shape[0]:
         raise ValueError(f"category probabilities {probs.shape} and rates {rates.shape} do not match")
-    soft = _logit(probs @ rates)
+    soft = logit(probs @ rates)
     if threshold is None:
         return soft
-    hard = _logit(rates[probs.argmax(axis=1)])
+    hard = logit(rates[probs.argmax(axis=1)])
     return np.where((probs.max(axis=1) >= threshold)[:, None], hard, soft)
 
 

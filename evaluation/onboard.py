@@ -324,17 +324,11 @@ class PoolState:
 
 
 def pool_budgets(cd: CascadeData) -> dict[int, float]:
-    """Per fold: the cost target's budget in USD per query — the cost fraction × the mean cost of `cd`'s best
-    single model by its (true) labels on the fold's training rows, as the truth-fit policy has it (the budget
-    `evaluation.consensus_eval` gives its consensus-fit rows)."""
-    from evaluation.routing_metrics import best_single_column
+    """Per fold: the cost target's budget in USD per query — the truth-fit policy's, as
+    `evaluation.consensus_eval.given_budget` gives it to the consensus-fit rows."""
+    from evaluation.consensus_eval import given_budget
 
-    fraction, d, out = dict(TARGETS)["cost_fraction"], cd.data, {}
-    for k in d.fold_ids:
-        train = d.folds != k
-        j = best_single_column(d.correct[train], d.cost[train])
-        out[k] = float(fraction * d.cost[train, j].mean())
-    return out
+    return {k: given_budget(cd, k, dict(TARGETS)["cost_fraction"]) for k in cd.data.fold_ids}
 
 
 def pool_state(run_dir: Path, pool_path="configs/pool.yaml", *, given_targets: bool = True) -> PoolState:

@@ -99,8 +99,7 @@ class CategoryModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def logits(self, x_lex: sparse.spmatrix, meta: np.ndarray) -> np.ndarray:
-        p = np.clip(self.category_probs(x_lex, meta) @ self.rates, EPS, 1 - EPS)
-        return np.log(p / (1 - p))
+        return logit(self.category_probs(x_lex, meta) @ self.rates)
 
     # --- saving ------------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
@@ -126,6 +125,12 @@ class CategoryModel:
 
     def torch_branch(self) -> CategoryBranch:
         return CategoryBranch(self)
+
+
+def logit(p: np.ndarray) -> np.ndarray:
+    """log(p / (1 − p)), p clipped to [EPS, 1 − EPS]: the branch's probabilities as logits."""
+    p = np.clip(p, EPS, 1 - EPS)
+    return np.log(p / (1 - p))
 
 
 # --- choosing the weight and C ----------------------------------------------------------------------------
