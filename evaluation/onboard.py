@@ -437,14 +437,16 @@ def describe(model: str, entry, data, m: int) -> dict:
 
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
-                  probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), log=print) -> dict:
+                  probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
+                  log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
     new model's *true* labels on them (and the pool's true labels), against the truth baseline: what N probes
     give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality.
     `x_menus`: the menus of specs calling the new model ("all"; "small": small_x_menu), each a row of its own on
-    the same probe draws."""
+    the same probe draws. `impute` K: instead, one row per size with the new model's behaviour imputed off its
+    probes (K copies; `evaluation.onboard_impute`), on the same probe draws."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     from data.consensus import fit_consensus
@@ -462,10 +464,14 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
 
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
+        if impute:
+            return head + f", imputed K={impute}"
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
+    irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
+
     for size in sizes:
-        arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates}
+        arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates} if not impute else {arm(size, None, "all"): []}
         for _ in range(draws):
             probe = np.zeros(n, bool)
             probe[rng.choice(n, size=min(size, n), replace=False)] = True
@@ -476,6 +482,14 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                 fit9 = data.correct
             else:
                 fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
+            if impute:
+                from evaluation.onboard_impute import held_out_imputed
+
+                pool_labels = data.correct[:, :m] if probe_labels == "truth" else fit8
+                arms[arm(size, None, "all")].append(held_out_imputed(
+                    cd9, fit9, probe=probe, new=m, pool_labels=pool_labels, declined=declined, copies=impute,
+                    rng=irng, cache=st.caches[probe_labels], **st.targets()))
+                continue
             for menu in x_menus:
                 outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels],
                                             paired=paired, gates=gates, x_menu=menu, **st.targets())
@@ -484,7 +498,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "x_menus": list(x_menus), "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "x_menus": list(x_menus), "impute": impute, "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -542,6 +556,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="The strategies calling the new model that the probes choose among: all (default), or small "
                    "(single(X) and the incumbent with X in place of one of its models); several: a row each, "
                    "on the same probe draws.")
+    p.add_argument("--impute", type=int, metavar="K", help="Instead: the new model's behaviour off its probes imputed "
+                   "from the pool's answers (evaluation.onboard_impute), K copies per fold; one row per size.")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     if not a.model and not a.screen:
@@ -568,7 +584,7 @@ def main(argv: list[str] | None = None) -> None:
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
-                                     probe_labels=a.probe_labels, x_menus=tuple(a.x_menu)))
+                                     probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -1,0 +1,231 @@
+"""Onboarding a new model X from a few probes, with X's behaviour imputed on every other training query.
+
+    python -m evaluation.onboard --run-dir runs/cons_default --pool POOL --model MODEL --impute 4 ...
+
+The UniRoute / IRT-Router idea (describe a model by how it answers a small probe set), with the pool's answers
+on every query as the context. On the probes X's answer falls into one of the pool's answer groups (the models
+it agrees with in meaning, `CascadeData.agree`; a decline is an answer too) or agrees with none of them. An
+**answer-choice model** (`fit_choice`, a conditional logit fitted on the probe training rows only) says how:
+X "copies" pool model j on query i with probability ∝ exp(α_j + β·label_ij + γ·declined_ij), where label_ij is
+j's consensus label (X answers like the consensus) and declined_ij whether j declined; or answers unlike every
+pool model ("unique") ∝ exp(u + δ·split_i), split_i being the share of the pool outside the largest answer
+group. A probe's likelihood sums the copy probabilities of every pool model X agrees with (the group's size
+counts through that sum), or is the unique option's when X agrees with none. L2-regularised (`ridge`).
+
+**Imputation** (`impute`): on every training query that is not a probe, X's choice is drawn from the model;
+copying j, X takes j's row of agreement and disagreement kinds and j's consensus label; unique, X agrees with
+nobody, its disagreement kinds are those of a drawn caller (a near miss of it) and its label is false. X's cost
+there is its cost on the probes scaled by the pool's mean cost on that query (a ratio estimate). The probes
+keep X's real answers and consensus labels.
+
+**Choice** (`held_out_imputed`): per fold, K imputed copies of the training rows are stacked and every
+strategy calling X is simulated on all of them (resolve rules fitted on them too); its estimate is the mean
+over the copies. The pool's strategies are estimated on the real training rows (the same numbers as every
+copy's). The best fixed strategy per target is chosen as `evaluation.onboard.choose_fixed` does, and scored on
+the test fold with the true labels and X's real answers. docs/onboarding.md has what it keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from data.verify.agree import DISAGREEMENT_KINDS
+from evaluation.strategies import RULE_TOLERANCES, MIRROR, CascadeData, Simulated, menu_of, simulate, unpack
+
+ARGUMENTS = DISAGREEMENT_KINDS.index("arguments") + 1
+SECOND_DECLINES = DISAGREEMENT_KINDS.index("second_declines") + 1
+MIRRORED = np.array([0, *(DISAGREEMENT_KINDS.index(MIRROR.get(k, k)) + 1 for k in DISAGREEMENT_KINDS)], np.int8)
+
+
+@dataclass
+class ChoiceModel:
+    """A fitted answer-choice model (see the module's docstring); `weights`: α (m), β, γ, u, δ."""
+
+    weights: np.ndarray
+    m: int
+
+    def probabilities(self, labels: np.ndarray, declined: np.ndarray, split: np.ndarray) -> np.ndarray:
+        """n × (m + 1): the probability that X copies each pool model, and (last) that it answers unlike all."""
+        eta = _utilities(self.weights, labels, declined, split, self.m)
+        eta -= eta.max(axis=1, keepdims=True)
+        p = np.exp(eta)
+        return p / p.sum(axis=1, keepdims=True)
+
+
+def split_of(agree: np.ndarray) -> np.ndarray:
+    """Per query: the share of the pool's models outside the largest group that agrees in meaning."""
+    m = agree.shape[1]
+    return 1.0 - agree.sum(axis=2).max(axis=1) / m
+
+
+def _utilities(w: np.ndarray, labels: np.ndarray, declined: np.ndarray, split: np.ndarray, m: int) -> np.ndarray:
+    alpha, beta, gamma, u, delta = w[:m], w[m], w[m + 1], w[m + 2], w[m + 3]
+    copy = alpha[None, :] + beta * labels + gamma * declined
+    return np.c_[copy, u + delta * split]
+
+
+def _features(labels: np.ndarray, declined: np.ndarray, split: np.ndarray, m: int) -> np.ndarray:
+    """n × (m + 1) × p: each option's features (its utility is features · weights)."""
+    n = len(labels)
+    x = np.zeros((n, m + 1, m + 4))
+    x[:, np.arange(m), np.arange(m)] = 1.0
+    x[:, :m, m], x[:, :m, m + 1] = labels, declined
+    x[:, m, m + 2], x[:, m, m + 3] = 1.0, split
+    return x
+
+
+def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray, split: np.ndarray, *,
+               ridge: float = 1.0) -> ChoiceModel:
+    """Fit the answer-choice model on probes: `agrees_with` (bool, n × m: X's answer agrees with pool model j),
+    the pool's consensus `labels` and `declined` (n × m) and each query's `split` (n). Penalised maximum
+    likelihood (L2 `ridge` on every weight), L-BFGS."""
+    from scipy.optimize import minimize
+
+    agrees_with = np.asarray(agrees_with, bool)
+    n, m = agrees_with.shape
+    if n == 0:
+        raise ValueError("fit_choice needs at least one probe")
+    observed = np.c_[agrees_with, ~agrees_with.any(axis=1)]  # the options consistent with what X answered
+    x = _features(np.asarray(labels, float), np.asarray(declined, float), np.asarray(split, float), m)
+
+    def loss(w):
+        eta = x @ w
+        eta -= eta.max(axis=1, keepdims=True)
+        e = np.exp(eta)
+        prior = e / e.sum(axis=1, keepdims=True)
+        e_obs = np.where(observed, e, 0.0)
+        post = e_obs / e_obs.sum(axis=1, keepdims=True)
+        ll = np.log(e_obs.sum(axis=1)).sum() - np.log(e.sum(axis=1)).sum()
+        grad = np.einsum("no,nop->p", post - prior, x)
+        return -ll + 0.5 * ridge * w @ w, -grad + ridge * w
+
+    res = minimize(loss, np.zeros(m + 4), jac=True, method="L-BFGS-B")
+    return ChoiceModel(res.x, m)
+
+
+def impute(cd: CascadeData, new: int, rows: np.ndarray, choice: ChoiceModel, labels: np.ndarray,
+           declined: np.ndarray, cost_ratio: float, rng: np.random.Generator
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One draw of X's (column `new`, the last) behaviour on `rows`: (agree rows n_r × m', kinds rows n_r × m',
+    fit labels n_r, cost n_r), m' = m + 1 (X's own entry agreeing with itself). `labels` / `declined`: the
+    pool's (all rows × m)."""
+    m = new
+    agree, kinds = cd.agree[rows][:, :m, :m], cd.kinds[rows][:, :m, :m]
+    lab, dec = labels[rows][:, :m], declined[rows][:, :m]
+    p = choice.probabilities(lab.astype(float), dec.astype(float), split_of(agree))
+    u = rng.random((len(rows), 1))
+    pick = np.minimum((p.cumsum(axis=1) < u).sum(axis=1), m)  # m: unique
+    r = np.arange(len(rows))
+    src = np.minimum(pick, m - 1)
+    unique = pick == m
+    if unique.any():  # a near miss of a drawn caller (by the copy probabilities among callers)
+        q = np.where(dec, 0.0, p[:, :m])
+        q_sum = q.sum(axis=1, keepdims=True)
+        q = np.where(q_sum > 0, q / np.where(q_sum > 0, q_sum, 1.0), 1.0 / m)
+        near = np.minimum((q.cumsum(axis=1) < rng.random((len(rows), 1))).sum(axis=1), m - 1)
+        src = np.where(unique, near, src)
+    a_row = agree[r, src].copy()
+    k_row = kinds[r, src].copy()
+    a_row[unique] = False
+    k_row[r, src] = np.where(unique, np.where(dec[r, src], SECOND_DECLINES, ARGUMENTS), 0)
+    k_row[unique] = np.where(dec[unique], SECOND_DECLINES, np.where(k_row[unique] == 0, ARGUMENTS, k_row[unique]))
+    fit = np.where(unique, False, lab[r, src])
+    out_a = np.c_[a_row, np.ones(len(rows), bool)]
+    out_k = np.c_[k_row, np.zeros(len(rows), np.int8)].astype(np.int8)
+    cost = cost_ratio * cd.data.cost[rows][:, :m].mean(axis=1)
+    return out_a, out_k, fit, cost
+
+
+def stacked(cd: CascadeData, fit: np.ndarray, new: int, copies: list[tuple], train: np.ndarray, test: np.ndarray
+            ) -> tuple[CascadeData, np.ndarray]:
+    """K imputed copies of the training rows, then the test rows (real): (CascadeData, which rows are the test
+    ones). Each copy: (rows imputed, agree rows, kinds rows, fit labels, cost) — the training rows not in it are
+    real. Fit labels on the training copies, the true labels on the test rows."""
+    d = cd.data
+    parts = [*[train] * len(copies), test]
+    rows = np.concatenate(parts)
+    agree, kinds = cd.agree[rows].copy(), cd.kinds[rows].copy()
+    correct = np.where(np.isin(np.arange(len(d.example_ids)), test)[:, None], d.correct, fit)[rows]
+    cost = d.cost[rows].copy()
+    pos = {int(i): k for k, i in enumerate(train)}
+    for c, (imp_rows, a_row, k_row, lab, paid) in enumerate(copies):
+        at = c * len(train) + np.array([pos[int(i)] for i in imp_rows], int)
+        agree[at, new, :], agree[at, :, new] = a_row, a_row
+        kinds[at, new, :], kinds[at, :, new] = k_row, MIRRORED[k_row]
+        correct[at, new], cost[at, new] = lab, paid
+    data = replace(d, example_ids=[d.example_ids[i] for i in rows], categories=d.categories[rows], correct=correct,
+                   cost=cost, folds=d.folds[rows])
+    latency = cd.latency[rows].copy()
+    for c, (imp_rows, *_) in enumerate(copies):  # X's real latency off its probes is not known either
+        latency[c * len(train) + np.array([pos[int(i)] for i in imp_rows], int), new] = np.nan
+    is_test = np.zeros(len(rows), bool)
+    is_test[-len(test):] = True
+    return CascadeData(data, agree, latency, cd.latency_known, kinds), is_test
+
+
+def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new: int, pool_labels: np.ndarray,
+                     declined: np.ndarray, copies: int = 4, rng: np.random.Generator, cache: dict | None = None,
+                     budgets: dict[int, float] | None = None, anchor_models: int | None = None,
+                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0) -> dict:
+    """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold with X (column `new`,
+    the last) imputed off its probes (`copies` draws) and scored with the true labels on the test fold.
+    `fit`: fit labels (the pool's consensus labels; X's on its probes); `pool_labels`: the pool's consensus
+    labels X's imputed answers copy; `declined`: who declined (n × m + 1). `cache`: the pool's simulations per
+    fold (as `held_out_fixed_gates` keeps them)."""
+    from evaluation.onboard import TARGETS, choose_fixed, with_labels
+
+    m1 = len(cd.data.models)
+    if new != m1 - 1:
+        raise ValueError("the new model must be the last column")
+    if cd.kinds is None:
+        raise ValueError("imputation needs the kinds of disagreement: build CascadeData with from_outputs")
+    specs = menu_of(m1, rules=rules)
+    uses_new = np.array([new in unpack(s)[:4] for s in specs])
+    a_cols, b_cols = np.flatnonzero(~uses_new), np.flatnonzero(uses_new)
+    singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
+    anchors = singles & np.array([unpack(s)[0] < (m1 if anchor_models is None else anchor_models) for s in specs])
+    n = len(cd.data.example_ids)
+    outs = {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS}
+    pool_dec = declined[:, :new]
+    for k in cd.data.fold_ids:
+        test = cd.data.folds == k
+        train = np.flatnonzero(~test)
+        ptrain = np.flatnonzero(~test & probe)
+        if len(ptrain) == 0:
+            raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
+        cdk = with_labels(cd, fit, test)
+        costs = cd.data.cost[train].mean(axis=0)
+        pool_mean = cd.data.cost[:, :new].mean(axis=1)
+        ratio = float(cd.data.cost[ptrain, new].sum() / pool_mean[ptrain].sum())
+        costs[new] = ratio * pool_mean[train].mean()
+        sa = cache.get(k) if cache is not None else None
+        if sa is None:
+            sa = simulate(cdk, [specs[i] for i in a_cols], costs, fit_rows=train)
+            if cache is not None:
+                cache[k] = sa
+        model = fit_choice(cd.agree[ptrain, new, :new], pool_labels[ptrain], pool_dec[ptrain],
+                           split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge)
+        rest = np.setdiff1d(train, ptrain)
+        draws = [(rest, *impute(cd, new, rest, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)]
+        big, is_test = stacked(cd, fit, new, draws, train, np.flatnonzero(test))
+        fit_rows = np.flatnonzero(~is_test)
+        sb = simulate(big, [specs[i] for i in b_cols], costs, fit_rows=fit_rows)
+        acc, paid = np.zeros(len(specs)), np.zeros(len(specs))
+        acc[a_cols], paid[a_cols] = sa.correct[train].mean(axis=0), sa.cost[train].mean(axis=0)
+        acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
+        where_b = {int(c): i for i, c in enumerate(b_cols)}
+        where_a = {int(c): i for i, c in enumerate(a_cols)}
+        for t, f in TARGETS:
+            j = choose_fixed(acc, paid, anchors, t, f, budgets[k] if budgets is not None and t == "cost_fraction"
+                             else None)
+            if uses_new[j]:
+                ok, c = sb.correct[is_test, where_b[j]], sb.cost[is_test, where_b[j]]
+            else:
+                ok, c = sa.correct[test, where_a[j]], sa.cost[test, where_a[j]]
+            outs[t][0][test], outs[t][1][test] = ok, c
+    return outs
+
+
+__all__ = ["ChoiceModel", "Simulated", "fit_choice", "held_out_imputed", "impute", "split_of", "stacked"]

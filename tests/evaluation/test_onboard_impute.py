@@ -1,0 +1,113 @@
+"""Onboarding with the new model imputed off its probes (evaluation.onboard_impute), on tiny inputs.
+
+    .venv/bin/python -m pytest -q tests/evaluation/test_onboard_impute.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evaluation.onboard_impute import ARGUMENTS, fit_choice, held_out_imputed, impute, split_of, stacked
+from evaluation.routing_eval import RoutingData
+from evaluation.strategies import CascadeData
+
+
+def cd_of(correct, cost, folds) -> CascadeData:
+    """Answers agree exactly when both are right (wrong answers all differ); kinds: 'arguments' where not."""
+    correct = np.asarray(correct, bool)
+    n, m = correct.shape
+    agree = correct[:, :, None] & correct[:, None, :]
+    agree[:, range(m), range(m)] = True
+    kinds = np.where(agree, 0, ARGUMENTS).astype(np.int8)
+    data = RoutingData([f"x:{i}" for i in range(n)], np.array(["c"] * n), [f"m{j}" for j in range(m)], correct,
+                       np.tile(np.asarray(cost, float), (n, 1)), np.asarray(folds))
+    return CascadeData(data, agree, np.ones((n, m)), {f"m{j}": n for j in range(m)}, kinds)
+
+
+def test_fit_choice_learns_which_model_the_new_one_answers_like():
+    rng = np.random.default_rng(0)
+    n, m = 120, 3
+    labels = rng.random((n, m)) < 0.6
+    declined = np.zeros((n, m), bool)
+    agree = labels[:, :, None] & labels[:, None, :]
+    agree[:, range(m), range(m)] = True
+    # X gives model 2's answer on every probe: it agrees with 2 and whoever agrees with 2.
+    x_agrees = agree[:, 2, :]
+    model = fit_choice(x_agrees, labels, declined, split_of(agree))
+    p = model.probabilities(labels.astype(float), declined.astype(float), split_of(agree))
+    wrong_2 = ~labels[:, 2]  # there model 2's answer is its own: X copies it, nobody else
+    assert p[wrong_2, 2].mean() > 0.8 and p[wrong_2, m].mean() < 0.1
+    assert model.weights[2] > max(model.weights[0], model.weights[1]) + 1.0
+    # X agreeing with nobody on every probe: the unique option takes over.
+    alone = fit_choice(np.zeros((n, m), bool), labels, declined, split_of(agree))
+    assert alone.probabilities(labels.astype(float), declined.astype(float), split_of(agree))[:, m].mean() > 0.9
+
+
+def test_imputation_copies_the_pool_answers_of_the_model_it_answers_like():
+    # Pool m0 right on even rows, m1 right on rows divisible by 3; X (m2) is an exact copy of m1 on its probes.
+    n = 60
+    r = np.arange(n)
+    m1 = r % 3 == 0
+    correct = np.stack([r % 2 == 0, m1, m1], axis=1)
+    cd = cd_of(correct, [1.0, 5.0, 1.0], r % 2)
+    cd.agree[:, 1, 2] = cd.agree[:, 2, 1] = True  # X's answer is m1's, right or wrong
+    cd.kinds[:, 1, 2] = cd.kinds[:, 2, 1] = 0
+    probe = r < 24
+    model = fit_choice(cd.agree[probe, 2, :2], correct[probe, :2], np.zeros((24, 2), bool),
+                       split_of(cd.agree[probe][:, :2, :2]))
+    rest = r[~probe]
+    a_row, k_row, lab, _ = impute(cd, 2, rest, model, correct[:, :2], np.zeros((n, 2), bool), 0.2,
+                                  np.random.default_rng(1))
+    assert a_row[:, 1].mean() > 0.8 and (lab == correct[rest, 1]).mean() > 0.8
+    # The imputation reads the pool's answers on each query: change m1's labels off the probes and X's follow.
+    flipped = correct[:, :2].copy()
+    flipped[rest, 1] = ~flipped[rest, 1]
+    _, _, lab2, _ = impute(cd, 2, rest, model, flipped, np.zeros((n, 2), bool), 0.2, np.random.default_rng(1))
+    assert (lab2 == flipped[rest, 1]).mean() > 0.8 and (lab2 != lab).mean() > 0.6
+
+
+def test_stacked_copies_replace_only_the_imputed_rows_of_the_new_model():
+    n = 8
+    correct = np.ones((n, 3), bool)
+    cd = cd_of(correct, [1.0, 2.0, 3.0], np.arange(n) % 2)
+    train, test = np.flatnonzero(np.arange(n) % 2 == 1), np.flatnonzero(np.arange(n) % 2 == 0)
+    imp = train[2:]
+    a_row = np.zeros((len(imp), 3), bool)
+    a_row[:, 2] = True
+    k_row = np.full((len(imp), 3), ARGUMENTS, np.int8)
+    k_row[:, 2] = 0
+    copies = [(imp, a_row, k_row, np.zeros(len(imp), bool), np.full(len(imp), 9.0))] * 2
+    big, is_test = stacked(cd, correct, 2, copies, train, test)
+    assert len(big.data.example_ids) == 2 * len(train) + len(test) and is_test.sum() == len(test)
+    first = big.data.correct[: len(train)]
+    assert first[:2, 2].all() and not first[2:, 2].any() and first[:, :2].all()  # probes real, the rest imputed
+    assert (big.data.cost[: len(train)][2:, 2] == 9.0).all() and (big.data.cost[is_test, 2] == 3.0).all()
+    assert not big.agree[2, 0, 2] and big.agree[2, 2, 0] == big.agree[2, 0, 2] and big.agree[is_test][:, 0, 2].all()
+
+
+def test_held_out_imputed_uses_the_pool_answers_off_the_probes():
+    # m0 cheap and right on half the rows, m1 dear and always right; the new model X (m2) gives m1's answer at
+    # 1.5. Within a budget of 2.0 the policy is single(X) when X's imputed rows say it answers like m1 there.
+    rng = np.random.default_rng(0)
+    n = 200
+    folds = np.arange(n) % 2
+    m0 = rng.random(n) < 0.5
+    correct = np.stack([m0, np.ones(n, bool), np.ones(n, bool)], axis=1)
+    cd = cd_of(correct, [1.0, 10.0, 1.5], folds)
+    probe = np.zeros(n, bool)
+    probe[rng.choice(n, 30, replace=False)] = True
+    declined = np.zeros((n, 3), bool)
+    kw = dict(probe=probe, new=2, declined=declined, copies=2, rules=(), budgets={0: 2.0, 1: 2.0}, anchor_models=2)
+    out = held_out_imputed(cd, correct, pool_labels=correct[:, :2], rng=np.random.default_rng(0), **kw)
+    ok, paid = out["cost_fraction"]
+    assert ok.all() and np.allclose(paid, 1.5)
+    # The same probes, but the pool's labels off the probes say m1 (whose answers X gives) is wrong there: the
+    # imputation follows them and X is no longer worth it (an imputation ignoring the pool would not move).
+    bad = correct[:, :2].copy()
+    bad[~probe, 1] = False
+    out = held_out_imputed(cd, np.c_[bad, correct[:, 2]], pool_labels=bad, rng=np.random.default_rng(0), **kw)
+    assert np.allclose(out["cost_fraction"][1], 1.0)
+    with pytest.raises(ValueError, match="no probe query"):
+        held_out_imputed(cd, correct, pool_labels=correct[:, :2], rng=np.random.default_rng(0),
+                         **{**kw, "probe": folds == 0})
