@@ -111,7 +111,9 @@ def retrieval_rows(bench: Benchmark, index: ToolIndex, qvecs: np.ndarray, rrf_k:
         rankings = {method: top_k(rrf_fuse(bm25, dense, everything, rrf_k, wb, wd), max(KS))
                     for method, (wb, wd) in METHODS.items()}
         if router is not None and ivecs is not None:
-            rankings["hybrid+intents"] = top_k(router.fuse(router.intents(q.text), ivecs[n], everything)[0], max(KS))
+            # The router's ranking; its first 10 places as it would expose 10 (sibling fill, when configured).
+            rankings["hybrid+intents"] = router.ranking(router.fuse(router.intents(q.text), ivecs[n], everything)[0],
+                                                        max(KS), k=10)
         for method, top in rankings.items():
             ranked = [keys[i] for i in top]
             matches = [("exact", ranked, q.needed)]
@@ -194,7 +196,8 @@ def security_check(bench: Benchmark, index: ToolIndex, cfg: ToolsConfig, n_targe
     idx = ToolIndex(cat, index.encoder, index.tool_vecs, index.group_vecs, index.schema_tokens,
                     field_vecs=index.field_cache)
     policy = AccessPolicy(role_permissions={"admin": ["secret.use"]})
-    router = ToolRouter(idx, policy, cfg.retrieval, cfg.groups, pinned=[cards[i].key for i in sorted(restricted)[:3]])
+    router = ToolRouter(idx, policy, cfg.retrieval_for(bench.name), cfg.groups,
+                        pinned=[cards[i].key for i in sorted(restricted)[:3]])
     caller = Caller(tenant="eval", roles=("analyst",))
     targets = rng.sample(sorted(restricted), min(n_targets, len(restricted)))
     exposed_bad, routed, expansions = 0, 0, 0
@@ -235,15 +238,16 @@ def evaluate_retriever(bench: Benchmark, name: str, dirs: tuple[str | None, str 
                             query_model_dir=checked_model_dir(dirs[1], "query_encoder"))
     qvecs = query_vectors(index, bench.queries, run_dir / "cache")
     log(f"{bench.name}/{name}: index + query embeddings in {time.perf_counter() - t0:.0f} s")
-    router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval, cfg.groups)
+    router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"), cfg.retrieval_for(bench.name), cfg.groups)
     ivecs = intent_vectors(bench, router, run_dir / "cache")
-    rrows = retrieval_rows(bench, index, qvecs, cfg.retrieval.rrf_k, router, ivecs)
+    rrows = retrieval_rows(bench, index, qvecs, router.retrieval.rrf_k, router, ivecs)
     grows, extra = routing_rows(bench, router, ivecs)
     for row in rrows + grows:
         row["retriever"] = name
     entry = {"tools": len(bench.catalog), "groups": len(bench.catalog.group_names()), "queries": len(bench.queries),
              "catalog_version": bench.catalog.version, "notes": bench.notes, "encoder": index.encoder.name,
              "query_encoder": index.query_model.name, "domains": dict(Counter(q.domain for q in bench.queries)),
+             "catalog_retrieval": cfg.catalog_retrieval.get(bench.name, {}),
              **extra, "seconds": round(time.perf_counter() - t0, 1)}
     if security:
         entry["security"] = security_check(bench, index, cfg)

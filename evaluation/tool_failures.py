@@ -91,15 +91,13 @@ def failures(bench, router, ivecs: list[np.ndarray], by_name: bool = False, k: i
 
 
 def sibling_fill(fused: np.ndarray, namespaces: list[str], head: int = 5, k: int = 10) -> list[int]:
-    """Top k where the best `head` cards' namespace siblings (best first) take the next k − head places."""
-    from serving.tools.index import top_k
+    """Top k where the best `head` cards' namespace siblings (best first) take the next k − head places
+    (the router's rule, `serving.tools.siblings.sibling_top`, with head share head / k)."""
+    from serving.tools.siblings import sibling_top
 
-    order = [int(i) for i in top_k(fused, max(k * 20, 200))]
-    first = order[:head]
-    spaces = {namespaces[i] for i in first} - {""}
-    sib = [i for i in order[head:] if namespaces[i] in spaces][: k - head]
-    out = first + sib
-    return out + [i for i in order if i not in set(out)][: k - len(out)]
+    ids: dict[str, int] = {}
+    ns = np.array([ids.setdefault(n, len(ids)) if n else -1 for n in namespaces], dtype=np.int64)
+    return [int(i) for i in sibling_top(fused, ns, head / k, k)]
 
 
 def round_robin(lists: list[list[int]], k: int = 10) -> list[int]:

@@ -171,11 +171,14 @@ def register(app: typer.Typer) -> None:
         run_dir: str = typer.Option(None, help="Index and embedding cache (default from the config: runs/tools)."),
         fields: str = typer.Option("bm25", help="Per-field rankings to weight after the grid: bm25, dense, "
                                    "bm25,dense, or '' (none)."),
+        siblings: bool = typer.Option(True, help="Then choose sibling fill per benchmark catalog (on training queries; "
+                                      "cross-fitted where a catalog has none): fusion.json's sibling_fill."),
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Grid-search w_bm25 and rrf_k, then per-field weights, on training queries only; write <train.out_dir>/fusion[_base].json."""
         from evaluation.tool_eval import retrievers_of
         from evaluation.tool_fusion import fit_fusion, parse_fields, write_fusion
+        from evaluation.tool_sibling_fit import config_lines, fit_sibling_fill
 
         try:
             signals = parse_fields(fields)
@@ -183,6 +186,8 @@ def register(app: typer.Typer) -> None:
             dirs = retrievers_of(cfg, [retriever])[retriever]
             with _one_blas_thread():
                 result = fit_fusion(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo, fields=signals)
+                if siblings:
+                    result["sibling_fill"] = fit_sibling_fill(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo)
         except (DataError, KeyError, FileNotFoundError, ValueError) as e:
             _fail(str(e))
         path = write_fusion(result, Path(cfg.train.out_dir) / ("fusion.json" if retriever == "trained" else "fusion_base.json"))
@@ -192,6 +197,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({k: f[k] for k in ("w_bm25", "rrf_k", "w_bm25_fields", "w_dense_fields", "score")}))
             for s in f["steps"]:
                 typer.echo(f"  {s['step']}: {s['score']:.4f}" + (f" ({s['gain']:+.4f})" if "gain" in s else ""))
+        if "sibling_fill" in result:
+            typer.echo("sibling fill per catalog (catalog_retrieval: in the tools config; catalogs left off: off):\n"
+                       + "\n".join(["catalog_retrieval:", *config_lines(result["sibling_fill"])]))
         typer.echo(f"wrote {path}; set retrieval.w_bm25 / rrf_k (and w_bm25_fields / w_dense_fields from `fields`) "
                    "in the tools config to use them")
 

@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
 from serving.tools.cards import FIELDS
@@ -29,6 +29,18 @@ class FieldWeights(BaseModel):
     def weighted(self) -> list[tuple[str, float]]:
         """(field, weight) of the fields used, in FIELDS order."""
         return [(f, getattr(self, f)) for f in FIELDS if getattr(self, f) > 0]
+
+
+class SiblingFill(BaseModel):
+    """Sibling fill (serving/tools/siblings.py): of K places, ceil(head × K) in score order, then the other tools
+    of those tools' namespaces (best first), then the rest."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    head: float = Field(gt=0, lt=1, description="share of the K places kept in score order")
+    # Namespaces (fnmatch patterns) whose tools are one service's endpoints; tools of any other namespace
+    # (or none) have no siblings.
+    namespaces: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
 
 
 class RetrievalConfig(BaseModel):
@@ -65,6 +77,8 @@ class RetrievalConfig(BaseModel):
     # Shortlist fusion: each signal credits only its top-N cards (ranks 1..N, the rest 0) instead of ranking every
     # visible card; null: every visible card ranked (the exact RRF). docs/tool_routing.md, "Speed levers".
     shortlist: int | None = Field(default=None, ge=1)
+    # Sibling fill: for catalogs whose namespace is one service (RapidAPI tools, an MCP server); null: off.
+    sibling_fill: SiblingFill | None = None
 
     @model_validator(mode="after")
     def _some_signal(self):
@@ -111,12 +125,33 @@ class ToolsConfig(BaseModel):
     groups: GroupConfig = Field(default_factory=GroupConfig)
     policy: AccessPolicy = Field(default_factory=AccessPolicy)
     train: RetrieverTrainConfig = Field(default_factory=RetrieverTrainConfig)
+    # Per benchmark catalog (`switchcraft tools eval`, `fit-fusion`): retrieval settings that differ there from
+    # `retrieval:` above, e.g. {stabletoolbench: {sibling_fill: {head: 0.5}}}. The served catalog uses `retrieval:`.
+    catalog_retrieval: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _query_encoder_needs_encoder(self):
         if self.query_encoder and not self.encoder:
             raise ValueError("query_encoder is distilled from a trained encoder: set encoder too (or neither)")
         return self
+
+    @model_validator(mode="after")
+    def _catalog_retrieval_valid(self):
+        for name in self.catalog_retrieval:
+            try:
+                self.retrieval_for(name)
+            except ValidationError as e:
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                raise ValueError(f"catalog_retrieval.{name}.{where}: {err['msg']}") from None
+        return self
+
+    def retrieval_for(self, catalog: str) -> RetrievalConfig:
+        """`retrieval:` with the overrides of `catalog_retrieval[catalog]` (none: `retrieval` itself)."""
+        extra = self.catalog_retrieval.get(catalog)
+        if not extra:
+            return self.retrieval
+        return RetrievalConfig.model_validate({**self.retrieval.model_dump(), **extra})
 
 
 def load_tools_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ToolsConfig:

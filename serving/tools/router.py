@@ -30,6 +30,7 @@ from serving.tools.config import GroupConfig, RetrievalConfig, ToolsConfig
 from serving.tools.index import ToolIndex, rrf_fuse, top_k
 from serving.tools.intents import split_intents
 from serving.tools.policy import AccessPolicy, Caller, FilterResult
+from serving.tools.siblings import namespace_ids, ranking, sibling_top
 
 
 @dataclass
@@ -113,6 +114,9 @@ class ToolRouter:
             index.field_bm25(f)
         for f, _ in self._dense_fields:
             index.field_vecs(f)
+        # Sibling fill (retrieval.sibling_fill): per card, its namespace's id among the sibling namespaces (-1: none).
+        sf = self.retrieval.sibling_fill
+        self._sib_ns = namespace_ids(self.catalog.cards, sf.namespaces) if sf else None
 
     @classmethod
     def from_config(cls, cfg: ToolsConfig, index: ToolIndex | None = None) -> ToolRouter:
@@ -176,12 +180,12 @@ class ToolRouter:
             chosen, conf, probs = self._select_groups(fused, dense, Q, seen.visible, n_groups * self.gcfg.widen_groups)
             picked = self._pick(fused, chosen, seen.visible, k)
             if picked.size == 0:  # still nothing in the chosen groups: search everything visible
-                picked = top_k(fused, k)
+                picked = self.top(fused, k)
             if conf < self.gcfg.min_confidence:
                 mode = "safe_default"
                 picked = self._pick(fused, chosen, seen.visible & self.read_only, k)
                 if picked.size == 0:
-                    picked = top_k(np.where(seen.visible & self.read_only, fused, -np.inf), k)
+                    picked = self.top(np.where(seen.visible & self.read_only, fused, -np.inf), k)
         t4 = time.perf_counter()
         exposed = [i for i in self.pinned if seen.visible[i]] + [int(i) for i in picked if int(i) not in self.pinned]
         tools = [self.catalog.cards[i].to_openai() for i in exposed]
@@ -320,10 +324,21 @@ class ToolRouter:
                     break
         return chosen, float(probs[chosen].sum()), probs
 
+    def top(self, fused: np.ndarray, k: int) -> np.ndarray:
+        """The k cards exposed from `fused` (-inf: not allowed): score order, or sibling fill when configured."""
+        if self._sib_ns is None:
+            return top_k(fused, k)
+        return sibling_top(fused, self._sib_ns, self.retrieval.sibling_fill.head, k)
+
+    def ranking(self, fused: np.ndarray, n: int, k: int = 10) -> np.ndarray:
+        """n cards best first, the first k as `top` would expose k (the evaluation's ranking: k = 10, its C@10 cut)."""
+        sf = self.retrieval.sibling_fill
+        return ranking(fused, self._sib_ns, sf.head if sf else None, n, k)
+
     def _pick(self, fused, chosen, allowed, k) -> np.ndarray:
         in_chosen = np.zeros(len(self.group_names), dtype=bool)
         in_chosen[chosen] = True
-        return top_k(np.where(allowed & in_chosen[self.group_of], fused, -np.inf), k)
+        return self.top(np.where(allowed & in_chosen[self.group_of], fused, -np.inf), k)
 
     def _request_group_tool(self, chosen, probs, group_visible) -> tuple[dict, int]:
         """request_group naming the most relevant visible groups not chosen, and its schema tokens."""
