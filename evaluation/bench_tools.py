@@ -3,6 +3,7 @@
     python -m evaluation.bench_tools                     # → runs/tools/bench.json and a printed table
     python -m evaluation.bench_tools --tools 5000 --queries 1000 --run-dir runs/tools
     python -m evaluation.bench_tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=64 --out bench_fast.json
+    python -m evaluation.bench_tools --pick 0.3          # the exposure step's cost with sibling fill (head 0.3) vs without
 
 Retrieval settings come from `--config` (configs/tools.yaml) with `--set key=value`
 overrides; the record says which were used.
@@ -111,6 +112,54 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
     return result
 
 
+def pick_cost(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
+              config: str | None = "configs/tools.yaml", overrides: list[str] = (), head: float = 0.3,
+              rounds: int = 5) -> dict:
+    """Thread-CPU ms of the exposure step (`ToolRouter._pick`: top K inside the chosen groups) with and without
+    sibling fill (`head`), on the same fused scores and groups of `n_queries` routed requests, alternating rounds."""
+    from serving.tools.cards import split_identifier
+    from serving.tools.config import SiblingFill, load_tools_config
+    from serving.tools.index import ToolIndex
+    from serving.tools.policy import AccessPolicy, Caller
+    from serving.tools.router import ToolRouter
+
+    cfg = load_tools_config(config, list(overrides))
+    catalog, vecs, queries, built = bench_catalog(n_tools, data_root, Path(run_dir), cfg)
+    groups = [catalog.groups[g] for g in catalog.group_names()]
+    group_vecs = built.encoder.encode([f"{split_identifier(g.name)}: {g.description}" for g in groups])
+    index = ToolIndex(catalog, built.encoder, vecs, group_vecs, np.zeros(len(catalog), dtype=np.int64),
+                      query_encoder=built.query_encoder)
+    off = ToolRouter(index, AccessPolicy(), cfg.retrieval.model_copy(update={"sibling_fill": None}), cfg.groups)
+    on = ToolRouter(index, AccessPolicy(), cfg.retrieval.model_copy(update={"sibling_fill": SiblingFill(head=head)}),
+                    cfg.groups)
+    caller = Caller(tenant="bench", roles=("analyst",))
+    seen = off.visible(caller)
+    cases = []
+    for q in random.Random(1).sample(queries, min(n_queries, len(queries))):
+        texts = off.intents(q)
+        Q = off._vectors(texts, None)
+        fused, dense = off.fuse(texts, Q, seen.visible)
+        asks = len(texts) - 1
+        k = max(cfg.retrieval.top_k, cfg.retrieval.k_per_intent * asks)
+        chosen = off._select_groups(fused, dense, Q, seen.visible, max(cfg.groups.max_groups, asks))[0]
+        cases.append((fused, chosen, k))
+    times: dict[str, list[float]] = {"off": [], "sibling_fill": []}
+    changed = 0
+    for _ in range(rounds):
+        for label, router in (("off", off), ("sibling_fill", on)):
+            for fused, chosen, k in cases:
+                t = time.thread_time()
+                router._pick(fused, chosen, seen.visible, k)
+                times[label].append((time.thread_time() - t) * 1e3)
+    for fused, chosen, k in cases:
+        changed += set(off._pick(fused, chosen, seen.visible, k).tolist()) != set(on._pick(fused, chosen, seen.visible, k).tolist())
+    pct = lambda xs, p: round(float(np.percentile(xs, p)), 4)  # noqa: E731
+    return {"tools": len(catalog), "requests": len(cases), "rounds": rounds, "head": head,
+            "requests_whose_exposed_set_changes": changed,
+            **{label: {"p50": pct(v, 50), "p99": pct(v, 99), "mean": round(float(np.mean(v)), 4)} for label, v in times.items()},
+            "load_average": os.getloadavg()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tools", type=int, default=5000)
@@ -121,8 +170,15 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. retrieval.max_intents=1 (repeatable)")
     ap.add_argument("--out", default="bench.json", help="file name under --run-dir")
+    ap.add_argument("--pick", type=float, default=None, metavar="HEAD",
+                    help="instead: thread-CPU cost of the exposure step with sibling fill at this head share vs without")
     a = ap.parse_args()
     from threadpoolctl import threadpool_limits
+
+    if a.pick is not None:
+        with threadpool_limits(1):
+            print(json.dumps(pick_cost(a.tools, a.queries, a.data_root, a.run_dir, a.config, a.overrides, a.pick), indent=2))
+        return
 
     # One matrix-vector product per request: BLAS threads would only spin (see cli_tools).
     with threadpool_limits(1):

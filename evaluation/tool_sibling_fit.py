@@ -2,6 +2,7 @@
 
     switchcraft tools fit-fusion                          # the grid, then this → fusion.json["sibling_fill"]
     python -m evaluation.tool_sibling_fit --set encoder=null [--bench bfcl --bench stabletoolbench]
+    python -m evaluation.tool_sibling_fit --paired        # held out: the configured setting vs off, paired
 
 Sibling fill (`serving/tools/siblings.py`) helps where a namespace is one
 service and costs recall where it is a topic, so it is set per catalog
@@ -119,6 +120,55 @@ def fit_sibling_fill(cfg: ToolsConfig, data_root: str | Path, run_dir: str | Pat
     return result
 
 
+def paired_heldout(cfg: ToolsConfig, data_root: str | Path, run_dir: str | Path, model_dir: str | None = None,
+                   query_model_dir: str | None = None, benches=BENCHES, resamples: int = 2000, log=print) -> dict:
+    """Held-out, paired: each catalog's configured sibling fill (`cfg.retrieval_for`) against off, on the same
+    queries (all held out; multi-tool and single-tool apart): C@10 and R@5 of the router's ranking, requests won
+    and lost, and a bootstrap 95% interval of the difference (queries resampled)."""
+    run_dir = Path(run_dir)
+    out = {}
+    rng = np.random.default_rng(0)
+    for name in benches:
+        sf = cfg.retrieval_for(name).sibling_fill
+        if sf is None:
+            out[name] = {"sibling_fill": None}
+            continue
+        bench = read_benchmark(name, data_root, heldout=True)
+        index = ToolIndex.build(bench.catalog, run_dir / "index", model_dir=checked_model_dir(model_dir, "encoder"),
+                                query_model_dir=checked_model_dir(query_model_dir, "query_encoder"))
+        router = ToolRouter(index, AccessPolicy(default_max_risk="irreversible"),
+                            cfg.retrieval_for(name).model_copy(update={"sibling_fill": None}), cfg.groups)
+        ivecs = intent_vectors(bench, router, run_dir / "cache")
+        keys = [c.key for c in bench.catalog.cards]
+        ns = namespace_ids(bench.catalog.cards, sf.namespaces)
+        every = np.ones(len(keys), dtype=bool)
+        norm = base_name if name == "bfcl" else (lambda x: x)
+        per: dict = {}
+        for q, Q in zip(bench.queries, ivecs):
+            fused = router.fuse(router.intents(q.text), Q, every)[0]
+            needed = [norm(t) for t in q.needed]
+            sub = "multi" if len(q.needed) > 1 else "single"
+            for label, head in (("off", None), ("on", sf.head)):
+                ranked = [norm(keys[i]) for i in ranking(fused, ns, head, CUT, CUT)]
+                per.setdefault((sub, label, "comp@10"), []).append(comprehensive_at(ranked, needed, CUT))
+                per.setdefault((sub, label, "recall@5"), []).append(recall_at(ranked, needed, 5))
+        entry = {"sibling_fill": sf.model_dump()}
+        for sub in ("multi", "single"):
+            for metric in ("comp@10", "recall@5"):
+                if (sub, "off", metric) not in per:
+                    continue
+                off, on = np.array(per[(sub, "off", metric)]), np.array(per[(sub, "on", metric)])
+                boot = [float((on[i] - off[i]).mean()) for i in rng.integers(0, len(on), (resamples, len(on)))]
+                entry[f"{sub} {metric}"] = {"n": len(on), "off": float(off.mean()), "on": float(on.mean()),
+                                            "diff": float((on - off).mean()),
+                                            "diff_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+                                            "won": int((on > off).sum()), "lost": int((on < off).sum())}
+        out[name] = entry
+        log(f"held out, {name}: " + "; ".join(f"{k} {v['off']:.3f} -> {v['on']:.3f} ({v['won']} won / {v['lost']} lost)"
+                                              for k, v in entry.items() if isinstance(v, dict) and "off" in v))
+    return out
+
+
 def config_lines(result: dict) -> list[str]:
     """The `catalog_retrieval:` entries that the choices give (catalogs left off: off)."""
     return [f"  {name}: {{sibling_fill: {{head: {e['choice']}}}}}" for name, e in result.items()
@@ -139,8 +189,15 @@ def main() -> None:
     ap.add_argument("--run-dir", default="runs/tools")
     ap.add_argument("--config", default="configs/tools.yaml")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--paired", action="store_true", help="held out: each catalog's configured sibling fill vs off, "
+                    "paired (catalog_retrieval in the config, or --set catalog_retrieval.<name>.sibling_fill.head=…)")
     a = ap.parse_args()
     cfg = load_tools_config(a.config, a.overrides)
+    if a.paired:
+        with threadpool_limits(1):
+            out = paired_heldout(cfg, a.data_root, a.run_dir, cfg.encoder, cfg.query_encoder, tuple(a.bench or BENCHES))
+        print(json.dumps(out, indent=2))
+        return
     with threadpool_limits(1):
         out = fit_sibling_fill(cfg, a.data_root, a.run_dir, cfg.encoder, cfg.query_encoder, tuple(a.bench or BENCHES))
     print(json.dumps(out, indent=2, default=str))
