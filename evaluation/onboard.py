@@ -438,7 +438,7 @@ def describe(model: str, entry, data, m: int) -> dict:
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
-                  log=print) -> dict:
+                  rectify: bool = False, log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
@@ -446,7 +446,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality.
     `x_menus`: the menus of specs calling the new model ("all"; "small": small_x_menu), each a row of its own on
     the same probe draws. `impute` K: instead, one row per size with the new model's behaviour imputed off its
-    probes (K copies; `evaluation.onboard_impute`), on the same probe draws."""
+    probes (K copies; `evaluation.onboard_impute`; `rectify`: PPI++-corrected by the probes), on the same
+    probe draws."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     from data.consensus import fit_consensus
@@ -465,7 +466,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
         if impute:
-            return head + f", imputed K={impute}"
+            return head + f", imputed K={impute}" + (", rectified" if rectify else "")
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
@@ -488,7 +489,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                 pool_labels = data.correct[:, :m] if probe_labels == "truth" else fit8
                 arms[arm(size, None, "all")].append(held_out_imputed(
                     cd9, fit9, probe=probe, new=m, pool_labels=pool_labels, declined=declined, copies=impute,
-                    rng=irng, cache=st.caches[probe_labels], **st.targets()))
+                    rng=irng, cache=st.caches[probe_labels], rectify=rectify, **st.targets()))
                 continue
             for menu in x_menus:
                 outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels],
@@ -498,7 +499,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "x_menus": list(x_menus), "impute": impute, "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -558,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
                    "on the same probe draws.")
     p.add_argument("--impute", type=int, metavar="K", help="Instead: the new model's behaviour off its probes imputed "
                    "from the pool's answers (evaluation.onboard_impute), K copies per fold; one row per size.")
+    p.add_argument("--rectify", action="store_true", help="With --impute: correct each imputed estimate by the "
+                   "probes' residual, real minus imputed (prediction-powered inference, PPI++ weight).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     if not a.model and not a.screen:
@@ -584,7 +587,8 @@ def main(argv: list[str] | None = None) -> None:
     for model in a.model:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
-                                     probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute))
+                                     probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute,
+                                     rectify=a.rectify))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -138,42 +138,57 @@ def impute(cd: CascadeData, new: int, rows: np.ndarray, choice: ChoiceModel, lab
     return out_a, out_k, fit, cost
 
 
-def stacked(cd: CascadeData, fit: np.ndarray, new: int, copies: list[tuple], train: np.ndarray, test: np.ndarray
-            ) -> tuple[CascadeData, np.ndarray]:
-    """K imputed copies of the training rows, then the test rows (real): (CascadeData, which rows are the test
-    ones). Each copy: (rows imputed, agree rows, kinds rows, fit labels, cost) — the training rows not in it are
-    real. Fit labels on the training copies, the true labels on the test rows."""
+def stacked(cd: CascadeData, fit: np.ndarray, new: int, copies: list[tuple], train: np.ndarray, test: np.ndarray,
+            extra: list[tuple] = ()) -> tuple[CascadeData, np.ndarray]:
+    """K imputed copies of the training rows, then the `extra` segments, then the test rows (real):
+    (CascadeData, which rows are the test ones). Each copy: (rows imputed, agree rows, kinds rows, fit labels,
+    cost) — the training rows not in it are real; an extra segment is a copy whose rows are all imputed. Fit
+    labels on the training copies, the true labels on the test rows."""
     d = cd.data
-    parts = [*[train] * len(copies), test]
-    rows = np.concatenate(parts)
+    segments = [(train, c) for c in copies] + [(c[0], c) for c in extra]
+    rows = np.concatenate([*(base for base, _ in segments), test]).astype(int)
     agree, kinds = cd.agree[rows].copy(), cd.kinds[rows].copy()
     correct = np.where(np.isin(np.arange(len(d.example_ids)), test)[:, None], d.correct, fit)[rows]
-    cost = d.cost[rows].copy()
-    pos = {int(i): k for k, i in enumerate(train)}
-    for c, (imp_rows, a_row, k_row, lab, paid) in enumerate(copies):
-        at = c * len(train) + np.array([pos[int(i)] for i in imp_rows], int)
+    cost, latency = d.cost[rows].copy(), cd.latency[rows].copy()
+    start = 0
+    for base, (imp_rows, a_row, k_row, lab, paid) in segments:
+        pos = {int(i): k for k, i in enumerate(base)}
+        at = start + np.array([pos[int(i)] for i in imp_rows], int)
         agree[at, new, :], agree[at, :, new] = a_row, a_row
         kinds[at, new, :], kinds[at, :, new] = k_row, MIRRORED[k_row]
         correct[at, new], cost[at, new] = lab, paid
+        latency[at, new] = np.nan  # X's real latency off its probes is not known either
+        start += len(base)
     data = replace(d, example_ids=[d.example_ids[i] for i in rows], categories=d.categories[rows], correct=correct,
                    cost=cost, folds=d.folds[rows])
-    latency = cd.latency[rows].copy()
-    for c, (imp_rows, *_) in enumerate(copies):  # X's real latency off its probes is not known either
-        latency[c * len(train) + np.array([pos[int(i)] for i in imp_rows], int), new] = np.nan
     is_test = np.zeros(len(rows), bool)
-    is_test[-len(test):] = True
+    is_test[start:] = True
     return CascadeData(data, agree, latency, cd.latency_known, kinds), is_test
+
+
+def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarray) -> np.ndarray:
+    """Per column (strategy): the mean of `imputed_all` (every training row, n_all) corrected by the probes'
+    residual (`real` − `imputed_probe`, n_p rows) with the variance-minimising weight λ ∈ [0, 1] of
+    prediction-powered inference (PPI++: λ = Cov(Y, Ŷ) / ((1 + n_p / n_all) Var(Ŷ)) on the probes)."""
+    n_p, n_all = len(real), len(imputed_all)
+    y, f = real.astype(float), imputed_probe.astype(float)
+    var = f.var(axis=0, ddof=1) if n_p > 1 else np.zeros(f.shape[1])
+    cov = ((y - y.mean(0)) * (f - f.mean(0))).sum(0) / max(n_p - 1, 1)
+    lam = np.clip(np.divide(cov, (1 + n_p / n_all) * var, out=np.zeros_like(cov), where=var > 0), 0.0, 1.0)
+    return imputed_all.astype(float).mean(0) + lam * (y.mean(0) - f.mean(0))
 
 
 def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new: int, pool_labels: np.ndarray,
                      declined: np.ndarray, copies: int = 4, rng: np.random.Generator, cache: dict | None = None,
                      budgets: dict[int, float] | None = None, anchor_models: int | None = None,
-                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0) -> dict:
+                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool = False) -> dict:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold with X (column `new`,
     the last) imputed off its probes (`copies` draws) and scored with the true labels on the test fold.
     `fit`: fit labels (the pool's consensus labels; X's on its probes); `pool_labels`: the pool's consensus
     labels X's imputed answers copy; `declined`: who declined (n × m + 1). `cache`: the pool's simulations per
-    fold (as `held_out_fixed_gates` keeps them)."""
+    fold (as `held_out_fixed_gates` keeps them). `rectify`: the estimate of a strategy calling X is instead the
+    mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
+    real minus imputed, weighted as PPI++ does (`rectified`)."""
     from evaluation.onboard import TARGETS, choose_fixed, with_labels
 
     m1 = len(cd.data.models)
@@ -209,12 +224,25 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                            split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge)
         rest = np.setdiff1d(train, ptrain)
         draws = [(rest, *impute(cd, new, rest, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)]
-        big, is_test = stacked(cd, fit, new, draws, train, np.flatnonzero(test))
-        fit_rows = np.flatnonzero(~is_test)
+        extra = [(ptrain, *impute(cd, new, ptrain, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)
+                 ] if rectify else []
+        big, is_test = stacked(cd, fit, new, draws, train, np.flatnonzero(test), extra)
+        fit_rows = np.arange(copies * len(train))  # the rules are fitted on the training copies only
         sb = simulate(big, [specs[i] for i in b_cols], costs, fit_rows=fit_rows)
         acc, paid = np.zeros(len(specs)), np.zeros(len(specs))
         acc[a_cols], paid[a_cols] = sa.correct[train].mean(axis=0), sa.cost[train].mean(axis=0)
-        acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
+        if rectify:
+            n_t, n_p = len(train), len(ptrain)
+            at_probe = np.searchsorted(train, ptrain)  # the probe rows' place in each training copy (real there)
+            at_rest = np.flatnonzero(~np.isin(train, ptrain))
+            extra_rows = copies * n_t + np.arange(copies * n_p).reshape(copies, n_p)
+            for field, out in (("correct", acc), ("cost", paid)):
+                v = getattr(sb, field)
+                f_probe = np.mean([v[r] for r in extra_rows], axis=0)
+                f_rest = np.mean([v[c * n_t + at_rest] for c in range(copies)], axis=0)
+                out[b_cols] = rectified(v[at_probe], f_probe, np.r_[f_probe, f_rest])
+        else:
+            acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
         where_b = {int(c): i for i, c in enumerate(b_cols)}
         where_a = {int(c): i for i, c in enumerate(a_cols)}
         for t, f in TARGETS:

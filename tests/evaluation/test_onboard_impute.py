@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.onboard_impute import ARGUMENTS, fit_choice, held_out_imputed, impute, split_of, stacked
+from evaluation.onboard_impute import ARGUMENTS, fit_choice, held_out_imputed, impute, rectified, split_of, stacked
 from evaluation.routing_eval import RoutingData
 from evaluation.strategies import CascadeData
 
@@ -102,6 +102,8 @@ def test_held_out_imputed_uses_the_pool_answers_off_the_probes():
     out = held_out_imputed(cd, correct, pool_labels=correct[:, :2], rng=np.random.default_rng(0), **kw)
     ok, paid = out["cost_fraction"]
     assert ok.all() and np.allclose(paid, 1.5)
+    rect = held_out_imputed(cd, correct, pool_labels=correct[:, :2], rng=np.random.default_rng(0), rectify=True, **kw)
+    assert np.allclose(rect["cost_fraction"][1], 1.5)
     # The same probes, but the pool's labels off the probes say m1 (whose answers X gives) is wrong there: the
     # imputation follows them and X is no longer worth it (an imputation ignoring the pool would not move).
     bad = correct[:, :2].copy()
@@ -111,3 +113,16 @@ def test_held_out_imputed_uses_the_pool_answers_off_the_probes():
     with pytest.raises(ValueError, match="no probe query"):
         held_out_imputed(cd, correct, pool_labels=correct[:, :2], rng=np.random.default_rng(0),
                          **{**kw, "probe": folds == 0})
+
+
+def test_rectified_corrects_the_imputation_by_the_probes_residual():
+    rng = np.random.default_rng(0)
+    truth_all = rng.random((400, 2))
+    probe = np.arange(400) < 100
+    f_all = np.c_[truth_all[:, 0] + 0.3, rng.random(400)]  # column 0: biased but exact up to a shift; 1: noise
+    est = rectified(truth_all[probe], f_all[probe], f_all)
+    lam0 = 1 / (1 + 100 / 400)  # Cov = Var there
+    assert est[0] == pytest.approx(f_all[:, 0].mean() - lam0 * 0.3)
+    assert abs(est[1] - f_all[:, 1].mean()) < 0.05  # uncorrelated imputation: (almost) no correction
+    same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: nothing to correct
+    assert np.allclose(same, f_all.mean(0))
