@@ -3,7 +3,7 @@
     python -m evaluation.bench_tools                     # → runs/tools/bench.json and a printed table
     python -m evaluation.bench_tools --tools 5000 --queries 1000 --run-dir runs/tools
     python -m evaluation.bench_tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=64 --out bench_fast.json
-    python -m evaluation.bench_tools --pick 0.3          # the exposure step's cost with sibling fill (head 0.3) vs without
+    python -m evaluation.bench_tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
 
 Retrieval settings come from `--config` (configs/tools.yaml) with `--set key=value`
 overrides; the record says which were used.
@@ -112,11 +112,15 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
     return result
 
 
-def pick_cost(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
+def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
               config: str | None = "configs/tools.yaml", overrides: list[str] = (), head: float = 0.3,
-              rounds: int = 5) -> dict:
-    """Thread-CPU ms of the exposure step (`ToolRouter._pick`: top K inside the chosen groups) with and without
-    sibling fill (`head`), on the same fused scores and groups of `n_queries` routed requests, alternating rounds."""
+              rounds: int = 3) -> dict:
+    """Thread-CPU ms of each stage of a route, measured one stage at a time on the calling thread (no BM25
+    overlap, so nothing runs elsewhere): embed (the query encoder, as routing embeds), bm25, fuse (the RRF
+    over visible cards), select (groups), pick (top K inside them) without and with sibling fill (`head`), bind
+    (the exposed tools' definitions, request_group, token counts); `route_without_embed` is bm25 + fuse + select
+    + pick + bind per request: the floor with a free query encoder.
+    The later stages are repeated `rounds` times on the same inputs (the embedding once) and their median taken."""
     from serving.tools.cards import split_identifier
     from serving.tools.config import SiblingFill, load_tools_config
     from serving.tools.index import ToolIndex
@@ -133,31 +137,50 @@ def pick_cost(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../s
     on = ToolRouter(index, AccessPolicy(), cfg.retrieval.model_copy(update={"sibling_fill": SiblingFill(head=head)}),
                     cfg.groups)
     caller = Caller(tenant="bench", roles=("analyst",))
-    seen = off.visible(caller)
-    cases = []
-    for q in random.Random(1).sample(queries, min(n_queries, len(queries))):
+    seen, group_visible = off._visible(caller)
+    sample = random.Random(1).sample(queries, min(n_queries + 20, len(queries)))
+    for q in sample[:20]:  # warm-up
+        off.route(q, caller)
+    clock = time.thread_time
+    st: dict[str, list[float]] = {s: [] for s in ("embed", "bm25", "fuse", "select", "pick", "bind",
+                                                  "pick_sibling_fill", "route_without_embed")}
+    changed = 0
+    for q in sample[20:]:
         texts = off.intents(q)
+        t = clock()
         Q = off._vectors(texts, None)
-        fused, dense = off.fuse(texts, Q, seen.visible)
+        st["embed"].append((clock() - t) * 1e3)
         asks = len(texts) - 1
         k = max(cfg.retrieval.top_k, cfg.retrieval.k_per_intent * asks)
-        chosen = off._select_groups(fused, dense, Q, seen.visible, max(cfg.groups.max_groups, asks))[0]
-        cases.append((fused, chosen, k))
-    times: dict[str, list[float]] = {"off": [], "sibling_fill": []}
-    changed = 0
-    for _ in range(rounds):
-        for label, router in (("off", off), ("sibling_fill", on)):
-            for fused, chosen, k in cases:
-                t = time.thread_time()
-                router._pick(fused, chosen, seen.visible, k)
-                times[label].append((time.thread_time() - t) * 1e3)
-    for fused, chosen, k in cases:
-        changed += set(off._pick(fused, chosen, seen.visible, k).tolist()) != set(on._pick(fused, chosen, seen.visible, k).tolist())
+        reps: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            t0 = clock()
+            bm25 = [index.bm25_scores(x) for x in texts]
+            t1 = clock()
+            fused, dense = off.fuse(texts, Q, seen.visible, bm25, [{} for _ in texts])
+            t2 = clock()
+            chosen, _, probs = off._select_groups(fused, dense, Q, seen.visible, max(cfg.groups.max_groups, asks))
+            t3 = clock()
+            a = off._pick(fused, chosen, seen.visible, k)
+            t4 = clock()
+            bound = [catalog.cards[int(i)].to_openai() for i in a]
+            bound.append(off._request_group_tool(chosen, probs, group_visible)[0])
+            bound.append(int(index.schema_tokens[a].sum()))
+            t5 = clock()
+            b = on._pick(fused, chosen, seen.visible, k)
+            t6 = clock()
+            for name, v in (("bm25", t1 - t0), ("fuse", t2 - t1), ("select", t3 - t2), ("pick", t4 - t3),
+                            ("bind", t5 - t4), ("pick_sibling_fill", t6 - t5), ("route_without_embed", t5 - t0)):
+                reps.setdefault(name, []).append(v * 1e3)
+        for name, v in reps.items():
+            st[name].append(float(np.median(v)))
+        changed += set(a.tolist()) != set(b.tolist())
     pct = lambda xs, p: round(float(np.percentile(xs, p)), 4)  # noqa: E731
-    return {"tools": len(catalog), "requests": len(cases), "rounds": rounds, "head": head,
-            "requests_whose_exposed_set_changes": changed,
-            **{label: {"p50": pct(v, 50), "p99": pct(v, 99), "mean": round(float(np.mean(v)), 4)} for label, v in times.items()},
-            "load_average": os.getloadavg()}
+    return {"tools": len(catalog), "visible_tools": int(seen.visible.sum()), "requests": len(st["embed"]),
+            "rounds": rounds, "head": head, "overrides": list(overrides),
+            "requests_whose_exposed_set_changes_with_sibling_fill": changed,
+            "thread_cpu_ms": {k: {"p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99)} for k, v in st.items()},
+            "load_average": os.getloadavg(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def main() -> None:
@@ -170,14 +193,17 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. retrieval.max_intents=1 (repeatable)")
     ap.add_argument("--out", default="bench.json", help="file name under --run-dir")
-    ap.add_argument("--pick", type=float, default=None, metavar="HEAD",
-                    help="instead: thread-CPU cost of the exposure step with sibling fill at this head share vs without")
+    ap.add_argument("--stages", type=float, default=None, metavar="HEAD",
+                    help="instead: thread-CPU ms of each stage, and of the exposure step with sibling fill at this "
+                    "head share vs without (→ --out under --run-dir)")
     a = ap.parse_args()
     from threadpoolctl import threadpool_limits
 
-    if a.pick is not None:
+    if a.stages is not None:
         with threadpool_limits(1):
-            print(json.dumps(pick_cost(a.tools, a.queries, a.data_root, a.run_dir, a.config, a.overrides, a.pick), indent=2))
+            out = stage_cpu(a.tools, a.queries, a.data_root, a.run_dir, a.config, a.overrides, a.stages)
+        Path(a.run_dir, a.out).write_text(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2))
         return
 
     # One matrix-vector product per request: BLAS threads would only spin (see cli_tools).
