@@ -119,7 +119,7 @@ def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../s
     overlap, so nothing runs elsewhere): embed (the query encoder, as routing embeds), bm25, fuse (the RRF
     over visible cards), select (groups), pick (top K inside them) without and with sibling fill (`head`), bind
     (the exposed tools' definitions, request_group, token counts); `route_without_embed` is bm25 + fuse + select
-    + pick + bind per request: the floor with a free query encoder.
+    + pick + bind per request: the floor with a free query encoder; `route` adds the embedding.
     The later stages are repeated `rounds` times on the same inputs (the embedding once) and their median taken."""
     from serving.tools.cards import split_identifier
     from serving.tools.config import SiblingFill, load_tools_config
@@ -143,7 +143,7 @@ def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../s
         off.route(q, caller)
     clock = time.thread_time
     st: dict[str, list[float]] = {s: [] for s in ("embed", "bm25", "fuse", "select", "pick", "bind",
-                                                  "pick_sibling_fill", "route_without_embed")}
+                                                  "pick_sibling_fill", "route_without_embed", "route")}
     changed = 0
     for q in sample[20:]:
         texts = off.intents(q)
@@ -174,6 +174,7 @@ def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../s
                 reps.setdefault(name, []).append(v * 1e3)
         for name, v in reps.items():
             st[name].append(float(np.median(v)))
+        st["route"].append(st["embed"][-1] + st["route_without_embed"][-1])
         changed += set(a.tolist()) != set(b.tolist())
     pct = lambda xs, p: round(float(np.percentile(xs, p)), 4)  # noqa: E731
     return {"tools": len(catalog), "visible_tools": int(seen.visible.sum()), "requests": len(st["embed"]),
