@@ -28,7 +28,8 @@ labels on the same folds as the router's. Kept value = consensus value / truth v
 bootstrap over queries (paired), outcomes averaged over the probe draws. `--screen`: the truth arm alone for
 every recorded model outside the pool (`evaluation.onboard_screen`). `--gate Z`: extra rows where a strategy
 calling X is adopted only on a significant paired advantage; `--probe-labels truth`: the same probe draws with
-X's true labels (a diagnostic). Results: docs/onboarding.md.
+X's true labels (a diagnostic); `--impute K [--rectify]`: X's behaviour off its probes imputed from the pool's
+answers on every training query (`evaluation.onboard_impute`). Results: docs/onboarding.md.
 """
 
 from __future__ import annotations
