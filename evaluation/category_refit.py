@@ -11,6 +11,11 @@ OUT_DIR/oof_parts.npz with `category_c<C>` added (what a run with `category.c_gr
 labels, examples and oof predictions are linked into OUT_DIR, so `evaluation.prior_gap OUT_DIR` reads it as a
 run. It checks that the run's C reproduces the stored logits and says so (`max |Δ|`); the head and lexical
 parts are copied unchanged. Cost: one TF-IDF pass and one multinomial fit per fold and C (~3–4 s idle here).
+
+`--embedding SCALE` (a measured lever, not what `switchcraft train` does): the classifier also reads the frozen
+encoder's pooled request vector (the run's `cache/features-*.pt`, which the head already reads), standardised
+on the fold's fit rows and multiplied by SCALE, beside the TF-IDF and the metadata. The per-C parts are then
+that variant's (and `max |Δ|` says how far it moves from the stored branch).
 """
 
 from __future__ import annotations
@@ -81,7 +86,20 @@ def fold_fits(run: Path, cfg: TrainConfig, parts: dict[str, np.ndarray]) -> Iter
                       meta)
 
 
-def refit(run: Path, out: Path, cs: list[float]) -> dict[str, float]:
+def cached_embedding(run: Path, rows: int) -> np.ndarray:
+    """The run's frozen request vectors (training.features' cache), one per table row."""
+    import torch
+
+    files = sorted((run / "cache").glob("features-*.pt"))
+    if len(files) != 1:
+        raise SystemExit(f"{run / 'cache'}: expected one features-*.pt (a frozen-mode run), found {len(files)}")
+    emb = torch.load(files[0], weights_only=True).float().numpy()
+    if len(emb) != rows:
+        raise SystemExit(f"{files[0]}: {len(emb)} rows, the run's table has {rows}")
+    return emb
+
+
+def refit(run: Path, out: Path, cs: list[float], embedding: float | None = None) -> dict[str, float]:
     cfg = run_config(run)
     parts = dict(np.load(run / PARTS_FILE))
     if "category" not in parts:
@@ -90,12 +108,17 @@ def refit(run: Path, out: Path, cs: list[float]) -> dict[str, float]:
     n, m = parts["category"].shape
     new = {f"category_c{c:g}": np.full((n, m), np.nan) for c in cs}
     t0 = time.perf_counter()
+    emb = None
     for ff in fold_fits(run, cfg, parts):
-        t, rows = ff.table, ff.rows
+        t, rows, meta = ff.table, ff.rows, ff.meta
+        if embedding is not None:
+            emb = cached_embedding(run, len(t)) if emb is None else emb
+            e = (emb - emb[rows].mean(axis=0)) / (emb[rows].std(axis=0) + 1e-6) * embedding
+            meta = np.hstack([meta, e])  # extra dense inputs: the classifier treats them as metadata columns
         for c in cs:
-            cat = CategoryModel.fit(ff.x, ff.meta[rows], [t.categories[i] for i in rows], t.y[rows], t.mask[rows], c=c,
+            cat = CategoryModel.fit(ff.x, meta[rows], [t.categories[i] for i in rows], t.y[rows], t.mask[rows], c=c,
                                     prior_rows=cfg.category.prior_rows)
-            new[f"category_c{c:g}"][ff.test] = cat.logits(ff.x_test, ff.meta[ff.test])
+            new[f"category_c{c:g}"][ff.test] = cat.logits(ff.x_test, meta[ff.test])
     out.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / PARTS_FILE, **parts, **new)
     for name in LINKED:
@@ -113,8 +136,10 @@ def main(argv: list[str]) -> None:
     ap.add_argument("run", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--c", default="1,10,100", help="comma-separated classifier Cs")
+    ap.add_argument("--embedding", type=float, default=None, metavar="SCALE",
+                    help="also feed the frozen request vector, standardised × SCALE (a lever; see the docstring)")
     a = ap.parse_args(argv)
-    res = refit(a.run, a.out, [float(c) for c in a.c.split(",")])
+    res = refit(a.run, a.out, [float(c) for c in a.c.split(",")], a.embedding)
     print(f"{a.out / PARTS_FILE}: {res['seconds']:.0f} s; the run's C reproduces its stored logits to "
           f"max |Δ| = {res['max_abs_diff_at_run_c']:.2e}")
 

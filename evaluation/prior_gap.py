@@ -15,6 +15,11 @@ choice (`training.category.inner_fold_choices`: for each held-out fold the weigh
 on the *other* folds' out-of-fold rows — what `switchcraft train` with the grids does). The inner-fold
 router is also paired with the fixed one. A run trained without per-C parts gets them from
 `evaluation.category_refit`. A router identical to the run's own is printed once, its name saying so.
+
+A third blend, "λ-aligned weight" (a measured lever, not what `switchcraft train` does): for each held-out fold
+the category weight (from {0, 0.25, 0.5, 0.75, 1}, the run's C) and λ are chosen *together* on the training
+folds by the λ rule's own target — the cheapest (weight, λ) whose training accuracy reaches the best single
+model's, or the most accurate within the cost budget — instead of the weight by log loss; see `aligned_choice`.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import pandas as pd
 from data.schema import read_examples, read_labels
 from evaluation.category_prior import category_prior_probs
 from evaluation.report import oof_matrix
-from evaluation.routing_eval import RoutingData, evaluate_router
+from evaluation.routing_eval import (RoutingData, best_single_column, choose_tau, evaluate_router, outcome_of,
+                                     profiled_costs)
 from evaluation.stats import paired_bootstrap
+from serving.policy import choose_batch_lambda
 from training.category import C_GRID, WEIGHT_GRID, blend, inner_fold_choices
 
 TARGETS = (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost"))
@@ -80,6 +87,54 @@ def blended_routers(run: Path, oof: pd.DataFrame, weights: list[float], cs: list
             [{"fold": f, "c": c, "weight": w, "log_loss": round(loss, 4)} for f, (c, w, loss) in choice.items()])
 
 
+def _aligned_parts(run: Path, data: RoutingData, c: float = 1.0) -> tuple[np.ndarray, np.ndarray] | None:
+    """(head ⊕ lexical logits, the category part at C `c`), rows and columns in `data`'s order; None without
+    the category branch's parts."""
+    path = run / PARTS_FILE
+    parts = dict(np.load(path)) if path.exists() else {}
+    if "category" not in parts:
+        return None
+    ids = {str(e): i for i, e in enumerate(parts["example_ids"])}
+    models = [str(m) for m in parts["models"]]
+    rows, cols = [ids[e] for e in data.example_ids], [models.index(m) for m in data.models]
+    base = blend(parts["head"], parts["lexical"], _lexical_weight(run))
+    cat = parts.get(f"category_c{c:g}", parts["category"])
+    return base[np.ix_(rows, cols)], cat[np.ix_(rows, cols)]
+
+
+def aligned_choice(base: np.ndarray, category: np.ndarray, data: RoutingData, target: str,
+                   weights: tuple[float, ...] = WEIGHT_GRID, cost_fraction: float = 0.1) -> tuple[np.ndarray, dict]:
+    """Held-out model choice per row with the category weight and λ chosen jointly on the training folds by
+    the target itself: for each weight, λ as `choose_tau` picks it on the training rows; then, of those (weight,
+    λ) pairs, the cheapest whose training accuracy reaches the best single model's (target "match_best"; none:
+    the most accurate), or the most accurate within `cost_fraction` × the best single's cost ("cost_fraction";
+    none: the cheapest). Logits `base` (head ⊕ lexical) and `category`, rows aligned with `data`. Only training
+    rows' labels are read for a fold's choice. Returns (choice per row, fold -> (weight, λ))."""
+    sig = lambda z: 1.0 / (1.0 + np.exp(-z))
+    choice, picks = np.zeros(len(base), dtype=int), {}
+    for k in data.fold_ids:
+        test = data.folds == k
+        train = ~test
+        costs = profiled_costs(data, train)
+        correct, cost = data.correct[train], data.cost[train]
+        best = outcome_of(np.full(int(train.sum()), best_single_column(correct, cost)), correct, cost)
+        cands = []
+        for w in weights:
+            p = sig(blend(base, category, w))
+            lam = choose_tau(p[train], correct, cost, costs, target=target, cost_fraction=cost_fraction, rule="lambda")
+            o = outcome_of(choose_batch_lambda(p[train], costs, lam), correct, cost)
+            cands.append((w, lam, o.accuracy, o.mean_cost_usd, p))
+        if target == "match_best":
+            ok = [c for c in cands if c[2] >= best.accuracy]
+            w, lam, _, _, p = min(ok, key=lambda c: (c[3], -c[2])) if ok else max(cands, key=lambda c: (c[2], -c[3]))
+        else:
+            ok = [c for c in cands if c[3] <= cost_fraction * best.mean_cost_usd + 1e-15]
+            w, lam, _, _, p = max(ok, key=lambda c: (c[2], -c[3])) if ok else min(cands, key=lambda c: c[3])
+        picks[k] = (float(w), float(lam))
+        choice[test] = choose_batch_lambda(p[test], costs, lam)
+    return choice, picks
+
+
 def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = None, *,
               weights: list[float] | None = None, cs: list[float] | None = None) -> list[dict]:
     oof = pd.read_parquet(run / "oof_predictions.parquet")
@@ -105,15 +160,20 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
     rows = np.arange(len(probs))
     fixed = next((k for k in routers if "fixed" in k), None)
     out = []
+    aligned = _aligned_parts(run, data)
     for target, what in TARGETS:
         res = {name: evaluate_router(name, p, data, target=target, rule="lambda")
                for name, p in (*routers.items(), ("category prior", prior))}
         per = {name: (data.correct[rows, r.choice], data.cost[rows, r.choice]) for name, r in res.items()}
+        picks = {}
+        if aligned is not None:
+            choice, picks = aligned_choice(*aligned, data, target)
+            per = per | {"λ-aligned weight": (data.correct[rows, choice], data.cost[rows, choice])}
         ci = paired_bootstrap(per, reference="category prior")
         vs_fixed = paired_bootstrap(per, reference=fixed) if fixed else {}
         acc = lambda n, per=per: per[n][0].mean()
         usd = lambda n, per=per: per[n][1].mean() * 1e6
-        for name in routers:
+        for name in [n for n in per if n != "category prior"]:
             r = ci[name]
             row = {"run": str(run), "target": what, "variant": name,
                    "router": f"{acc(name):.3f} [{r.accuracy.low:.3f}, {r.accuracy.high:.3f}] at ${usd(name):,.0f}/M",
@@ -129,6 +189,8 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
                                                f"[{v.delta_accuracy.low:+.3f}, {v.delta_accuracy.high:+.3f}]")
                 row["vs fixed: Δ $/M"] = (f"{usd(name) - usd(fixed):+,.0f} "
                                           f"[{v.delta_usd_per_million.low:+,.0f}, {v.delta_usd_per_million.high:+,.0f}]")
+            if name == "λ-aligned weight":
+                row["weight per fold"] = ", ".join(f"{w:g}" for w, _ in picks.values())
             out.append(row)
     if choices is not None:
         for row in out:

@@ -63,3 +63,43 @@ def test_the_inner_fold_weight_is_applied_from_the_stored_parts(tmp_path):
     inner = rows[1]
     assert inner["target"] == "best-single accuracy" and inner["reached"]
     assert inner["Δ accuracy"].startswith("+0.000") and "vs fixed: Δ accuracy" in inner
+
+
+def _routing(n: int = 120, seed: int = 0):
+    """Two models, three folds; the small one is right exactly on the 'easy' rows. The category part knows
+    which rows are easy, the head does not."""
+    import numpy as np
+
+    from evaluation.routing_eval import RoutingData
+
+    easy = np.arange(n) % 2 == 1
+    correct = np.c_[np.ones(n, bool), easy]
+    cost = np.c_[np.full(n, 0.01), np.full(n, 0.001)]
+    data = RoutingData(example_ids=[f"e{i}" for i in range(n)], models=["big", "small"], correct=correct,
+                       cost=cost, folds=np.arange(n) % 3, categories=np.where(easy, "easy", "hard"))
+    base = np.c_[np.full(n, 4.0), np.zeros(n)]  # the head: big always right, small a coin
+    category = np.c_[np.full(n, 4.0), np.where(easy, 4.0, -4.0)]
+    return data, base, category
+
+
+def test_the_aligned_weight_is_chosen_by_the_target_on_training_rows():
+    from dataclasses import replace
+
+    import numpy as np
+
+    from evaluation.prior_gap import aligned_choice
+
+    data, base, category = _routing()
+    choice, picks = aligned_choice(base, category, data, "match_best")
+    # Only a weight that lets the category part speak (> 0) sends the easy rows to the small model at full
+    # accuracy; the head alone (weight 0) cannot tell them apart.
+    assert all(w > 0 for w, _ in picks.values())
+    assert data.correct[np.arange(len(choice)), choice].all()
+    assert (choice == 1).sum() == (data.categories == "easy").sum()
+    # A test fold's labels never choose its weight or λ: make the small model wrong on all of fold 0 — the
+    # other folds' choices now keep it off (on their training rows it fails), fold 0's stays the same.
+    broken = data.correct.copy()
+    broken[data.folds == 0, 1] = False
+    _, picks_b = aligned_choice(base, category, replace(data, correct=broken), "match_best")
+    assert picks_b[0] == picks[0]
+    assert picks_b[1] != picks[1] and picks_b[2] != picks[2]
