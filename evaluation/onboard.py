@@ -115,14 +115,11 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
     if x_menu not in ("all", "small"):
         raise ValueError(f"x_menu must be 'all' or 'small', got {x_menu!r}")
     m = len(cd.data.models)
-    specs = menu_of(m, rules=rules if cd.kinds is not None else ())
-    uses_new = np.array([new is not None and new in unpack(s)[:4] for s in specs])
+    specs, uses_new, anchors = menu_roles(m, rules if cd.kinds is not None else (), new, anchor_models)
     small = x_menu == "small" and probe is not None and new is not None
     if small and not paired:
         raise ValueError("x_menu='small' needs the paired estimator (its menu is built from the incumbent)")
     index = {s: i for i, s in enumerate(specs)}
-    singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
-    anchors = singles & np.array([unpack(s)[0] < (m if anchor_models is None else anchor_models) for s in specs])
     n = len(cd.data.example_ids)
     outs = {g: {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS} for g in gates}
     for k in cd.data.fold_ids:
@@ -182,6 +179,18 @@ def held_out_fixed_gates(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray 
             for g, j in picks.items():
                 outs[g][t][0][test], outs[g][t][1][test] = sim.correct[test, j], sim.cost[test, j]
     return outs
+
+
+def menu_roles(m: int, rules: tuple[float, ...], new: int | None, anchor_models: int | None
+               ) -> tuple[list[tuple], np.ndarray, np.ndarray]:
+    """The fixed-strategy menu over `m` models (menu_of), which specs call model `new` (None: none), and which
+    may anchor the targets: the single models among the first `anchor_models` columns (None: every one)."""
+    specs = menu_of(m, rules=rules)
+    parts = [unpack(s) for s in specs]
+    uses_new = np.array([new is not None and new in u[:4] for u in parts])
+    limit = m if anchor_models is None else anchor_models
+    anchors = np.array([u[0] == u[1] and u[0] < limit for u in parts])
+    return specs, uses_new, anchors
 
 
 def small_x_menu(incumbent: tuple, new: int, rules: tuple[float, ...] = RULE_TOLERANCES) -> list[tuple]:

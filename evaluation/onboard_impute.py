@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from data.verify.agree import DISAGREEMENT_KINDS
-from evaluation.strategies import RULE_TOLERANCES, MIRROR, CascadeData, Simulated, menu_of, simulate, unpack
+from evaluation.strategies import RULE_TOLERANCES, MIRROR, CascadeData, simulate
 
 ARGUMENTS = DISAGREEMENT_KINDS.index("arguments") + 1
 SECOND_DECLINES = DISAGREEMENT_KINDS.index("second_declines") + 1
@@ -189,21 +189,19 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     fold (as `held_out_fixed_gates` keeps them). `rectify`: the estimate of a strategy calling X is instead the
     mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
     real minus imputed, weighted as PPI++ does (`rectified`)."""
-    from evaluation.onboard import TARGETS, choose_fixed, with_labels
+    from evaluation.onboard import TARGETS, choose_fixed, menu_roles, with_labels
 
     m1 = len(cd.data.models)
     if new != m1 - 1:
         raise ValueError("the new model must be the last column")
     if cd.kinds is None:
         raise ValueError("imputation needs the kinds of disagreement: build CascadeData with from_outputs")
-    specs = menu_of(m1, rules=rules)
-    uses_new = np.array([new in unpack(s)[:4] for s in specs])
+    specs, uses_new, anchors = menu_roles(m1, rules, new, anchor_models)
     a_cols, b_cols = np.flatnonzero(~uses_new), np.flatnonzero(uses_new)
-    singles = np.array([unpack(s)[0] == unpack(s)[1] for s in specs])
-    anchors = singles & np.array([unpack(s)[0] < (m1 if anchor_models is None else anchor_models) for s in specs])
     n = len(cd.data.example_ids)
     outs = {t: (np.zeros(n, bool), np.zeros(n)) for t, _ in TARGETS}
     pool_dec = declined[:, :new]
+    pool_mean = cd.data.cost[:, :new].mean(axis=1)  # the pool's mean cost per query (X's cost is a ratio of it)
     for k in cd.data.fold_ids:
         test = cd.data.folds == k
         train = np.flatnonzero(~test)
@@ -212,7 +210,6 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
         cdk = with_labels(cd, fit, test)
         costs = cd.data.cost[train].mean(axis=0)
-        pool_mean = cd.data.cost[:, :new].mean(axis=1)
         ratio = float(cd.data.cost[ptrain, new].sum() / pool_mean[ptrain].sum())
         costs[new] = ratio * pool_mean[train].mean()
         sa = cache.get(k) if cache is not None else None
@@ -256,4 +253,4 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     return outs
 
 
-__all__ = ["ChoiceModel", "Simulated", "fit_choice", "held_out_imputed", "impute", "split_of", "stacked"]
+__all__ = ["ChoiceModel", "fit_choice", "held_out_imputed", "impute", "split_of", "stacked"]

@@ -33,8 +33,8 @@ import pandas as pd
 from data.schema import read_examples, read_labels
 from evaluation.category_prior import category_prior_probs
 from evaluation.report import oof_matrix
-from evaluation.routing_eval import (RoutingData, best_single_column, choose_tau, evaluate_router, outcome_of,
-                                     profiled_costs)
+from evaluation.routing_eval import (RoutingData, best_point, best_single_column, choose_tau, evaluate_router,
+                                     outcome_of, profiled_costs)
 from evaluation.stats import paired_bootstrap
 from serving.policy import choose_batch_lambda
 from training.category import C_GRID, WEIGHT_GRID, blend, inner_fold_choices
@@ -118,20 +118,16 @@ def aligned_choice(base: np.ndarray, category: np.ndarray, data: RoutingData, ta
         costs = profiled_costs(data, train)
         correct, cost = data.correct[train], data.cost[train]
         best = outcome_of(np.full(int(train.sum()), best_single_column(correct, cost)), correct, cost)
-        cands = []
+        points, probs = [], {}
         for w in weights:
-            p = sig(blend(base, category, w))
-            lam = choose_tau(p[train], correct, cost, costs, target=target, cost_fraction=cost_fraction, rule="lambda")
-            o = outcome_of(choose_batch_lambda(p[train], costs, lam), correct, cost)
-            cands.append((w, lam, o.accuracy, o.mean_cost_usd, p))
-        if target == "match_best":
-            ok = [c for c in cands if c[2] >= best.accuracy]
-            w, lam, _, _, p = min(ok, key=lambda c: (c[3], -c[2])) if ok else max(cands, key=lambda c: (c[2], -c[3]))
-        else:
-            ok = [c for c in cands if c[3] <= cost_fraction * best.mean_cost_usd + 1e-15]
-            w, lam, _, _, p = max(ok, key=lambda c: (c[2], -c[3])) if ok else min(cands, key=lambda c: c[3])
+            probs[w] = sig(blend(base, category, w))
+            lam = choose_tau(probs[w][train], correct, cost, costs, target=target, cost_fraction=cost_fraction,
+                             rule="lambda")
+            points.append(((w, lam), outcome_of(choose_batch_lambda(probs[w][train], costs, lam), correct, cost)))
+        budget = cost_fraction * best.usd_per_million if target == "cost_fraction" else None
+        w, lam = best_point(points, best, "budget" if budget is not None else target, budget)
         picks[k] = (float(w), float(lam))
-        choice[test] = choose_batch_lambda(p[test], costs, lam)
+        choice[test] = choose_batch_lambda(probs[w][test], costs, lam)
     return choice, picks
 
 

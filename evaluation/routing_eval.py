@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,18 +119,27 @@ def choose_tau(
         raise ValueError(f"unknown rule {rule!r}; use 'tau' or 'lambda'")
     grid, choose = RULES[rule]
     points = [(t, outcome_of(choose(probs, costs, t), correct, cost)) for t in grid]
+    return float(best_point(points, best, target, budget_per_million))
+
+
+def best_point(points: Sequence[tuple[Any, Outcome]], best: Outcome, target: str,
+               budget_per_million: float | None = None) -> Any:
+    """The key of the (key, outcome) point a target picks (`choose_tau`'s criterion; `best`: the best single
+    model's outcome on the same rows): "match_best", the cheapest point at least as accurate as `best` (none:
+    the most accurate, then the cheaper); "budget", the most accurate within `budget_per_million` USD per
+    million queries (then the cheaper; none: the cheapest). Ties keep the first point."""
     if target == "match_best":
-        ok = [(o.mean_cost_usd, -o.accuracy, t) for t, o in points if o.accuracy >= best.accuracy]
+        ok = [p for p in points if p[1].accuracy >= best.accuracy]
         if ok:
-            return float(min(ok)[2])
-        return float(max(points, key=lambda p: (p[1].accuracy, -p[1].mean_cost_usd))[0])
+            return min(ok, key=lambda p: (p[1].mean_cost_usd, -p[1].accuracy))[0]
+        return max(points, key=lambda p: (p[1].accuracy, -p[1].mean_cost_usd))[0]
     if target == "budget":
         if budget_per_million is None:
             raise ValueError("target='budget' needs budget_per_million")
-        ok = [(-o.accuracy, o.mean_cost_usd, t) for t, o in points if o.usd_per_million <= budget_per_million]
+        ok = [p for p in points if p[1].usd_per_million <= budget_per_million]
         if ok:
-            return float(min(ok)[2])
-        return float(min(points, key=lambda p: p[1].mean_cost_usd)[0])
+            return min(ok, key=lambda p: (-p[1].accuracy, p[1].mean_cost_usd))[0]
+        return min(points, key=lambda p: p[1].mean_cost_usd)[0]
     raise ValueError(f"unknown target {target!r}; use 'match_best', 'budget' or 'cost_fraction'")
 
 
