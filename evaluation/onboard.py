@@ -29,7 +29,10 @@ bootstrap over queries (paired), outcomes averaged over the probe draws. `--scre
 every recorded model outside the pool (`evaluation.onboard_screen`). `--gate Z`: extra rows where a strategy
 calling X is adopted only on a significant paired advantage; `--probe-labels truth`: the same probe draws with
 X's true labels (a diagnostic); `--impute K [--rectify]`: X's behaviour off its probes imputed from the pool's
-answers on every training query (`evaluation.onboard_impute`). Results: docs/onboarding.md.
+answers on every training query (`evaluation.onboard_impute`). Every consensus run also has two reference
+arms — X on every query, with its true or its consensus labels, added to the pool's consensus labels — so a
+share can be read with the pool's labels held fixed (`kept_of`; `--no-references`: without). Results:
+docs/onboarding.md.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ import numpy as np
 from evaluation.strategies import RULE_TOLERANCES, CascadeData, Simulated, menu_of, simulate, unpack
 
 TARGETS = (("cost_fraction", 0.2), ("match_best", None))
+# Arms that hold the pool's consensus labels fixed and add the new model in full: what the consensus arms are
+# also compared with (`onboard_model(references=True)`), against the same consensus no-new-model baseline.
+REFERENCE = "reference"
+REF_TRUTH = f"{REFERENCE}: pool consensus, X true labels on all queries"
+REF_CONSENSUS = f"{REFERENCE}: pool consensus, X consensus labels on all queries"
 
 
 def choose_fixed(acc: np.ndarray, cost: np.ndarray, singles: np.ndarray, target: str, fraction: float | None,
@@ -264,18 +272,27 @@ def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 200
             for name, change in (("accuracy_change", ok - b_ok), ("usd_per_million_change", (paid - b_paid) * 1e6)):
                 res[arm][t][name] = float(change.mean())
                 res[arm][t][name + "_ci"] = [float(x) for x in np.percentile(boot(change), [2.5, 97.5])]
+    refs = [a for a in res if a.startswith(REFERENCE)]
     for arm in res:
         for t, _ in TARGETS:
-            r, truth = res[arm][t], res["truth"][t]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                kept = r["samples"] / truth["samples"]
-            r["kept"] = float(r["value"] / truth["value"]) if truth["value"] else float("nan")
-            r["kept_ci"] = [float(x) for x in np.nanpercentile(kept, [2.5, 97.5])] if truth["value"] else [np.nan, np.nan]
+            r = res[arm][t]
+            r["kept"], r["kept_ci"] = _share(r, res["truth"][t])
+            if not arm.startswith("truth"):  # a consensus arm against each reference arm (but itself)
+                r["kept_of"] = {ref: dict(zip(("kept", "kept_ci"), _share(r, res[ref][t]))) for ref in refs if ref != arm}
             r["value_ci"] = [float(x) for x in np.percentile(r["samples"], [2.5, 97.5])]
     for arm in res:
         for t, _ in TARGETS:
             res[arm][t].pop("samples")
     return res
+
+
+def _share(r: dict, of: dict) -> tuple[float, list[float]]:
+    """r's value as a share of `of`'s, with its 95% interval on the same bootstrap resamples."""
+    if not of["value"]:
+        return float("nan"), [np.nan, np.nan]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kept = r["samples"] / of["samples"]
+    return float(r["value"] / of["value"]), [float(x) for x in np.nanpercentile(kept, [2.5, 97.5])]
 
 
 def priced_entry(recordings: Path, price_file, model: str):
@@ -448,7 +465,7 @@ def describe(model: str, entry, data, m: int) -> dict:
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
-                  rectify: bool = False, log=print) -> dict:
+                  rectify: bool = False, references: bool = True, log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
@@ -457,7 +474,11 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     `x_menus`: the menus of specs calling the new model ("all"; "small": small_x_menu), each a row of its own on
     the same probe draws. `impute` K: instead, one row per size with the new model's behaviour imputed off its
     probes (K copies; `evaluation.onboard_impute`; `rectify`: PPI++-corrected by the probes), on the same
-    probe draws."""
+    probe draws. `references` (consensus probes only): two more arms, each the new model added on every query
+    to the pool's consensus labels — with its true labels (REF_TRUTH) and with its consensus labels
+    (REF_CONSENSUS) — against the consensus no-new-model policy. They hold the pool's labels fixed, so each
+    consensus arm's share of them (`kept_of`) is what onboarding from the probes loses, apart from what the
+    pool's consensus labels already cost (the truth arm's `kept` mixes both)."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     from data.consensus import fit_consensus
@@ -472,6 +493,13 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     log(f"{model}: truth arm done")
     rng = np.random.default_rng(seed)
     n = len(data.example_ids)
+    if references and probe_labels == "consensus":
+        every = np.ones(n, bool)
+        x_consensus = fit_consensus(cd9.agree, np.ones((n, m + 1), bool), declined).correct[:, m]
+        for name, x_fit in ((REF_TRUTH, data.correct[:, m]), (REF_CONSENSUS, x_consensus)):
+            arms[name] = [held_out_fixed(cd9, np.c_[fit8, x_fit], probe=every, new=m, cache=st.caches["consensus"],
+                                         paired=False, **st.targets())]
+        log(f"{model}: reference arms done")
 
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
@@ -509,7 +537,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -539,6 +567,24 @@ def markdown(results: list[dict]) -> list[str]:
                 cells += [value, kept]
             name = f"{r['model']} ({r['true_accuracy']:.3f}, {r['usd_per_million']:,.0f})"
             lines.append(f"| {name} | {arm} | " + " | ".join(cells) + " |")
+    return lines + reference_markdown(results)
+
+
+def reference_markdown(results: list[dict]) -> list[str]:
+    """Each consensus arm's value as a share of the reference arms' (the pool's consensus labels held fixed)."""
+    rows = [(r["model"], arm, v) for r in results for arm, v in r["values"].items() if "kept_of" in v["cost_fraction"]]
+    refs = sorted({ref for _, _, v in rows for ref in v["cost_fraction"]["kept_of"]})
+    if not rows or not refs:
+        return []
+    head = " | ".join(f"{t}: of {ref.split(': ', 1)[1]}" for t in ("≤ 20% kept", "best-single kept") for ref in refs)
+    lines = ["", f"| new model | labels | {head} |", "|---|---|" + "---|" * (2 * len(refs))]
+
+    def cell(k):
+        return "—" if k is None else f"{k['kept']:.0%} [{k['kept_ci'][0]:.0%}, {k['kept_ci'][1]:.0%}]"
+
+    for model, arm, v in rows:
+        cells = [cell(v[t]["kept_of"].get(ref)) for t in ("cost_fraction", "match_best") for ref in refs]
+        lines.append(f"| {model} | {arm} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -571,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
                    "from the pool's answers (evaluation.onboard_impute), K copies per fold; one row per size.")
     p.add_argument("--rectify", action="store_true", help="With --impute: correct each imputed estimate by the "
                    "probes' residual, real minus imputed (prediction-powered inference, PPI++ weight).")
+    p.add_argument("--no-references", action="store_true", help="Skip the two reference arms (the new model on "
+                   "every query, on the pool's consensus labels).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
     a = p.parse_args(argv)
     if not a.model and not a.screen:
@@ -598,7 +646,7 @@ def main(argv: list[str] | None = None) -> None:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
                                      probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute,
-                                     rectify=a.rectify))
+                                     rectify=a.rectify, references=not a.no_references))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

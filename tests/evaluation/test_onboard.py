@@ -102,6 +102,30 @@ def test_value_table_kept_share_and_intervals():
     assert len(table) == 4 and "+0.1500 [" in table[3]
 
 
+def test_reference_arms_share_the_consensus_baseline():
+    # The consensus no-new-model policy is cheaper than the truth one (as consensus labels make it on real
+    # pools): a consensus arm's value against its own baseline, as a share of the truth arm's, then mixes in
+    # that difference; the reference arm (the pool's consensus labels, the new model on every query) shares the
+    # consensus baseline, so the share of it does not.
+    from evaluation.onboard import REF_TRUTH, reference_markdown
+
+    n = 100
+    ok = np.ones(n, bool)
+    base = {"truth": {t: (ok, np.full(n, 4.0)) for t, _ in TARGETS},
+            "consensus": {t: (ok, np.full(n, 3.0)) for t, _ in TARGETS}}
+    arms = {"truth": [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 3 per query
+            REF_TRUTH: [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 2 on the consensus baseline
+            "consensus N=200": [{t: (ok, np.full(n, 1.2)) for t, _ in TARGETS}]}  # saves 1.8
+    res = value_table(base, arms, resamples=100)
+    c = res["consensus N=200"]["match_best"]
+    assert res[REF_TRUTH]["match_best"]["value"] == pytest.approx(2e6)
+    assert c["kept"] == pytest.approx(0.6) and c["kept_of"][REF_TRUTH]["kept"] == pytest.approx(0.9)
+    assert res[REF_TRUTH]["match_best"]["kept_of"] == {} and "kept_of" not in res["truth"]["match_best"]
+    table = reference_markdown([{"model": "x", "values": res}])
+    assert len(table) == 5 and "| x | consensus N=200 |" in table[4] and "90%" in table[4]
+    assert table[3].startswith(f"| x | {REF_TRUTH} | —")  # a reference arm is not a share of itself
+
+
 def test_columns_keeps_the_chosen_models():
     cd = cd_of(np.ones((4, 3), bool), [1.0, 2.0, 3.0])
     sub = columns(cd, [0, 2])
