@@ -465,7 +465,8 @@ def describe(model: str, entry, data, m: int) -> dict:
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
-                  rectify: bool = False, references: bool = True, log=print) -> dict:
+                  rectify: bool = False, relabel: bool = False, split_terms: bool = False, references: bool = True,
+                  log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
@@ -481,6 +482,10 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     pool's consensus labels already cost (the truth arm's `kept` mixes both)."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
+    if split_terms and not impute:
+        raise ValueError("split_terms belong to the imputation's choice model: they need impute")
+    if relabel and (not impute or probe_labels != "consensus"):
+        raise ValueError("relabel redoes the imputed consensus labels: it needs impute and consensus probe labels")
     from data.consensus import fit_consensus
 
     cd9, declined, entry = new_model(st, model, price_file=price_file, recordings=recordings)
@@ -504,7 +509,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
         if impute:
-            return head + f", imputed K={impute}" + (", rectified" if rectify else "")
+            return head + f", imputed K={impute}" + (", rectified" if rectify else "") + (", relabelled" if relabel else "") + (
+                ", split terms" if split_terms else "")
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
@@ -527,7 +533,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                 pool_labels = data.correct[:, :m] if probe_labels == "truth" else fit8
                 arms[arm(size, None, "all")].append(held_out_imputed(
                     cd9, fit9, probe=probe, new=m, pool_labels=pool_labels, declined=declined, copies=impute,
-                    rng=irng, cache=st.caches[probe_labels], rectify=rectify, **st.targets()))
+                    rng=irng, cache=st.caches[probe_labels], rectify=rectify, relabel=relabel,
+                    split_terms=split_terms, **st.targets()))
                 continue
             for menu in x_menus:
                 outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels],
@@ -537,7 +544,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "relabel": relabel, "split_terms": split_terms, "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -617,6 +624,10 @@ def main(argv: list[str] | None = None) -> None:
                    "from the pool's answers (evaluation.onboard_impute), K copies per fold; one row per size.")
     p.add_argument("--rectify", action="store_true", help="With --impute: correct each imputed estimate by the "
                    "probes' residual, real minus imputed (prediction-powered inference, PPI++ weight).")
+    p.add_argument("--relabel", action="store_true", help="With --impute: the new model's imputed labels from the "
+                   "consensus of every model's answers, its imputed one included (as its probe labels are).")
+    p.add_argument("--split-terms", action="store_true", help="With --impute: the choice model also fits how much "
+                   "more X sides with the consensus on contested queries and a lone answer where the pool is unanimous.")
     p.add_argument("--no-references", action="store_true", help="Skip the two reference arms (the new model on "
                    "every query, on the pool's consensus labels).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
@@ -646,7 +657,8 @@ def main(argv: list[str] | None = None) -> None:
         results.append(onboard_model(st, model, sizes=tuple(a.sizes), draws=a.draws, seed=a.seed,
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
                                      probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute,
-                                     rectify=a.rectify, references=not a.no_references))
+                                     rectify=a.rectify, relabel=a.relabel, split_terms=a.split_terms,
+                                     references=not a.no_references))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

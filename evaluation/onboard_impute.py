@@ -6,10 +6,12 @@ The UniRoute / IRT-Router idea (describe a model by how it answers a small probe
 on every query as the context. On the probes X's answer falls into one of the pool's answer groups (the models
 it agrees with in meaning, `CascadeData.agree`; a decline is an answer too) or agrees with none of them. An
 **answer-choice model** (`fit_choice`, a conditional logit fitted on the probe training rows only) says how:
-X "copies" pool model j on query i with probability ∝ exp(α_j + β·label_ij + γ·declined_ij), where label_ij is
-j's consensus label (X answers like the consensus) and declined_ij whether j declined; or answers unlike every
-pool model ("unique") ∝ exp(u + δ·split_i), split_i being the share of the pool outside the largest answer
-group. A probe's likelihood sums the copy probabilities of every pool model X agrees with (the group's size
+X "copies" pool model j on query i with probability ∝ exp(α_j + (β + β_s·split_i)·label_ij + γ·declined_ij),
+where label_ij is j's consensus label (X answers like the consensus), declined_ij whether j declined and split_i
+the share of the pool outside the largest answer group (how contested the query is: how much more, or less, X
+sides with the consensus there); or answers unlike every pool model ("unique") ∝ exp(u + δ·split_i +
+δ_0·unanimous_i), unanimous_i = [split_i = 0] (a lone answer where the whole pool agrees is its own case).
+β_s and δ_0 are fitted only with `split_terms` (measured, not the default: docs/onboarding.md); else 0. A probe's likelihood sums the copy probabilities of every pool model X agrees with (the group's size
 counts through that sum), or is the unique option's when X agrees with none. L2-regularised (`ridge`).
 
 **Imputation** (`impute`): on every training query that is not a probe, X's choice is drawn from the model;
@@ -41,7 +43,7 @@ MIRRORED = np.array([0, *(DISAGREEMENT_KINDS.index(MIRROR.get(k, k)) + 1 for k i
 
 @dataclass
 class ChoiceModel:
-    """A fitted answer-choice model (see the module's docstring); `weights`: α (m), β, γ, u, δ."""
+    """A fitted answer-choice model (see the module's docstring); `weights`: α (m), β, γ, u, δ, β_s, δ_0."""
 
     weights: np.ndarray
     m: int
@@ -60,27 +62,30 @@ def split_of(agree: np.ndarray) -> np.ndarray:
     return 1.0 - agree.sum(axis=2).max(axis=1) / m
 
 
+N_SHARED = 6  # β, γ, u, δ, β_s, δ_0: the weights after the m affinities
+
+
 def _utilities(w: np.ndarray, labels: np.ndarray, declined: np.ndarray, split: np.ndarray, m: int) -> np.ndarray:
-    alpha, beta, gamma, u, delta = w[:m], w[m], w[m + 1], w[m + 2], w[m + 3]
-    copy = alpha[None, :] + beta * labels + gamma * declined
-    return np.c_[copy, u + delta * split]
+    alpha, beta, gamma, u, delta, beta_s, delta_0 = w[:m], *w[m:m + N_SHARED]
+    copy = alpha[None, :] + (beta + beta_s * split[:, None]) * labels + gamma * declined
+    return np.c_[copy, u + delta * split + delta_0 * (split == 0)]
 
 
 def _features(labels: np.ndarray, declined: np.ndarray, split: np.ndarray, m: int) -> np.ndarray:
     """n × (m + 1) × p: each option's features (its utility is features · weights)."""
     n = len(labels)
-    x = np.zeros((n, m + 1, m + 4))
+    x = np.zeros((n, m + 1, m + N_SHARED))
     x[:, np.arange(m), np.arange(m)] = 1.0
-    x[:, :m, m], x[:, :m, m + 1] = labels, declined
-    x[:, m, m + 2], x[:, m, m + 3] = 1.0, split
+    x[:, :m, m], x[:, :m, m + 1], x[:, :m, m + 4] = labels, declined, labels * split[:, None]
+    x[:, m, m + 2], x[:, m, m + 3], x[:, m, m + 5] = 1.0, split, split == 0
     return x
 
 
 def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray, split: np.ndarray, *,
-               ridge: float = 1.0) -> ChoiceModel:
+               ridge: float = 1.0, split_terms: bool = False) -> ChoiceModel:
     """Fit the answer-choice model on probes: `agrees_with` (bool, n × m: X's answer agrees with pool model j),
     the pool's consensus `labels` and `declined` (n × m) and each query's `split` (n). Penalised maximum
-    likelihood (L2 `ridge` on every weight), L-BFGS."""
+    likelihood (L2 `ridge` on every weight), L-BFGS. `split_terms`: also fit β_s and δ_0 (else they stay 0)."""
     from scipy.optimize import minimize
 
     agrees_with = np.asarray(agrees_with, bool)
@@ -89,6 +94,8 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
         raise ValueError("fit_choice needs at least one probe")
     observed = np.c_[agrees_with, ~agrees_with.any(axis=1)]  # the options consistent with what X answered
     x = _features(np.asarray(labels, float), np.asarray(declined, float), np.asarray(split, float), m)
+    if not split_terms:
+        x = x[:, :, :m + N_SHARED - 2]
 
     def loss(w):
         eta = x @ w
@@ -101,8 +108,8 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
         grad = np.einsum("no,nop->p", post - prior, x)
         return -ll + 0.5 * ridge * w @ w, -grad + ridge * w
 
-    res = minimize(loss, np.zeros(m + 4), jac=True, method="L-BFGS-B")
-    return ChoiceModel(res.x, m)
+    res = minimize(loss, np.zeros(x.shape[2]), jac=True, method="L-BFGS-B")
+    return ChoiceModel(np.r_[res.x, np.zeros(m + N_SHARED - x.shape[2])], m)
 
 
 def impute(cd: CascadeData, new: int, rows: np.ndarray, choice: ChoiceModel, labels: np.ndarray,
@@ -178,17 +185,47 @@ def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarr
     return imputed_all.astype(float).mean(0) + lam * (y.mean(0) - f.mean(0))
 
 
+def relabelled(cd: CascadeData, new: int, probes: np.ndarray, test: np.ndarray, declined: np.ndarray,
+               draws: list[tuple], extra: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """X's imputed labels redone as its probe labels are made: by the consensus of all m + 1 models' answers
+    (`data.consensus.fit_consensus`), X's imputed answer voting too, instead of copied from the model it copies
+    (whose label comes from the pool's vote alone). Per copy c, one EM over every query: X's answers are copy
+    c's where imputed, its real ones on the probes (or, for the probes' own imputed copy, copy c's there) and
+    unknown on the test rows. X declined where it copies a model that declined."""
+    from data.consensus import fit_consensus
+
+    m = new
+    answered = np.ones((len(cd.data.example_ids), m + 1), bool)
+    answered[test, m] = False
+
+    def label(segments: list[tuple], keep: int) -> tuple:
+        agree, dec = cd.agree.copy(), declined.copy()  # X's real answers on the probes unless a segment covers them
+        for rows, a_row, *_ in segments:
+            agree[rows, m, :], agree[rows, :, m] = a_row, a_row
+            dec[rows, m] = (a_row[:, :m] & declined[rows, :m]).any(axis=1)
+        lab = fit_consensus(agree, answered, dec).correct[:, m]
+        rows, a_row, k_row, _, paid = segments[keep]
+        return rows, a_row, k_row, lab[rows], paid
+
+    new_draws = [label([d], 0) for d in draws]
+    new_extra = [label([d, e], 1) for d, e in zip(draws, extra)]
+    return new_draws, new_extra
+
+
 def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new: int, pool_labels: np.ndarray,
                      declined: np.ndarray, copies: int = 4, rng: np.random.Generator, cache: dict | None = None,
                      budgets: dict[int, float] | None = None, anchor_models: int | None = None,
-                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool = False) -> dict:
+                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool = False,
+                     relabel: bool = False, split_terms: bool = False) -> dict:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold with X (column `new`,
     the last) imputed off its probes (`copies` draws) and scored with the true labels on the test fold.
     `fit`: fit labels (the pool's consensus labels; X's on its probes); `pool_labels`: the pool's consensus
     labels X's imputed answers copy; `declined`: who declined (n × m + 1). `cache`: the pool's simulations per
     fold (as `held_out_fixed_gates` keeps them). `rectify`: the estimate of a strategy calling X is instead the
     mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
-    real minus imputed, weighted as PPI++ does (`rectified`)."""
+    real minus imputed, weighted as PPI++ does (`rectified`). `relabel`: X's imputed labels from the consensus
+    of every model's answers, X's imputed one included (`relabelled`), as X's probe labels are. `split_terms`:
+    the choice model's β_s and δ_0 (`fit_choice`)."""
     from evaluation.onboard import TARGETS, choose_fixed, menu_roles, with_labels
 
     m1 = len(cd.data.models)
@@ -218,11 +255,13 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             if cache is not None:
                 cache[k] = sa
         model = fit_choice(cd.agree[ptrain, new, :new], pool_labels[ptrain], pool_dec[ptrain],
-                           split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge)
+                           split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge, split_terms=split_terms)
         rest = np.setdiff1d(train, ptrain)
         draws = [(rest, *impute(cd, new, rest, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)]
         extra = [(ptrain, *impute(cd, new, ptrain, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)
                  ] if rectify else []
+        if relabel:
+            draws, extra = relabelled(cd, new, ptrain, np.flatnonzero(test), declined, draws, extra)
         big, is_test = stacked(cd, fit, new, draws, train, np.flatnonzero(test), extra)
         fit_rows = np.arange(copies * len(train))  # the rules are fitted on the training copies only
         sb = simulate(big, [specs[i] for i in b_cols], costs, fit_rows=fit_rows)
@@ -253,4 +292,4 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     return outs
 
 
-__all__ = ["ChoiceModel", "fit_choice", "held_out_imputed", "impute", "split_of", "stacked"]
+__all__ = ["ChoiceModel", "fit_choice", "held_out_imputed", "impute", "relabelled", "split_of", "stacked"]

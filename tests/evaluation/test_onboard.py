@@ -333,6 +333,8 @@ def test_onboard_model_refuses_unknown_probe_labels():
 
     with pytest.raises(ValueError, match="probe_labels must be"):
         onboard_model(None, "x", probe_labels="oracle")
+    with pytest.raises(ValueError, match="relabel"):
+        onboard_model(None, "x", probe_labels="truth", impute=4, relabel=True)
 
 
 def test_screen_table_marks_significant_values_and_lists_skipped_models():

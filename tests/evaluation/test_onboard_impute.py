@@ -126,3 +126,54 @@ def test_rectified_corrects_the_imputation_by_the_probes_residual():
     assert abs(est[1] - f_all[:, 1].mean()) < 0.05  # uncorrelated imputation: (almost) no correction
     same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: nothing to correct
     assert np.allclose(same, f_all.mean(0))
+
+
+def test_fit_choice_tells_a_lone_answer_where_the_pool_is_unanimous_apart():
+    # X answers unlike everyone on a third of the contested queries and never where the whole pool agrees: the
+    # unanimous weight (δ_0) carries that, so the unique option's probability differs between the two.
+    rng = np.random.default_rng(3)
+    n, m = 300, 4
+    unanimous = np.arange(n) < 150
+    labels = np.where(unanimous[:, None], True, rng.random((n, m)) < 0.5)
+    agree = labels[:, :, None] & labels[:, None, :] | unanimous[:, None, None]
+    agree[:, range(m), range(m)] = True
+    declined = np.zeros((n, m), bool)
+    x_agrees = agree[:, 0, :].copy()
+    lone = ~unanimous & (np.arange(n) % 3 == 0)
+    x_agrees[lone] = False
+    split = split_of(agree)
+    model = fit_choice(x_agrees, labels, declined, split, split_terms=True)
+    p = model.probabilities(labels.astype(float), declined.astype(float), split)[:, m]
+    assert p[unanimous].mean() < 0.25 * p[~unanimous].mean() and p[~unanimous].mean() > 0.15
+    assert model.weights[-1] < -1.0  # δ_0
+    plain = fit_choice(x_agrees, labels, declined, split)  # the default: β_s and δ_0 stay 0
+    assert plain.weights.shape == model.weights.shape and (plain.weights[-2:] == 0).all()
+
+
+def test_relabelled_lets_the_new_models_imputed_answer_vote():
+    # Pool m0, m1, m2, all wrong and all different on a quarter of the rows (no group: m2's pool-consensus label
+    # there is false, as copied), right and agreeing elsewhere. X's imputed answer agrees with m2 there: copied,
+    # its label is m2's (false); relabelled, X's vote makes {m2, X} the largest group, so X's label is true.
+    from evaluation.onboard_impute import relabelled
+
+    n = 40
+    r = np.arange(n)
+    contested = r % 4 == 1
+    correct = np.ones((n, 4), bool)
+    correct[contested, :3] = False
+    cd = cd_of(correct, [1.0, 1.0, 1.0, 1.0], r % 2)
+    rows = np.flatnonzero(contested)  # every contested row is a training row (odd): imputed there
+    a_row = np.zeros((len(rows), 4), bool)
+    a_row[:, 2] = a_row[:, 3] = True  # X (column 3) answers as m2 there
+    k_row = np.where(a_row, 0, ARGUMENTS).astype(np.int8)
+    copied = np.zeros(len(rows), bool)
+    declined = np.zeros((n, 4), bool)
+    probes = np.flatnonzero(~contested & (r % 2 == 1))
+    test = np.flatnonzero(r % 2 == 0)
+    (d,), extra = relabelled(cd, 3, probes, test, declined, [(rows, a_row, k_row, copied, np.ones(len(rows)))], [])
+    assert d[0] is rows and d[3].all() and extra == []
+    # X imputed to answer unlike everyone there: alone, as every pool model is, and no better placed.
+    alone = np.zeros((len(rows), 4), bool)
+    alone[:, 3] = True
+    (d2,), _ = relabelled(cd, 3, probes, test, declined, [(rows, alone, k_row, copied, np.ones(len(rows)))], [])
+    assert not d2[3].any()
