@@ -278,7 +278,8 @@ def value_table(base: dict, arms: dict[str, list[dict]], *, resamples: int = 200
             r = res[arm][t]
             r["kept"], r["kept_ci"] = _share(r, res["truth"][t])
             if not arm.startswith("truth"):  # a consensus arm against each reference arm (but itself)
-                r["kept_of"] = {ref: dict(zip(("kept", "kept_ci"), _share(r, res[ref][t]))) for ref in refs if ref != arm}
+                r["kept_of"] = {ref: dict(zip(("kept", "kept_ci"), _share(r, res[ref][t])))
+                                for ref in refs if ref != arm}
             r["value_ci"] = [float(x) for x in np.percentile(r["samples"], [2.5, 97.5])]
     for arm in res:
         for t, _ in TARGETS:
@@ -509,8 +510,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
         if impute:
-            return head + f", imputed K={impute}" + (", rectified" if rectify else "") + (", relabelled" if relabel else "") + (
-                ", split terms" if split_terms else "")
+            return (head + f", imputed K={impute}" + (", rectified" if rectify else "")
+                    + (", relabelled" if relabel else "") + (", split terms" if split_terms else ""))
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
@@ -544,7 +545,9 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         log(f"{model}: N={size} done")
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
-            "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute, "rectify": rectify, "relabel": relabel, "split_terms": split_terms, "targets": "given" if st.given_targets else "labels",
+            "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute,
+            "rectify": rectify, "relabel": relabel, "split_terms": split_terms,
+            "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
 
@@ -627,7 +630,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--relabel", action="store_true", help="With --impute: the new model's imputed labels from the "
                    "consensus of every model's answers, its imputed one included (as its probe labels are).")
     p.add_argument("--split-terms", action="store_true", help="With --impute: the choice model also fits how much "
-                   "more X sides with the consensus on contested queries and a lone answer where the pool is unanimous.")
+                   "more X sides with the consensus on contested queries, and a lone answer where the pool is "
+                   "unanimous.")
     p.add_argument("--no-references", action="store_true", help="Skip the two reference arms (the new model on "
                    "every query, on the pool's consensus labels).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")

@@ -11,8 +11,9 @@ where label_ij is j's consensus label (X answers like the consensus), declined_i
 the share of the pool outside the largest answer group (how contested the query is: how much more, or less, X
 sides with the consensus there); or answers unlike every pool model ("unique") ∝ exp(u + δ·split_i +
 δ_0·unanimous_i), unanimous_i = [split_i = 0] (a lone answer where the whole pool agrees is its own case).
-β_s and δ_0 are fitted only with `split_terms` (measured, not the default: docs/onboarding.md); else 0. A probe's likelihood sums the copy probabilities of every pool model X agrees with (the group's size
-counts through that sum), or is the unique option's when X agrees with none. L2-regularised (`ridge`).
+β_s and δ_0 are fitted only with `split_terms` (measured, not the default: docs/onboarding.md); else 0. A
+probe's likelihood sums the copy probabilities of every pool model X agrees with (the group's size counts
+through that sum), or is the unique option's when X agrees with none. L2-regularised (`ridge`).
 
 **Imputation** (`impute`): on every training query that is not a probe, X's choice is drawn from the model;
 copying j, X takes j's row of agreement and disagreement kinds and j's consensus label; unique, X agrees with
