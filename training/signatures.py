@@ -66,8 +66,9 @@ def tool_signature(tool: Tool, *, description_words: int = 8, enum_values: int =
     params = tool.parameters if isinstance(tool.parameters, dict) else {}
     props = params.get("properties") or {}
     required = set(params.get("required") or [])
-    # Required parameters first: they are what a model most often gets wrong.
-    ordered = sorted(props, key=lambda p: (p not in required, list(props).index(p)))
+    # Required parameters first: they are what a model most often gets wrong (a stable sort: each part keeps the
+    # schema's order).
+    ordered = sorted(props, key=lambda p: p not in required)
     args = ", ".join(param_signature(p, props[p], p in required, enum_values) for p in ordered)
     text = f"{tool.name}({args})"
     returns = tool.original.get("returns") or tool.original.get("response") if tool.original else None
