@@ -283,11 +283,13 @@ PATHS = ["model", "messages", "messages.0", "messages.0.role", "messages.0.conte
 
 
 def base_body(model: str) -> dict:
-    return {"model": model, "tools": [json.loads(json.dumps(TOOL))], "messages": [
+    """A fresh body each time: edits must never reach the module's USER and TOOL (they did once, through
+    `messages.0`, and the bodies grew example after example to megabytes)."""
+    return json.loads(json.dumps({"model": model, "tools": [TOOL], "messages": [
         USER, {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "c0", "content": "12"}],
-        "switchcraft": {"caller": {"roles": []}, "strategy": {"first": ["claude-3-haiku-20240307"]}}}
+        "switchcraft": {"caller": {"roles": []}, "strategy": {"first": ["claude-3-haiku-20240307"]}}}))
 
 
 def set_path(body: dict, path: str, value) -> None:
@@ -318,3 +320,13 @@ def test_hostile_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model
         body["constraints"] = body.pop("switchcraft", None)
     r = raw_post(gateway, endpoint, json.dumps(body, allow_nan=True).encode())
     assert_names_the_field(r, set(body))
+
+
+def test_the_property_tests_bodies_start_fresh():
+    # An edit to one example's body must not reach the next one's (through the module's USER or TOOL).
+    body = base_body("router")
+    set_path(body, "messages.0.content", ["grown"] * 3)
+    set_path(body, "tools.0.function.name", "other")
+    fresh = base_body("router")
+    assert fresh["messages"][0] == {"role": "user", "content": "weather in Paris?"} == USER
+    assert fresh["tools"][0]["function"]["name"] == "get_weather" == TOOL["function"]["name"]
