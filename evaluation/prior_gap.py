@@ -37,6 +37,7 @@ from evaluation.routing_eval import (RoutingData, best_point, best_single_column
                                      outcome_of, profiled_costs)
 from evaluation.stats import paired_bootstrap
 from serving.policy import choose_batch_lambda
+from training.calibration import sigmoid
 from training.category import C_GRID, WEIGHT_GRID, blend, inner_fold_choices
 
 TARGETS = (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost"))
@@ -110,7 +111,7 @@ def aligned_choice(base: np.ndarray, category: np.ndarray, data: RoutingData, ta
     the most accurate), or the most accurate within `cost_fraction` × the best single's cost ("cost_fraction";
     none: the cheapest). Logits `base` (head ⊕ lexical) and `category`, rows aligned with `data`. Only training
     rows' labels are read for a fold's choice. Returns (choice per row, fold -> (weight, λ))."""
-    sig = lambda z: 1.0 / (1.0 + np.exp(-z))
+    probs = {w: sigmoid(blend(base, category, w)) for w in weights}  # every row once; folds pick their rows
     choice, picks = np.zeros(len(base), dtype=int), {}
     for k in data.fold_ids:
         test = data.folds == k
@@ -118,9 +119,8 @@ def aligned_choice(base: np.ndarray, category: np.ndarray, data: RoutingData, ta
         costs = profiled_costs(data, train)
         correct, cost = data.correct[train], data.cost[train]
         best = outcome_of(np.full(int(train.sum()), best_single_column(correct, cost)), correct, cost)
-        points, probs = [], {}
+        points = []
         for w in weights:
-            probs[w] = sig(blend(base, category, w))
             lam = choose_tau(probs[w][train], correct, cost, costs, target=target, cost_fraction=cost_fraction,
                              rule="lambda")
             points.append(((w, lam), outcome_of(choose_batch_lambda(probs[w][train], costs, lam), correct, cost)))
