@@ -52,6 +52,9 @@ TARGETS = (("cost_fraction", 0.2), ("match_best", None))
 REFERENCE = "reference"
 REF_TRUTH = f"{REFERENCE}: pool consensus, X true labels on all queries"
 REF_CONSENSUS = f"{REFERENCE}: pool consensus, X consensus labels on all queries"
+# The ceiling of the other reading (the pool keeps its true labels, only X is consensus-labelled): against the
+# truth baseline, so its `kept` is a share of the truth arm; not a reference (no consensus arm is a share of it).
+TRUTH_POOL_X_CONSENSUS = "truth pool, X consensus labels on all queries"
 
 
 def choose_fixed(acc: np.ndarray, cost: np.ndarray, singles: np.ndarray, target: str, fraction: float | None,
@@ -467,7 +470,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
                   rectify: bool = False, relabel: bool = False, split_terms: bool = False, references: bool = True,
-                  log=print) -> dict:
+                  pool_labels: str = "consensus", log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
@@ -480,9 +483,16 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     to the pool's consensus labels — with its true labels (REF_TRUTH) and with its consensus labels
     (REF_CONSENSUS) — against the consensus no-new-model policy. They hold the pool's labels fixed, so each
     consensus arm's share of them (`kept_of`) is what onboarding from the probes loses, apart from what the
-    pool's consensus labels already cost (the truth arm's `kept` mixes both)."""
+    pool's consensus labels already cost (the truth arm's `kept` mixes both). With them, TRUTH_POOL_X_CONSENSUS:
+    X's consensus labels on every query added to the pool's *true* labels, against the truth baseline — what
+    consensus labels allow X when only X lacks ground truth (its `kept` is a share of the truth arm).
+    `pool_labels="truth"`: the probe arms keep the pool's *true* labels (only X is consensus-labelled, on its
+    probes), against the truth baseline — the reading where the pool is labelled as in the truth arm; their
+    names start "truth pool, "."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
+    if pool_labels not in ("consensus", "truth"):
+        raise ValueError(f"pool_labels must be 'consensus' or 'truth', got {pool_labels!r}")
     if split_terms and not impute:
         raise ValueError("split_terms belong to the imputation's choice model: they need impute")
     if relabel and (not impute or probe_labels != "consensus"):
@@ -505,16 +515,23 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
         for name, x_fit in ((REF_TRUTH, data.correct[:, m]), (REF_CONSENSUS, x_consensus)):
             arms[name] = [held_out_fixed(cd9, np.c_[fit8, x_fit], probe=every, new=m, cache=st.caches["consensus"],
                                          paired=False, **st.targets())]
+        arms[TRUTH_POOL_X_CONSENSUS] = [held_out_fixed(cd9, np.c_[data.correct[:, :m], x_consensus], probe=every,
+                                                       new=m, cache=st.caches["truth"], paired=False, **st.targets())]
         log(f"{model}: reference arms done")
 
     def arm(size, g, menu):
         head = f"consensus N={size}" if probe_labels == "consensus" else f"truth, N={size} probes"
+        if pool_labels == "truth" and probe_labels == "consensus":
+            head = f"truth pool, {head}"
         if impute:
             return (head + f", imputed K={impute}" + (", rectified" if rectify else "")
                     + (", relabelled" if relabel else "") + (", split terms" if split_terms else ""))
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
+    # The pool's labels in the probe arms, and which cache of the pool's simulations they share.
+    pool_fit = data.correct[:, :m] if pool_labels == "truth" else fit8
+    cache_key = "truth" if probe_labels == "truth" or pool_labels == "truth" else "consensus"
 
     for size in sizes:
         arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates} if not impute else {arm(size, None, "all"): []}
@@ -527,18 +544,17 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             if probe_labels == "truth":  # off the probes the new model's labels are never read
                 fit9 = data.correct
             else:
-                fit9 = np.c_[fit8, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
+                fit9 = np.c_[pool_fit, fit_consensus(cd9.agree, answered, declined).correct[:, m]]
             if impute:
                 from evaluation.onboard_impute import held_out_imputed
 
-                pool_labels = data.correct[:, :m] if probe_labels == "truth" else fit8
                 arms[arm(size, None, "all")].append(held_out_imputed(
-                    cd9, fit9, probe=probe, new=m, pool_labels=pool_labels, declined=declined, copies=impute,
-                    rng=irng, cache=st.caches[probe_labels], rectify=rectify, relabel=relabel,
+                    cd9, fit9, probe=probe, new=m, pool_labels=fit9[:, :m], declined=declined, copies=impute,
+                    rng=irng, cache=st.caches[cache_key], rectify=rectify, relabel=relabel,
                     split_terms=split_terms, **st.targets()))
                 continue
             for menu in x_menus:
-                outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[probe_labels],
+                outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[cache_key],
                                             paired=paired, gates=gates, x_menu=menu, **st.targets())
                 for g, out in outs.items():
                     arms[arm(size, g, menu)].append(out)
@@ -546,7 +562,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     return {**describe(model, entry, data, m), "draws": draws, "seed": seed,
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
             "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute,
-            "rectify": rectify, "relabel": relabel, "split_terms": split_terms,
+            "rectify": rectify, "relabel": relabel, "split_terms": split_terms, "pool_labels": pool_labels,
             "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
@@ -632,6 +648,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--split-terms", action="store_true", help="With --impute: the choice model also fits how much "
                    "more X sides with the consensus on contested queries, and a lone answer where the pool is "
                    "unanimous.")
+    p.add_argument("--pool-labels", choices=("consensus", "truth"), default="consensus",
+                   help="truth: the probe arms keep the pool's true labels (only the new model is "
+                   "consensus-labelled), against the truth baseline.")
     p.add_argument("--no-references", action="store_true", help="Skip the two reference arms (the new model on "
                    "every query, on the pool's consensus labels).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
@@ -662,7 +681,7 @@ def main(argv: list[str] | None = None) -> None:
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
                                      probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute,
                                      rectify=a.rectify, relabel=a.relabel, split_terms=a.split_terms,
-                                     references=not a.no_references))
+                                     references=not a.no_references, pool_labels=a.pool_labels))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

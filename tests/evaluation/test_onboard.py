@@ -126,6 +126,27 @@ def test_reference_arms_share_the_consensus_baseline():
     assert table[3].startswith(f"| x | {REF_TRUTH} | —")  # a reference arm is not a share of itself
 
 
+def test_the_truth_pool_ceiling_arm_is_a_share_of_the_truth_arm():
+    # X's consensus labels on every query beside the pool's *true* labels: measured against the truth baseline
+    # (the pool is labelled as in the truth arm), so its `kept` is the share of the truth arm, and no consensus
+    # arm is read as a share of it.
+    from evaluation.onboard import REF_TRUTH, TRUTH_POOL_X_CONSENSUS
+
+    n = 100
+    ok = np.ones(n, bool)
+    base = {"truth": {t: (ok, np.full(n, 4.0)) for t, _ in TARGETS},
+            "consensus": {t: (ok, np.full(n, 3.0)) for t, _ in TARGETS}}
+    arms = {"truth": [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 3 per query
+            REF_TRUTH: [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],
+            TRUTH_POOL_X_CONSENSUS: [{t: (ok, np.full(n, 1.6)) for t, _ in TARGETS}],  # saves 2.4 of the truth's 3
+            "consensus N=200": [{t: (ok, np.full(n, 1.2)) for t, _ in TARGETS}]}
+    res = value_table(base, arms, resamples=100)
+    ceiling = res[TRUTH_POOL_X_CONSENSUS]["match_best"]
+    assert ceiling["baseline_usd_per_million"] == pytest.approx(4e6)
+    assert ceiling["kept"] == pytest.approx(0.8) and "kept_of" not in ceiling
+    assert set(res["consensus N=200"]["match_best"]["kept_of"]) == {REF_TRUTH}
+
+
 def test_columns_keeps_the_chosen_models():
     cd = cd_of(np.ones((4, 3), bool), [1.0, 2.0, 3.0])
     sub = columns(cd, [0, 2])
@@ -335,6 +356,8 @@ def test_onboard_model_refuses_unknown_probe_labels():
         onboard_model(None, "x", probe_labels="oracle")
     with pytest.raises(ValueError, match="relabel"):
         onboard_model(None, "x", probe_labels="truth", impute=4, relabel=True)
+    with pytest.raises(ValueError, match="pool_labels must be"):
+        onboard_model(None, "x", pool_labels="oracle")
 
 
 def test_screen_table_marks_significant_values_and_lists_skipped_models():
