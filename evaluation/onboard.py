@@ -470,7 +470,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
                   rectify: bool = False, relabel: bool = False, split_terms: bool = False, references: bool = True,
-                  pool_labels: str = "consensus", log=print) -> dict:
+                  pool_labels: str = "consensus", probe_design: str = "random", log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
     `probe_labels="truth"`: a diagnostic arm instead — the same probe draws (same seed, sizes, draws), but the
@@ -488,11 +488,17 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     consensus labels allow X when only X lacks ground truth (its `kept` is a share of the truth arm).
     `pool_labels="truth"`: the probe arms keep the pool's *true* labels (only X is consensus-labelled, on its
     probes), against the truth baseline — the reading where the pool is labelled as in the truth arm; their
-    names start "truth pool, "."""
+    names start "truth pool, ". `probe_design="contested"` (with `impute`): the probes drawn where the pool
+    disagrees (`evaluation.onboard_impute.contested_probes`) and weighted by their inverse inclusion
+    probabilities; "random" (default): uniformly."""
     if probe_labels not in ("consensus", "truth"):
         raise ValueError(f"probe_labels must be 'consensus' or 'truth', got {probe_labels!r}")
     if pool_labels not in ("consensus", "truth"):
         raise ValueError(f"pool_labels must be 'consensus' or 'truth', got {pool_labels!r}")
+    if probe_design not in ("random", "contested"):
+        raise ValueError(f"probe_design must be 'random' or 'contested', got {probe_design!r}")
+    if probe_design == "contested" and not impute:
+        raise ValueError("contested probes are weighted by the imputation's estimators: they need impute")
     if split_terms and not impute:
         raise ValueError("split_terms belong to the imputation's choice model: they need impute")
     if relabel and (not impute or probe_labels != "consensus"):
@@ -525,7 +531,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             head = f"truth pool, {head}"
         if impute:
             return (head + f", imputed K={impute}" + (", rectified" if rectify else "")
-                    + (", relabelled" if relabel else "") + (", split terms" if split_terms else ""))
+                    + (", relabelled" if relabel else "") + (", split terms" if split_terms else "")
+                    + (", contested probes" if probe_design == "contested" else ""))
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
 
     irng = np.random.default_rng([seed, 22])  # the imputations' own stream: the probe draws stay the same
@@ -536,8 +543,14 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     for size in sizes:
         arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates} if not impute else {arm(size, None, "all"): []}
         for _ in range(draws):
-            probe = np.zeros(n, bool)
-            probe[rng.choice(n, size=min(size, n), replace=False)] = True
+            probe_weight = None
+            if probe_design == "contested":
+                from evaluation.onboard_impute import contested_probes, split_of
+
+                probe, probe_weight = contested_probes(split_of(cd9.agree[:, :m, :m]), size, m, rng)
+            else:
+                probe = np.zeros(n, bool)
+                probe[rng.choice(n, size=min(size, n), replace=False)] = True
             answered = np.ones((n, m + 1), bool)
             answered[~probe, m] = False
             # The pool keeps its own consensus labels; the new model's come from everyone's answers on its probes.
@@ -551,7 +564,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
                 arms[arm(size, None, "all")].append(held_out_imputed(
                     cd9, fit9, probe=probe, new=m, pool_labels=fit9[:, :m], declined=declined, copies=impute,
                     rng=irng, cache=st.caches[cache_key], rectify=rectify, relabel=relabel,
-                    split_terms=split_terms, **st.targets()))
+                    split_terms=split_terms, probe_weight=probe_weight, **st.targets()))
                 continue
             for menu in x_menus:
                 outs = held_out_fixed_gates(cd9, fit9, probe=probe, new=m, cache=st.caches[cache_key],
@@ -563,6 +576,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             "estimator": "paired" if paired else "probe means", "gates": list(gates),
             "probe_labels": probe_labels, "references": references, "x_menus": list(x_menus), "impute": impute,
             "rectify": rectify, "relabel": relabel, "split_terms": split_terms, "pool_labels": pool_labels,
+            "probe_design": probe_design,
             "targets": "given" if st.given_targets else "labels",
             "values": value_table(base, arms)}
 
@@ -651,6 +665,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool-labels", choices=("consensus", "truth"), default="consensus",
                    help="truth: the probe arms keep the pool's true labels (only the new model is "
                    "consensus-labelled), against the truth baseline.")
+    p.add_argument("--probe-design", choices=("random", "contested"), default="random",
+                   help="With --impute: contested draws the probes where the pool's answers disagree (weighted "
+                   "back by their inclusion probabilities); random (default): uniformly.")
     p.add_argument("--no-references", action="store_true", help="Skip the two reference arms (the new model on "
                    "every query, on the pool's consensus labels).")
     p.add_argument("--out", type=Path, help="Write the results (JSON) here, and the table beside it (.md).")
@@ -681,7 +698,8 @@ def main(argv: list[str] | None = None) -> None:
                                      paired=a.estimator == "paired", gates=(None, *(a.gate or ())),
                                      probe_labels=a.probe_labels, x_menus=tuple(a.x_menu), impute=a.impute,
                                      rectify=a.rectify, relabel=a.relabel, split_terms=a.split_terms,
-                                     references=not a.no_references, pool_labels=a.pool_labels))
+                                     references=not a.no_references, pool_labels=a.pool_labels,
+                                     probe_design=a.probe_design))
         print("\n".join(markdown(results[-1:])), flush=True)
         write(results, markdown)
 

@@ -83,10 +83,12 @@ def _features(labels: np.ndarray, declined: np.ndarray, split: np.ndarray, m: in
 
 
 def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray, split: np.ndarray, *,
-               ridge: float = 1.0, split_terms: bool = False) -> ChoiceModel:
+               ridge: float = 1.0, split_terms: bool = False, weights: np.ndarray | None = None) -> ChoiceModel:
     """Fit the answer-choice model on probes: `agrees_with` (bool, n × m: X's answer agrees with pool model j),
     the pool's consensus `labels` and `declined` (n × m) and each query's `split` (n). Penalised maximum
-    likelihood (L2 `ridge` on every weight), L-BFGS. `split_terms`: also fit β_s and δ_0 (else they stay 0)."""
+    likelihood (L2 `ridge` on every weight), L-BFGS. `split_terms`: also fit β_s and δ_0 (else they stay 0).
+    `weights` (n): each probe's weight in the likelihood (inverse inclusion probabilities of a probe design
+    that is not uniform), scaled to mean 1; None: every probe 1."""
     from scipy.optimize import minimize
 
     agrees_with = np.asarray(agrees_with, bool)
@@ -97,6 +99,7 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
     x = _features(np.asarray(labels, float), np.asarray(declined, float), np.asarray(split, float), m)
     if not split_terms:
         x = x[:, :, :m + N_SHARED - 2]
+    sw = np.ones(n) if weights is None else np.asarray(weights, float) / np.mean(weights)
 
     def loss(w):
         eta = x @ w
@@ -105,8 +108,8 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
         prior = e / e.sum(axis=1, keepdims=True)
         e_obs = np.where(observed, e, 0.0)
         post = e_obs / e_obs.sum(axis=1, keepdims=True)
-        ll = np.log(e_obs.sum(axis=1)).sum() - np.log(e.sum(axis=1)).sum()
-        grad = np.einsum("no,nop->p", post - prior, x)
+        ll = (sw * (np.log(e_obs.sum(axis=1)) - np.log(e.sum(axis=1)))).sum()
+        grad = np.einsum("n,no,nop->p", sw, post - prior, x)
         return -ll + 0.5 * ridge * w @ w, -grad + ridge * w
 
     res = minimize(loss, np.zeros(x.shape[2]), jac=True, method="L-BFGS-B")
@@ -174,16 +177,51 @@ def stacked(cd: CascadeData, fit: np.ndarray, new: int, copies: list[tuple], tra
     return CascadeData(data, agree, latency, cd.latency_known, kinds), is_test
 
 
-def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarray) -> np.ndarray:
-    """Per column (strategy): the mean of `imputed_all` (every training row, n_all) corrected by the probes'
-    residual (`real` − `imputed_probe`, n_p rows) with the variance-minimising weight λ ∈ [0, 1] of
-    prediction-powered inference (PPI++: λ = Cov(Y, Ŷ) / ((1 + n_p / n_all) Var(Ŷ)) on the probes)."""
-    n_p, n_all = len(real), len(imputed_all)
+def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarray,
+              weights: np.ndarray | None = None) -> np.ndarray:
+    """Per column (strategy): the mean of Y over every training row (n_all) by prediction-powered inference,
+    power-tuned (PPI++): the probes' mean of the real outcome `real` (n_p rows) plus λ × (the imputed mean over
+    every row, `imputed_all`, − the imputed mean on the probes, `imputed_probe`), with the variance-minimising
+    λ = Cov(Y, Ŷ) / ((1 + n_p / n_all) Var(Ŷ)) on the probes, clipped to [0, 1]. Unbiased for every λ: λ = 1
+    is the imputed mean corrected by the probes' whole residual, λ = 0 the probes' own mean.
+    `weights` (n_p): probes drawn unequally — their inverse inclusion probabilities; the probe means, variance
+    and covariance are then weighted (Hájek) and n_p is Kish's effective size. None: every probe alike.
+
+    (Until session 11 this returned mean(imputed_all) + λ × (mean residual on the probes): the same at λ = 1,
+    but biased toward the imputation for λ < 1 — not PPI++. docs/onboarding.md says which rows used it.)"""
     y, f = real.astype(float), imputed_probe.astype(float)
-    var = f.var(axis=0, ddof=1) if n_p > 1 else np.zeros(f.shape[1])
-    cov = ((y - y.mean(0)) * (f - f.mean(0))).sum(0) / max(n_p - 1, 1)
-    lam = np.clip(np.divide(cov, (1 + n_p / n_all) * var, out=np.zeros_like(cov), where=var > 0), 0.0, 1.0)
-    return imputed_all.astype(float).mean(0) + lam * (y.mean(0) - f.mean(0))
+    w = np.full(len(y), 1.0 / max(len(y), 1)) if weights is None else np.asarray(weights, float) / np.sum(weights)
+    n_eff, n_all = 1.0 / (w ** 2).sum(), len(imputed_all)
+    mu_y, mu_f = w @ y, w @ f
+    unbias = n_eff / (n_eff - 1) if n_eff > 1 else 0.0  # ddof = 1 for equal weights
+    var = (w @ (f - mu_f) ** 2) * unbias
+    cov = (w @ ((y - mu_y) * (f - mu_f))) * unbias
+    lam = np.clip(np.divide(cov, (1 + n_eff / n_all) * var, out=np.zeros_like(cov), where=var > 0), 0.0, 1.0)
+    return mu_y + lam * (imputed_all.astype(float).mean(0) - mu_f)
+
+
+def contested_probes(split: np.ndarray, size: int, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A probe design that asks X where the pool disagrees: `size` queries drawn without replacement with
+    probability ∝ split_i + 1/m (`split_of`, from the pool's answers alone, known before X is asked; 1/m keeps
+    every query possible). Returns (probe mask, inverse inclusion probabilities): the inclusion probability is
+    taken as the Poisson one, min(1, c·w_i) with c set so they sum to `size` (capped iteratively) — close to,
+    not exactly, that of sequential drawing without replacement."""
+    n = len(split)
+    size = min(size, n)
+    w = np.asarray(split, float) + 1.0 / m
+    pi = np.zeros(n)
+    free = np.ones(n, bool)
+    left = float(size)
+    for _ in range(n):  # cap at 1 and spread what is left over the rest
+        pi[free] = left * w[free] / w[free].sum()
+        over = free & (pi >= 1.0)
+        if not over.any():
+            break
+        pi[over], free[over] = 1.0, False
+        left = size - float((~free).sum())
+    probe = np.zeros(n, bool)
+    probe[rng.choice(n, size=size, replace=False, p=w / w.sum())] = True
+    return probe, 1.0 / pi
 
 
 def relabelled(cd: CascadeData, new: int, probes: np.ndarray, test: np.ndarray, declined: np.ndarray,
@@ -217,16 +255,18 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                      declined: np.ndarray, copies: int = 4, rng: np.random.Generator, cache: dict | None = None,
                      budgets: dict[int, float] | None = None, anchor_models: int | None = None,
                      rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool = False,
-                     relabel: bool = False, split_terms: bool = False) -> dict:
+                     relabel: bool = False, split_terms: bool = False, probe_weight: np.ndarray | None = None) -> dict:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold with X (column `new`,
     the last) imputed off its probes (`copies` draws) and scored with the true labels on the test fold.
     `fit`: fit labels (the pool's consensus labels; X's on its probes); `pool_labels`: the pool's consensus
     labels X's imputed answers copy; `declined`: who declined (n × m + 1). `cache`: the pool's simulations per
     fold (as `held_out_fixed_gates` keeps them). `rectify`: the estimate of a strategy calling X is instead the
     mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
-    real minus imputed, weighted as PPI++ does (`rectified`). `relabel`: X's imputed labels from the consensus
+    real minus imputed, power-tuned as PPI++ does (`rectified`). `relabel`: X's imputed labels from the consensus
     of every model's answers, X's imputed one included (`relabelled`), as X's probe labels are. `split_terms`:
-    the choice model's β_s and δ_0 (`fit_choice`)."""
+    the choice model's β_s and δ_0 (`fit_choice`). `probe_weight` (n): the probes' inverse inclusion
+    probabilities where they were not drawn uniformly (`contested_probes`): the choice model, X's cost ratio and
+    the rectifier weight each probe by it; None: uniform."""
     from evaluation.onboard import TARGETS, choose_fixed, menu_roles, with_labels
 
     m1 = len(cd.data.models)
@@ -248,7 +288,8 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
         cdk = with_labels(cd, fit, test)
         costs = cd.data.cost[train].mean(axis=0)
-        ratio = float(cd.data.cost[ptrain, new].sum() / pool_mean[ptrain].sum())
+        pw = np.ones(len(ptrain)) if probe_weight is None else probe_weight[ptrain]
+        ratio = float((pw * cd.data.cost[ptrain, new]).sum() / (pw * pool_mean[ptrain]).sum())
         costs[new] = ratio * pool_mean[train].mean()
         sa = cache.get(k) if cache is not None else None
         if sa is None:
@@ -256,7 +297,8 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             if cache is not None:
                 cache[k] = sa
         model = fit_choice(cd.agree[ptrain, new, :new], pool_labels[ptrain], pool_dec[ptrain],
-                           split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge, split_terms=split_terms)
+                           split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge, split_terms=split_terms,
+                           weights=None if probe_weight is None else pw)
         rest = np.setdiff1d(train, ptrain)
         draws = [(rest, *impute(cd, new, rest, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)]
         extra = [(ptrain, *impute(cd, new, ptrain, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)
@@ -277,7 +319,8 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                 v = getattr(sb, field)
                 f_probe = np.mean([v[r] for r in extra_rows], axis=0)
                 f_rest = np.mean([v[c * n_t + at_rest] for c in range(copies)], axis=0)
-                out[b_cols] = rectified(v[at_probe], f_probe, np.r_[f_probe, f_rest])
+                out[b_cols] = rectified(v[at_probe], f_probe, np.r_[f_probe, f_rest],
+                                        weights=None if probe_weight is None else pw)
         else:
             acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
         where_b = {int(c): i for i, c in enumerate(b_cols)}
@@ -293,4 +336,5 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     return outs
 
 
-__all__ = ["ChoiceModel", "fit_choice", "held_out_imputed", "impute", "relabelled", "split_of", "stacked"]
+__all__ = ["ChoiceModel", "contested_probes", "fit_choice", "held_out_imputed", "impute", "relabelled", "split_of",
+           "stacked"]

@@ -122,10 +122,12 @@ def test_rectified_corrects_the_imputation_by_the_probes_residual():
     f_all = np.c_[truth_all[:, 0] + 0.3, rng.random(400)]  # column 0: biased but exact up to a shift; 1: noise
     est = rectified(truth_all[probe], f_all[probe], f_all)
     lam0 = 1 / (1 + 100 / 400)  # Cov = Var there
-    assert est[0] == pytest.approx(f_all[:, 0].mean() - lam0 * 0.3)
-    assert abs(est[1] - f_all[:, 1].mean()) < 0.05  # uncorrelated imputation: (almost) no correction
-    same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: nothing to correct
-    assert np.allclose(same, f_all.mean(0))
+    y_p, y_all = truth_all[probe, 0].mean(), truth_all[:, 0].mean()
+    assert est[0] == pytest.approx(y_p + lam0 * (y_all - y_p))  # the shift cancels: no bias left at any λ
+    # uncorrelated imputation: λ ≈ 0, the probes' own mean
+    assert abs(est[1] - truth_all[probe, 1].mean()) < 0.01
+    same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: λ = 1 / (1 + n_p/n_all)
+    assert np.allclose(same, f_all[probe].mean(0) + lam0 * (f_all.mean(0) - f_all[probe].mean(0)))
 
 
 def test_fit_choice_tells_a_lone_answer_where_the_pool_is_unanimous_apart():
@@ -177,3 +179,74 @@ def test_relabelled_lets_the_new_models_imputed_answer_vote():
     alone[:, 3] = True
     (d2,), _ = relabelled(cd, 3, probes, test, declined, [(rows, alone, k_row, copied, np.ones(len(rows)))], [])
     assert not d2[3].any()
+
+
+def test_contested_probes_favour_split_queries_and_return_their_inclusion_weights():
+    from evaluation.onboard_impute import contested_probes
+
+    m, n, size = 8, 1000, 200
+    split = np.r_[np.zeros(500), np.full(500, 0.5)]  # weights 1/8 and 5/8: a split query is 5 times as likely
+    hits = np.zeros(n)
+    for seed in range(40):
+        probe, inv = contested_probes(split, size, m, np.random.default_rng(seed))
+        assert probe.sum() == size
+        hits += probe
+    pi = 1 / inv
+    assert pi.sum() == pytest.approx(size)
+    assert pi[600] / pi[0] == pytest.approx(5.0)
+    assert hits[500:].sum() / hits[:500].sum() == pytest.approx(5.0, rel=0.15)
+    # a weight so large that its query is always asked: capped at 1, the rest spread over the others
+    capped = 1 / contested_probes(np.r_[50.0, np.zeros(99)], 10, m, np.random.default_rng(0))[1]
+    assert capped[0] == 1.0 and capped.sum() == pytest.approx(10)
+
+
+def test_weighted_rectifier_undoes_an_unequal_probe_design():
+    # The imputation is off by +0.4 on one half of the rows and exact on the other; the probes oversample the
+    # biased half 4:1. Unweighted, the residual is overstated; weighted by 1/π it is the all-rows residual.
+    rng = np.random.default_rng(1)
+    n = 2000
+    truth = rng.random((n, 1))
+    biased = np.arange(n) < n // 2
+    f = truth + np.where(biased, 0.4, 0.0)[:, None]
+    w = np.where(biased, 4.0, 1.0)
+    probe = np.zeros(n, bool)
+    probe[rng.choice(n, size=400, replace=False, p=w / w.sum())] = True
+    inv = (w / w.sum() * 400) ** -1
+    plain = rectified(truth[probe], f[probe], f)[0]
+    weighted = rectified(truth[probe], f[probe], f, weights=inv[probe])[0]
+    assert abs(weighted - truth.mean()) < 0.03 < abs(plain - truth.mean())
+    # equal weights are the plain estimator
+    assert rectified(truth[probe], f[probe], f, weights=np.ones(probe.sum()))[0] == pytest.approx(plain)
+
+
+def test_fit_choice_weights_count_a_probe_as_many():
+    # Two copies of a probe weigh as that probe with weight 2 (weights are scaled to mean 1, which an almost
+    # vanishing ridge does not see; the utilities are identified only up to a shift, so compare probabilities).
+    rng = np.random.default_rng(2)
+    n, m = 60, 3
+    labels = rng.random((n, m)) < 0.7
+    declined = np.zeros((n, m), bool)
+    agrees = labels & (rng.random((n, m)) < 0.8)
+    split = split_of(np.ones((n, m, m), bool))
+    twice = fit_choice(np.r_[agrees, agrees[:30]], np.r_[labels, labels[:30]], np.r_[declined, declined[:30]],
+                       np.r_[split, split[:30]], ridge=1e-6)
+    weighted = fit_choice(agrees, labels, declined, split, ridge=1e-6, weights=np.r_[np.full(30, 2.0), np.ones(30)])
+    plain = fit_choice(agrees, labels, declined, split, ridge=1e-6)
+    p = [c.probabilities(labels.astype(float), declined.astype(float), split) for c in (twice, weighted, plain)]
+    assert np.allclose(p[0], p[1], atol=2e-3)
+    assert not np.allclose(p[0], p[2], atol=2e-3)  # the weights matter
+
+
+def test_rectified_is_unbiased_where_the_imputation_is_poor():
+    # An imputation shifted by +0.3 and mostly noise: λ is well below 1. Over many probe draws the estimate
+    # centres on the true mean (the old form, the imputed mean plus λ × the residual, kept (1 − λ) × 0.3).
+    rng = np.random.default_rng(4)
+    n = 400
+    truth = rng.random((n, 1))
+    f = 0.3 * truth + 0.7 * rng.random((n, 1)) + 0.3
+    est = []
+    for _ in range(300):
+        probe = np.zeros(n, bool)
+        probe[rng.choice(n, size=80, replace=False)] = True
+        est.append(rectified(truth[probe], f[probe], f)[0])
+    assert abs(np.mean(est) - truth.mean()) < 0.01
