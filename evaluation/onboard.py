@@ -469,7 +469,7 @@ def describe(model: str, entry, data, m: int) -> dict:
 def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws: int = 3, price_file=None,
                   recordings=None, seed: int = 0, paired: bool = True, gates: tuple[float | None, ...] = (None,),
                   probe_labels: str = "consensus", x_menus: tuple[str, ...] = ("all",), impute: int | None = None,
-                  rectify: bool = False, relabel: bool = False, split_terms: bool = False, references: bool = True,
+                  rectify: bool | str = False, relabel: bool = False, split_terms: bool = False, references: bool = True,
                   pool_labels: str = "consensus", probe_design: str = "random", log=print) -> dict:
     """Everything above for one new model: its recording must be in `<run_dir>/outputs.parquet`. `gates`: the
     consensus arm with each gate (held_out_fixed_gates; None: none), all on the same probe draws.
@@ -478,7 +478,8 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     give with perfect labels, so the consensus arm's shortfall splits into probe count and label quality.
     `x_menus`: the menus of specs calling the new model ("all"; "small": small_x_menu), each a row of its own on
     the same probe draws. `impute` K: instead, one row per size with the new model's behaviour imputed off its
-    probes (K copies; `evaluation.onboard_impute`; `rectify`: PPI++-corrected by the probes), on the same
+    probes (K copies; `evaluation.onboard_impute`; `rectify`: corrected by the probes, True or "shrink" the
+    default form, "ppi" PPI++), on the same
     probe draws. `references` (consensus probes only): two more arms, each the new model added on every query
     to the pool's consensus labels — with its true labels (REF_TRUTH) and with its consensus labels
     (REF_CONSENSUS) — against the consensus no-new-model policy. They hold the pool's labels fixed, so each
@@ -531,6 +532,7 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
             head = f"truth pool, {head}"
         if impute:
             return (head + f", imputed K={impute}" + (", rectified" if rectify else "")
+                    + (" (PPI++)" if rectify == "ppi" else "")
                     + (", relabelled" if relabel else "") + (", split terms" if split_terms else "")
                     + (", contested probes" if probe_design == "contested" else ""))
         return head + ("" if menu == "all" else f", {menu} X menu") + ("" if g is None else f", gate z={g:g}")
@@ -655,8 +657,10 @@ def main(argv: list[str] | None = None) -> None:
                    "on the same probe draws.")
     p.add_argument("--impute", type=int, metavar="K", help="Instead: the new model's behaviour off its probes imputed "
                    "from the pool's answers (evaluation.onboard_impute), K copies per fold; one row per size.")
-    p.add_argument("--rectify", action="store_true", help="With --impute: correct each imputed estimate by the "
-                   "probes' residual, real minus imputed (prediction-powered inference, PPI++ weight).")
+    p.add_argument("--rectify", nargs="?", const="shrink", default=None, choices=("shrink", "ppi"),
+                   help="With --impute: correct each imputed estimate by the "
+                   "probes' residual: shrink (the default: the imputed mean + λ × the probes' residual) or ppi (PPI++: the "
+                   "probes' mean + λ × (imputed mean − imputed probe mean)); docs/onboarding.md.")
     p.add_argument("--relabel", action="store_true", help="With --impute: the new model's imputed labels from the "
                    "consensus of every model's answers, its imputed one included (as its probe labels are).")
     p.add_argument("--split-terms", action="store_true", help="With --impute: the choice model also fits how much "

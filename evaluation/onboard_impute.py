@@ -177,18 +177,27 @@ def stacked(cd: CascadeData, fit: np.ndarray, new: int, copies: list[tuple], tra
     return CascadeData(data, agree, latency, cd.latency_known, kinds), is_test
 
 
-def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarray,
-              weights: np.ndarray | None = None) -> np.ndarray:
-    """Per column (strategy): the mean of Y over every training row (n_all) by prediction-powered inference,
-    power-tuned (PPI++): the probes' mean of the real outcome `real` (n_p rows) plus λ × (the imputed mean over
-    every row, `imputed_all`, − the imputed mean on the probes, `imputed_probe`), with the variance-minimising
-    λ = Cov(Y, Ŷ) / ((1 + n_p / n_all) Var(Ŷ)) on the probes, clipped to [0, 1]. Unbiased for every λ: λ = 1
-    is the imputed mean corrected by the probes' whole residual, λ = 0 the probes' own mean.
-    `weights` (n_p): probes drawn unequally — their inverse inclusion probabilities; the probe means, variance
-    and covariance are then weighted (Hájek) and n_p is Kish's effective size. None: every probe alike.
+RECTIFY_FORMS = ("shrink", "ppi")
 
-    (Until session 11 this returned mean(imputed_all) + λ × (mean residual on the probes): the same at λ = 1,
-    but biased toward the imputation for λ < 1 — not PPI++. docs/onboarding.md says which rows used it.)"""
+
+def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarray,
+              weights: np.ndarray | None = None, form: str = "shrink") -> np.ndarray:
+    """Per column (strategy): the mean of Y over every training row (n_all) from the imputed outcomes on every
+    row (`imputed_all`) and the probes' real and imputed ones (`real`, `imputed_probe`, n_p rows), with
+    λ = Cov(Y, Ŷ) / ((1 + n_p / n_all) Var(Ŷ)) on the probes, clipped to [0, 1] (the variance-minimising weight
+    of prediction-powered inference, PPI++). Two forms:
+
+    - "shrink" (the default, measured best for choosing a strategy: docs/onboarding.md): the imputed mean plus
+      λ × the probes' mean residual (real − imputed). λ = 1 is PPI's unbiased estimate; for λ < 1 it keeps part
+      of the imputation's bias and less of the probes' noise — a shrinkage toward the imputation, not PPI++.
+      (Sessions 9–10 documented it as PPI++; it is not.)
+    - "ppi": PPI++ itself, the probes' mean plus λ × (the imputed mean over every row − the imputed mean on the
+      probes): unbiased for every λ; λ = 0 is the probes' own mean.
+
+    `weights` (n_p): probes drawn unequally — their inverse inclusion probabilities; the probe means, variance
+    and covariance are then weighted (Hájek) and n_p is Kish's effective size. None: every probe alike."""
+    if form not in RECTIFY_FORMS:
+        raise ValueError(f"form must be one of {RECTIFY_FORMS}, got {form!r}")
     y, f = real.astype(float), imputed_probe.astype(float)
     w = np.full(len(y), 1.0 / max(len(y), 1)) if weights is None else np.asarray(weights, float) / np.sum(weights)
     n_eff, n_all = 1.0 / (w ** 2).sum(), len(imputed_all)
@@ -197,7 +206,10 @@ def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarr
     var = (w @ (f - mu_f) ** 2) * unbias
     cov = (w @ ((y - mu_y) * (f - mu_f))) * unbias
     lam = np.clip(np.divide(cov, (1 + n_eff / n_all) * var, out=np.zeros_like(cov), where=var > 0), 0.0, 1.0)
-    return mu_y + lam * (imputed_all.astype(float).mean(0) - mu_f)
+    mean_all = imputed_all.astype(float).mean(0)
+    if form == "ppi":
+        return mu_y + lam * (mean_all - mu_f)
+    return mean_all + lam * (mu_y - mu_f)
 
 
 def contested_probes(split: np.ndarray, size: int, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -254,7 +266,7 @@ def relabelled(cd: CascadeData, new: int, probes: np.ndarray, test: np.ndarray, 
 def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new: int, pool_labels: np.ndarray,
                      declined: np.ndarray, copies: int = 4, rng: np.random.Generator, cache: dict | None = None,
                      budgets: dict[int, float] | None = None, anchor_models: int | None = None,
-                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool = False,
+                     rules: tuple[float, ...] = RULE_TOLERANCES, ridge: float = 1.0, rectify: bool | str = False,
                      relabel: bool = False, split_terms: bool = False, probe_weight: np.ndarray | None = None) -> dict:
     """Per target: (correct, cost) per query of the best fixed strategy, chosen per fold with X (column `new`,
     the last) imputed off its probes (`copies` draws) and scored with the true labels on the test fold.
@@ -262,13 +274,16 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     labels X's imputed answers copy; `declined`: who declined (n × m + 1). `cache`: the pool's simulations per
     fold (as `held_out_fixed_gates` keeps them). `rectify`: the estimate of a strategy calling X is instead the
     mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
-    real minus imputed, power-tuned as PPI++ does (`rectified`). `relabel`: X's imputed labels from the consensus
+    real minus imputed (`rectified`; True or "shrink": its default form, "ppi": PPI++). `relabel`: X's imputed labels from the consensus
     of every model's answers, X's imputed one included (`relabelled`), as X's probe labels are. `split_terms`:
     the choice model's β_s and δ_0 (`fit_choice`). `probe_weight` (n): the probes' inverse inclusion
     probabilities where they were not drawn uniformly (`contested_probes`): the choice model, X's cost ratio and
     the rectifier weight each probe by it; None: uniform."""
     from evaluation.onboard import TARGETS, choose_fixed, menu_roles, with_labels
 
+    form = "shrink" if rectify is True else rectify
+    if rectify and form not in RECTIFY_FORMS:
+        raise ValueError(f"rectify must be True or one of {RECTIFY_FORMS}, got {rectify!r}")
     m1 = len(cd.data.models)
     if new != m1 - 1:
         raise ValueError("the new model must be the last column")
@@ -320,7 +335,7 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                 f_probe = np.mean([v[r] for r in extra_rows], axis=0)
                 f_rest = np.mean([v[c * n_t + at_rest] for c in range(copies)], axis=0)
                 out[b_cols] = rectified(v[at_probe], f_probe, np.r_[f_probe, f_rest],
-                                        weights=None if probe_weight is None else pw)
+                                        weights=None if probe_weight is None else pw, form=form)
         else:
             acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
         where_b = {int(c): i for i, c in enumerate(b_cols)}
@@ -336,5 +351,5 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     return outs
 
 
-__all__ = ["ChoiceModel", "contested_probes", "fit_choice", "held_out_imputed", "impute", "relabelled", "split_of",
+__all__ = ["RECTIFY_FORMS", "ChoiceModel", "contested_probes", "fit_choice", "held_out_imputed", "impute", "relabelled", "split_of",
            "stacked"]

@@ -120,14 +120,19 @@ def test_rectified_corrects_the_imputation_by_the_probes_residual():
     truth_all = rng.random((400, 2))
     probe = np.arange(400) < 100
     f_all = np.c_[truth_all[:, 0] + 0.3, rng.random(400)]  # column 0: biased but exact up to a shift; 1: noise
-    est = rectified(truth_all[probe], f_all[probe], f_all)
+    est = rectified(truth_all[probe], f_all[probe], f_all)  # the default form, "shrink"
     lam0 = 1 / (1 + 100 / 400)  # Cov = Var there
+    assert est[0] == pytest.approx(f_all[:, 0].mean() - lam0 * 0.3)  # (1 − λ) × the shift is left: shrinkage
+    assert abs(est[1] - f_all[:, 1].mean()) < 0.05  # uncorrelated imputation: (almost) no correction
+    same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: nothing to correct
+    assert np.allclose(same, f_all.mean(0))
+    # PPI++: the probes' mean + λ × (imputed mean − imputed probe mean); the shift cancels at any λ
+    ppi = rectified(truth_all[probe], f_all[probe], f_all, form="ppi")
     y_p, y_all = truth_all[probe, 0].mean(), truth_all[:, 0].mean()
-    assert est[0] == pytest.approx(y_p + lam0 * (y_all - y_p))  # the shift cancels: no bias left at any λ
-    # uncorrelated imputation: λ ≈ 0, the probes' own mean
-    assert abs(est[1] - truth_all[probe, 1].mean()) < 0.01
-    same = rectified(f_all[probe], f_all[probe], f_all)  # imputation right on the probes: λ = 1 / (1 + n_p/n_all)
-    assert np.allclose(same, f_all[probe].mean(0) + lam0 * (f_all.mean(0) - f_all[probe].mean(0)))
+    assert ppi[0] == pytest.approx(y_p + lam0 * (y_all - y_p))
+    assert abs(ppi[1] - truth_all[probe, 1].mean()) < 0.01  # uncorrelated imputation: λ ≈ 0, the probes' mean
+    with pytest.raises(ValueError, match="form"):
+        rectified(truth_all[probe], f_all[probe], f_all, form="mean")
 
 
 def test_fit_choice_tells_a_lone_answer_where_the_pool_is_unanimous_apart():
@@ -212,11 +217,17 @@ def test_weighted_rectifier_undoes_an_unequal_probe_design():
     probe = np.zeros(n, bool)
     probe[rng.choice(n, size=400, replace=False, p=w / w.sum())] = True
     inv = (w / w.sum() * 400) ** -1
-    plain = rectified(truth[probe], f[probe], f)[0]
-    weighted = rectified(truth[probe], f[probe], f, weights=inv[probe])[0]
+    plain = rectified(truth[probe], f[probe], f, form="ppi")[0]
+    weighted = rectified(truth[probe], f[probe], f, weights=inv[probe], form="ppi")[0]
     assert abs(weighted - truth.mean()) < 0.03 < abs(plain - truth.mean())
-    # equal weights are the plain estimator
-    assert rectified(truth[probe], f[probe], f, weights=np.ones(probe.sum()))[0] == pytest.approx(plain)
+    # The default form shrinks toward the imputation (+0.2 over all rows) by λ < 1 of the residual: weighted,
+    # the residual is the all-rows one (−0.2), unweighted the oversampled half's (nearer −0.32), so less is taken off.
+    s_plain = rectified(truth[probe], f[probe], f)[0]
+    s_weighted = rectified(truth[probe], f[probe], f, weights=inv[probe])[0]
+    assert truth.mean() < s_plain < s_weighted < f.mean()
+    for form in ("shrink", "ppi"):  # equal weights are the plain estimator
+        assert rectified(truth[probe], f[probe], f, weights=np.ones(probe.sum()), form=form)[0] == pytest.approx(
+            rectified(truth[probe], f[probe], f, form=form)[0])
 
 
 def test_fit_choice_weights_count_a_probe_as_many():
@@ -237,16 +248,17 @@ def test_fit_choice_weights_count_a_probe_as_many():
     assert not np.allclose(p[0], p[2], atol=2e-3)  # the weights matter
 
 
-def test_rectified_is_unbiased_where_the_imputation_is_poor():
-    # An imputation shifted by +0.3 and mostly noise: λ is well below 1. Over many probe draws the estimate
-    # centres on the true mean (the old form, the imputed mean plus λ × the residual, kept (1 − λ) × 0.3).
+def test_rectified_ppi_is_unbiased_where_the_imputation_is_poor():
+    # An imputation shifted by +0.3 and mostly noise: λ is well below 1. Over many probe draws PPI++ centres on
+    # the true mean; the default form (the imputed mean plus λ × the residual) keeps about (1 − λ) × 0.3.
     rng = np.random.default_rng(4)
     n = 400
     truth = rng.random((n, 1))
     f = 0.3 * truth + 0.7 * rng.random((n, 1)) + 0.3
-    est = []
+    est, shrunk = [], []
     for _ in range(300):
         probe = np.zeros(n, bool)
         probe[rng.choice(n, size=80, replace=False)] = True
-        est.append(rectified(truth[probe], f[probe], f)[0])
-    assert abs(np.mean(est) - truth.mean()) < 0.01
+        est.append(rectified(truth[probe], f[probe], f, form="ppi")[0])
+        shrunk.append(rectified(truth[probe], f[probe], f)[0])
+    assert abs(np.mean(est) - truth.mean()) < 0.01 < np.mean(shrunk) - truth.mean()
