@@ -99,7 +99,7 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
     x = _features(np.asarray(labels, float), np.asarray(declined, float), np.asarray(split, float), m)
     if not split_terms:
         x = x[:, :, :m + N_SHARED - 2]
-    sw = np.ones(n) if weights is None else np.asarray(weights, float) / np.mean(weights)
+    sw = None if weights is None else np.asarray(weights, float) / np.mean(weights)
 
     def loss(w):
         eta = x @ w
@@ -108,8 +108,12 @@ def fit_choice(agrees_with: np.ndarray, labels: np.ndarray, declined: np.ndarray
         prior = e / e.sum(axis=1, keepdims=True)
         e_obs = np.where(observed, e, 0.0)
         post = e_obs / e_obs.sum(axis=1, keepdims=True)
-        ll = (sw * (np.log(e_obs.sum(axis=1)) - np.log(e.sum(axis=1)))).sum()
-        grad = np.einsum("n,no,nop->p", sw, post - prior, x)
+        if weights is None:  # summed as before the weights existed: the same fit to the last bit
+            ll = np.log(e_obs.sum(axis=1)).sum() - np.log(e.sum(axis=1)).sum()
+            grad = np.einsum("no,nop->p", post - prior, x)
+        else:
+            ll = (sw * (np.log(e_obs.sum(axis=1)) - np.log(e.sum(axis=1)))).sum()
+            grad = np.einsum("n,no,nop->p", sw, post - prior, x)
         return -ll + 0.5 * ridge * w @ w, -grad + ridge * w
 
     res = minimize(loss, np.zeros(x.shape[2]), jac=True, method="L-BFGS-B")
@@ -199,12 +203,19 @@ def rectified(real: np.ndarray, imputed_probe: np.ndarray, imputed_all: np.ndarr
     if form not in RECTIFY_FORMS:
         raise ValueError(f"form must be one of {RECTIFY_FORMS}, got {form!r}")
     y, f = real.astype(float), imputed_probe.astype(float)
-    w = np.full(len(y), 1.0 / max(len(y), 1)) if weights is None else np.asarray(weights, float) / np.sum(weights)
-    n_eff, n_all = 1.0 / (w ** 2).sum(), len(imputed_all)
-    mu_y, mu_f = w @ y, w @ f
-    unbias = n_eff / (n_eff - 1) if n_eff > 1 else 0.0  # ddof = 1 for equal weights
-    var = (w @ (f - mu_f) ** 2) * unbias
-    cov = (w @ ((y - mu_y) * (f - mu_f))) * unbias
+    n_all = len(imputed_all)
+    if weights is None:  # plain moments, computed as sessions 9–10 did (the same choices to the last bit)
+        n_eff = len(y)
+        mu_y, mu_f = y.mean(0), f.mean(0)
+        var = f.var(axis=0, ddof=1) if n_eff > 1 else np.zeros(f.shape[1])
+        cov = ((y - mu_y) * (f - mu_f)).sum(0) / max(n_eff - 1, 1)
+    else:
+        w = np.asarray(weights, float) / np.sum(weights)
+        n_eff = 1.0 / (w ** 2).sum()
+        mu_y, mu_f = w @ y, w @ f
+        unbias = n_eff / (n_eff - 1) if n_eff > 1 else 0.0
+        var = (w @ (f - mu_f) ** 2) * unbias
+        cov = (w @ ((y - mu_y) * (f - mu_f))) * unbias
     lam = np.clip(np.divide(cov, (1 + n_eff / n_all) * var, out=np.zeros_like(cov), where=var > 0), 0.0, 1.0)
     mean_all = imputed_all.astype(float).mean(0)
     if form == "ppi":
@@ -303,8 +314,12 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
         cdk = with_labels(cd, fit, test)
         costs = cd.data.cost[train].mean(axis=0)
-        pw = np.ones(len(ptrain)) if probe_weight is None else probe_weight[ptrain]
-        ratio = float((pw * cd.data.cost[ptrain, new]).sum() / (pw * pool_mean[ptrain]).sum())
+        if probe_weight is None:
+            pw = None
+            ratio = float(cd.data.cost[ptrain, new].sum() / pool_mean[ptrain].sum())
+        else:
+            pw = probe_weight[ptrain]
+            ratio = float((pw * cd.data.cost[ptrain, new]).sum() / (pw * pool_mean[ptrain]).sum())
         costs[new] = ratio * pool_mean[train].mean()
         sa = cache.get(k) if cache is not None else None
         if sa is None:
@@ -313,7 +328,7 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                 cache[k] = sa
         model = fit_choice(cd.agree[ptrain, new, :new], pool_labels[ptrain], pool_dec[ptrain],
                            split_of(cd.agree[ptrain][:, :new, :new]), ridge=ridge, split_terms=split_terms,
-                           weights=None if probe_weight is None else pw)
+                           weights=pw)
         rest = np.setdiff1d(train, ptrain)
         draws = [(rest, *impute(cd, new, rest, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)]
         extra = [(ptrain, *impute(cd, new, ptrain, model, pool_labels, pool_dec, ratio, rng)) for _ in range(copies)
@@ -335,7 +350,7 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
                 f_probe = np.mean([v[r] for r in extra_rows], axis=0)
                 f_rest = np.mean([v[c * n_t + at_rest] for c in range(copies)], axis=0)
                 out[b_cols] = rectified(v[at_probe], f_probe, np.r_[f_probe, f_rest],
-                                        weights=None if probe_weight is None else pw, form=form)
+                                        weights=pw, form=form)
         else:
             acc[b_cols], paid[b_cols] = sb.correct[fit_rows].mean(axis=0), sb.cost[fit_rows].mean(axis=0)
         where_b = {int(c): i for i, c in enumerate(b_cols)}
