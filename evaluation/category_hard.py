@@ -89,13 +89,11 @@ def refit(run: Path, c: float = 1.0) -> dict[str, np.ndarray]:
             "base": blend(parts["head"], parts["lexical"], _lexical_weight(run))}
 
 
-def compare(run: Path, br: dict[str, np.ndarray]) -> list[dict]:
-    """The λ rows: shipped soft blend, hard, hard ≥ threshold, hard alone, and the category prior, paired."""
+def routers_of(run: Path, br: dict[str, np.ndarray]):
+    """(RoutingData of the run's held-out rows, {router: P(correct) [n, models]}, the category prior's P)."""
     from data.schema import read_examples, read_labels
     from evaluation.category_prior import category_prior_probs
-    from evaluation.routing_eval import RoutingData, evaluate_router
-    from evaluation.stats import paired_bootstrap
-    from evaluation.prior_gap import TARGETS
+    from evaluation.routing_eval import RoutingData
 
     oof = pd.read_parquet(run / "oof_predictions.parquet")
     folds = {e: int(f) for e, f in oof.drop_duplicates("example_id").set_index("example_id")["fold"].items() if f >= 0}
@@ -111,7 +109,16 @@ def compare(run: Path, br: dict[str, np.ndarray]) -> list[dict]:
                "hard, weight 0.5": frame(blend(base, br["hard"], WEIGHT)),
                f"hard ≥ {THRESHOLD:g}, weight 0.5": frame(blend(base, br["hard_thr"], WEIGHT)),
                "hard alone": frame(br["hard"])}
-    prior = category_prior_probs(data.categories, data.correct, data.folds)
+    return data, routers, category_prior_probs(data.categories, data.correct, data.folds)
+
+
+def compare(run: Path, br: dict[str, np.ndarray]) -> list[dict]:
+    """The λ rows: shipped soft blend, hard, hard ≥ threshold, hard alone, and the category prior, paired."""
+    from evaluation.prior_gap import TARGETS
+    from evaluation.routing_eval import evaluate_router
+    from evaluation.stats import paired_bootstrap
+
+    data, routers, prior = routers_of(run, br)
     rows, ship = np.arange(len(prior)), next(iter(routers))
     out = []
     for target, what in TARGETS:
