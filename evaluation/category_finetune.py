@@ -4,7 +4,8 @@
 
 The category branch guesses each request's BFCL category from TF-IDF and metadata (85.5% right held out on the
 default pool; every input tried since saturates near 89%, docs/router.md). The shipped encoder is frozen. This
-fine-tunes the run's encoder end to end (mean pooling → a linear layer over the categories, cross-entropy) on
+fine-tunes the run's backbone end to end — all its layers (`training.model.load_backbone` with `layers` unset;
+the shipped router reads the first only), mean pooling → a linear layer over the categories, cross-entropy — on
 each fold's own fit rows (`evaluation.category_refit.fold_fits`: the training split and validation, as the
 branch sees them) and predicts the held-out fold, so every probability is out of fold. It writes
 OUT_DIR/category_finetune.npz (`proba` n × categories, `classes`, `fold`, `example_ids`) and prints the held-out
@@ -27,15 +28,18 @@ from pathlib import Path
 import numpy as np
 
 
-def finetune_fold(where: str, ids: list[list[int]], y: np.ndarray, n_classes: int, test_ids: list[list[int]], *,
+def finetune_fold(backbone, ids: list[list[int]], y: np.ndarray, n_classes: int, test_ids: list[list[int]], *,
                   epochs: int, lr: float, batch: int, seed: int, pad: int) -> np.ndarray:
+    """Fine-tune a fresh copy of the backbone (`BackboneSettings`) on (ids, y); P(category) of `test_ids`."""
     import torch
     from torch import nn
     from tqdm import tqdm
-    from transformers import AutoModel
+
+    from training.dataset import pad_batch
+    from training.model import _masked_mean, load_backbone
 
     torch.manual_seed(seed)
-    enc = AutoModel.from_pretrained(where, local_files_only=True)
+    enc, _ = load_backbone(backbone)
     head = nn.Linear(enc.config.hidden_size, n_classes)
     params = list(enc.parameters()) + list(head.parameters())
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
@@ -43,18 +47,8 @@ def finetune_fold(where: str, ids: list[list[int]], y: np.ndarray, n_classes: in
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 10))
                                               * max(0.0, (steps - s) / steps))
 
-    def tensors(rows: list[list[int]]):
-        width = max(len(r) for r in rows)
-        x = torch.full((len(rows), width), pad, dtype=torch.long)
-        att = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            x[i, :len(r)], att[i, :len(r)] = torch.tensor(r), 1
-        return x, att
-
     def forward(x, att):
-        h = enc(input_ids=x, attention_mask=att).last_hidden_state
-        m = att.unsqueeze(-1).float()
-        return head((h * m).sum(1) / m.sum(1).clamp(min=1.0))
+        return head(_masked_mean(enc(input_ids=x, attention_mask=att).last_hidden_state, att.bool()))
 
     rng = np.random.default_rng(seed)
     yt = torch.tensor(y, dtype=torch.long)
@@ -64,7 +58,7 @@ def finetune_fold(where: str, ids: list[list[int]], y: np.ndarray, n_classes: in
             order = rng.permutation(len(ids))
             for s in range(0, len(ids), batch):
                 b = order[s:s + batch]
-                x, att = tensors([ids[i] for i in b])
+                x, att = pad_batch([ids[i] for i in b], pad)
                 loss = nn.functional.cross_entropy(forward(x, att), yt[b])
                 opt.zero_grad()
                 loss.backward()
@@ -77,7 +71,7 @@ def finetune_fold(where: str, ids: list[list[int]], y: np.ndarray, n_classes: in
     out = []
     with torch.no_grad():
         for s in range(0, len(test_ids), 64):
-            x, att = tensors(test_ids[s:s + 64])
+            x, att = pad_batch(test_ids[s:s + 64], pad)
             out.append(torch.softmax(forward(x, att), dim=-1).numpy())
     return np.concatenate(out)
 
@@ -92,16 +86,14 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--folds", type=int, default=None, help="Only the first N folds (a screening run).")
     args = ap.parse_args(argv)
 
-    import torch
-
     from evaluation.category_refit import fold_fits, run_config
-    from training.model import resolve_backbone
+    from training.model import load_backbone
     from training.recipe import PARTS_FILE
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     cfg = run_config(args.run)
     parts = dict(np.load(args.run / PARTS_FILE))
-    where = resolve_backbone(cfg.backbone.name)
+    backbone = cfg.backbone.model_copy(update={"layers": None})  # every layer, not the router's first only
+    pad = load_backbone(backbone)[1].pad_token_id
     proba, classes, t = None, None, None
     t0 = time.perf_counter()
     for k, ff in enumerate(fold_fits(args.run, cfg, parts)):
@@ -111,12 +103,9 @@ def main(argv: list[str]) -> None:
         if classes is None:
             classes = sorted(set(t.categories))
             proba = np.full((len(t), len(classes)), np.nan)
-        index = {c: k for k, c in enumerate(classes)}
+        index = {c: j for j, c in enumerate(classes)}
         y = np.array([index[t.categories[i]] for i in ff.rows])
-        from transformers import AutoTokenizer
-
-        pad = AutoTokenizer.from_pretrained(where, local_files_only=True).pad_token_id
-        proba[ff.test] = finetune_fold(where, [t.ids[i] for i in ff.rows], y, len(classes),
+        proba[ff.test] = finetune_fold(backbone, [t.ids[i] for i in ff.rows], y, len(classes),
                                        [t.ids[i] for i in ff.test], epochs=args.epochs, lr=args.lr, batch=args.batch,
                                        seed=cfg.seed, pad=pad)
         done = ~np.isnan(proba[:, 0])
