@@ -57,21 +57,22 @@ def compare_curves(run: Path, out: Path, *, resamples: int = 1000, seed: int = 0
     data, routers, prior = routers_of(run, br)
     shipped = next(iter(routers))
     named = {"shipped router": routers[shipped], "guessed-category lookup": routers["hard alone"], "category prior": prior}
-    curves = {name: curve_outcomes(p, data) for name, p in named.items()}
     n = len(prior)
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    curves = {}  # name: (accuracy [grid], $ [grid], and both per resample [grid, resamples]) — once for every target
+    for name, p in named.items():
+        ok, paid = curve_outcomes(p, data)
+        curves[name] = (ok.mean(axis=1)[:, None], paid.mean(axis=1)[:, None],
+                        np.stack([ok[:, r].mean(axis=1) for r in idx], axis=1),
+                        np.stack([paid[:, r].mean(axis=1) for r in idx], axis=1))
     rows = np.arange(n)
     res = []
     for target, what in TARGETS:
         point = evaluate_router("category prior", prior, data, target=target, rule="lambda").choice
         p_ok, p_usd = data.correct[rows, point], data.cost[rows, point]
         budget, budget_all = p_usd[idx].mean(axis=1), np.array([p_usd.mean()])
-        read = {}
-        for name, (ok, paid) in curves.items():
-            acc_b = np.stack([ok[:, r].mean(axis=1) for r in idx], axis=1)  # [grid, resamples]
-            usd_b = np.stack([paid[:, r].mean(axis=1) for r in idx], axis=1)
-            read[name] = (best_within(ok.mean(axis=1)[:, None], paid.mean(axis=1)[:, None], budget_all)[0],
-                          best_within(acc_b, usd_b, budget))
+        read = {name: (best_within(acc, usd, budget_all)[0], best_within(acc_b, usd_b, budget))
+                for name, (acc, usd, acc_b, usd_b) in curves.items()}
         ref, ref_b = read["category prior"]
         for name in ("shipped router", "guessed-category lookup"):
             v, vb = read[name]
