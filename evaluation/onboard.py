@@ -541,15 +541,17 @@ def onboard_model(st: PoolState, model: str, *, sizes=(50, 100, 200, 400), draws
     # The pool's labels in the probe arms, and which cache of the pool's simulations they share.
     pool_fit = data.correct[:, :m] if pool_labels == "truth" else fit8
     cache_key = "truth" if probe_labels == "truth" or pool_labels == "truth" else "consensus"
+    if probe_design == "contested":
+        from evaluation.onboard_impute import contested_probes, split_of
+
+        pool_split = split_of(cd9.agree[:, :m, :m])  # from the pool's answers only: the same for every draw
 
     for size in sizes:
         arms |= {arm(size, g, menu): [] for menu in x_menus for g in gates} if not impute else {arm(size, None, "all"): []}
         for _ in range(draws):
             probe_weight = None
             if probe_design == "contested":
-                from evaluation.onboard_impute import contested_probes, split_of
-
-                probe, probe_weight = contested_probes(split_of(cd9.agree[:, :m, :m]), size, m, rng)
+                probe, probe_weight = contested_probes(pool_split, size, m, rng)
             else:
                 probe = np.zeros(n, bool)
                 probe[rng.choice(n, size=min(size, n), replace=False)] = True

@@ -102,6 +102,11 @@ def test_value_table_kept_share_and_intervals():
     assert len(table) == 4 and "+0.1500 [" in table[3]
 
 
+def _paying(usd: float, n: int = 100) -> dict:
+    """Every target's outcome of an arm that is always right and pays `usd` per query."""
+    return {t: (np.ones(n, bool), np.full(n, usd)) for t, _ in TARGETS}
+
+
 def test_reference_arms_share_the_consensus_baseline():
     # The consensus no-new-model policy is cheaper than the truth one (as consensus labels make it on real
     # pools): a consensus arm's value against its own baseline, as a share of the truth arm's, then mixes in
@@ -109,13 +114,10 @@ def test_reference_arms_share_the_consensus_baseline():
     # consensus baseline, so the share of it does not.
     from evaluation.onboard import REF_TRUTH, reference_markdown
 
-    n = 100
-    ok = np.ones(n, bool)
-    base = {"truth": {t: (ok, np.full(n, 4.0)) for t, _ in TARGETS},
-            "consensus": {t: (ok, np.full(n, 3.0)) for t, _ in TARGETS}}
-    arms = {"truth": [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 3 per query
-            REF_TRUTH: [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 2 on the consensus baseline
-            "consensus N=200": [{t: (ok, np.full(n, 1.2)) for t, _ in TARGETS}]}  # saves 1.8
+    base = {"truth": _paying(4.0), "consensus": _paying(3.0)}
+    arms = {"truth": [_paying(1.0)],  # saves 3 per query
+            REF_TRUTH: [_paying(1.0)],  # saves 2 on the consensus baseline
+            "consensus N=200": [_paying(1.2)]}  # saves 1.8
     res = value_table(base, arms, resamples=100)
     c = res["consensus N=200"]["match_best"]
     assert res[REF_TRUTH]["match_best"]["value"] == pytest.approx(2e6)
@@ -132,14 +134,11 @@ def test_the_truth_pool_ceiling_arm_is_a_share_of_the_truth_arm():
     # arm is read as a share of it.
     from evaluation.onboard import REF_TRUTH, TRUTH_POOL_X_CONSENSUS
 
-    n = 100
-    ok = np.ones(n, bool)
-    base = {"truth": {t: (ok, np.full(n, 4.0)) for t, _ in TARGETS},
-            "consensus": {t: (ok, np.full(n, 3.0)) for t, _ in TARGETS}}
-    arms = {"truth": [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],  # saves 3 per query
-            REF_TRUTH: [{t: (ok, np.full(n, 1.0)) for t, _ in TARGETS}],
-            TRUTH_POOL_X_CONSENSUS: [{t: (ok, np.full(n, 1.6)) for t, _ in TARGETS}],  # saves 2.4 of the truth's 3
-            "consensus N=200": [{t: (ok, np.full(n, 1.2)) for t, _ in TARGETS}]}
+    base = {"truth": _paying(4.0), "consensus": _paying(3.0)}
+    arms = {"truth": [_paying(1.0)],  # saves 3 per query
+            REF_TRUTH: [_paying(1.0)],
+            TRUTH_POOL_X_CONSENSUS: [_paying(1.6)],  # saves 2.4 of the truth's 3
+            "consensus N=200": [_paying(1.2)]}
     res = value_table(base, arms, resamples=100)
     ceiling = res[TRUTH_POOL_X_CONSENSUS]["match_best"]
     assert ceiling["baseline_usd_per_million"] == pytest.approx(4e6)
