@@ -287,10 +287,10 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
     mean with X imputed on every training row (probes too, K more copies of them) plus the probes' residual,
     real minus imputed (`rectified`; True or "shrink": its default form, "ppi": PPI++). `relabel`: X's imputed
     labels from the consensus of every model's answers, X's imputed one included (`relabelled`), as X's probe
-    labels are. `split_terms`:
-    the choice model's β_s and δ_0 (`fit_choice`). `probe_weight` (n): the probes' inverse inclusion
-    probabilities where they were not drawn uniformly (`contested_probes`): the choice model, X's cost ratio and
-    the rectifier weight each probe by it; None: uniform."""
+    labels are. `split_terms`: also fit the choice model's β_s and δ_0 (`fit_choice`; else they stay 0).
+    `probe_weight` (n): the probes' inverse inclusion probabilities where they were not drawn uniformly
+    (`contested_probes`): the choice model, X's cost ratio and the rectifier weight each probe by it; None:
+    uniform."""
     from evaluation.onboard import TARGETS, choose_fixed, menu_roles, with_labels
 
     form = "shrink" if rectify is True else rectify
