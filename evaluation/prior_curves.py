@@ -48,6 +48,35 @@ def best_within(acc: np.ndarray, usd: np.ndarray, budget: np.ndarray) -> np.ndar
     return np.where(allowed.any(axis=0), np.where(allowed, acc, -np.inf).max(axis=0), cheapest)
 
 
+def bootstrap_curves(named: dict[str, np.ndarray], data, idx: np.ndarray) -> dict[str, tuple[np.ndarray, ...]]:
+    """Per router: its held-out λ curve (accuracy [g, 1], $ [g, 1]) and the same on each resample of `idx`
+    ([resamples, n] query indices; [g, resamples] each) — computed once, read at any cost."""
+    out = {}
+    for name, p in named.items():
+        ok, paid = curve_outcomes(p, data)
+        out[name] = (ok.mean(axis=1)[:, None], paid.mean(axis=1)[:, None],
+                     np.stack([ok[:, r].mean(axis=1) for r in idx], axis=1),
+                     np.stack([paid[:, r].mean(axis=1) for r in idx], axis=1))
+    return out
+
+
+def read_at_cost(curves: dict[str, tuple[np.ndarray, ...]], reference: str, point_usd: np.ndarray, idx: np.ndarray
+                 ) -> dict[str, tuple[float, float, float, float]]:
+    """Every other curve read at the cost of the reference's operating point (`point_usd`: its cost per query,
+    n), against the reference's own curve there, paired on the same resamples: name -> (curve accuracy, the
+    reference curve's accuracy, the difference's 95% interval low, high)."""
+    budget, budget_all = point_usd[idx].mean(axis=1), np.array([point_usd.mean()])
+    read = {name: (best_within(acc, usd, budget_all)[0], best_within(acc_b, usd_b, budget))
+            for name, (acc, usd, acc_b, usd_b) in curves.items()}
+    ref, ref_b = read[reference]
+    out = {}
+    for name, (v, vb) in read.items():
+        if name != reference:
+            lo, hi = np.percentile(vb - ref_b, [2.5, 97.5])
+            out[name] = (float(v), float(ref), float(lo), float(hi))
+    return out
+
+
 def compare_curves(run: Path, out: Path, *, resamples: int = 1000, seed: int = 0) -> list[dict]:
     from evaluation.category_hard import BRANCH_FILE, routers_of
     from evaluation.prior_gap import TARGETS
@@ -59,24 +88,13 @@ def compare_curves(run: Path, out: Path, *, resamples: int = 1000, seed: int = 0
     named = {"shipped router": routers[shipped], "guessed-category lookup": routers["hard alone"], "category prior": prior}
     n = len(prior)
     idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    curves = {}  # name: (accuracy [grid], $ [grid], and both per resample [grid, resamples]) — once for every target
-    for name, p in named.items():
-        ok, paid = curve_outcomes(p, data)
-        curves[name] = (ok.mean(axis=1)[:, None], paid.mean(axis=1)[:, None],
-                        np.stack([ok[:, r].mean(axis=1) for r in idx], axis=1),
-                        np.stack([paid[:, r].mean(axis=1) for r in idx], axis=1))
+    curves = bootstrap_curves(named, data, idx)  # once for every target
     rows = np.arange(n)
     res = []
     for target, what in TARGETS:
         point = evaluate_router("category prior", prior, data, target=target, rule="lambda").choice
         p_ok, p_usd = data.correct[rows, point], data.cost[rows, point]
-        budget, budget_all = p_usd[idx].mean(axis=1), np.array([p_usd.mean()])
-        read = {name: (best_within(acc, usd, budget_all)[0], best_within(acc_b, usd_b, budget))
-                for name, (acc, usd, acc_b, usd_b) in curves.items()}
-        ref, ref_b = read["category prior"]
-        for name in ("shipped router", "guessed-category lookup"):
-            v, vb = read[name]
-            lo, hi = np.percentile(vb - ref_b, [2.5, 97.5])
+        for name, (v, ref, lo, hi) in read_at_cost(curves, "category prior", p_usd, idx).items():
             res.append({"run": str(run), "target": what, "prior point": f"{p_ok.mean():.3f} @ ${p_usd.mean() * 1e6:,.0f}/M",
                         "router": name, "curve at the prior's cost": f"{v:.3f}",
                         "prior's curve there": f"{ref:.3f}", "Δ [95% CI]": f"{v - ref:+.3f} [{lo:+.3f}, {hi:+.3f}]",

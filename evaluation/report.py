@@ -56,6 +56,7 @@ from evaluation.strategy_eval import (  # noqa: E402
 
 ROUTER = "switchcraft router"
 STRATEGIES = "switchcraft strategies"
+PRIOR = "category prior (reference: BFCL category known)"
 # The strategy rows' targets: (target, cost fraction, what the row name says).
 STRATEGY_TARGETS = (("match_best", None, "best-single accuracy"), ("cost_fraction", 0.2, "≤ 20% of best-single cost"),
                     ("cost_fraction", 0.1, "≤ 10% of best-single cost"))
@@ -76,6 +77,7 @@ class Evaluation:
     references_extra: dict[str, dict[str, RouterResult]] = field(default_factory=dict)  # e.g. the category prior
     ceilings: list[Ceiling] = field(default_factory=list)  # in-sample: can any one strategy meet the cost targets?
     all_rows: dict = field(default_factory=dict)  # {"specs", "sim"}: the menu on every row (ceilings, deployable policy)
+    probs: dict[str, np.ndarray] = field(default_factory=dict)  # held-out P(correct): the router's and the prior's
 
 
 def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
@@ -128,8 +130,9 @@ def run_evaluation(
     from evaluation.category_prior import category_prior_probs
 
     prior = category_prior_probs(data.categories, data.correct, data.folds)
-    ev.references_extra["category prior (reference: BFCL category known)"] = {
+    ev.references_extra[PRIOR] = {
         t: evaluate_router("category prior", prior, data, **{**kw, "target": t}, rule="lambda") for t in (target, "cost_fraction")}
+    ev.probs = {ROUTER: probs, PRIOR: prior}
     if outputs is not None and pool is not None:
         ev.cascade = CascadeData.from_outputs(outputs, examples, pool, data, progress=progress)
         ev.strategies = strategy_rows(ev.cascade, probs)
@@ -436,6 +439,59 @@ def policy_vs_fixed(ev: Evaluation) -> dict[str, dict[str, list[float]]]:
     return out
 
 
+def router_vs_prior(ev: Evaluation, *, resamples: int = 1000, seed: int = 0) -> list[dict]:
+    """Per λ target: the router's λ row against the category prior's, paired on the same held-out queries
+    ("reached": accuracy not significantly below, cost not significantly above; `evaluation.prior_gap`'s test),
+    and the router's held-out λ curve read at the prior's cost against the prior's own curve there
+    (`evaluation.prior_curves`, `resamples` paired resamples: how well the router ranks, apart from where the λ
+    rule lands). Empty without the router's and the prior's probabilities."""
+    from evaluation.prior_curves import bootstrap_curves, read_at_cost
+
+    prior_rows, lam = ev.references_extra.get(PRIOR, {}), ev.lambda_rule
+    if ROUTER not in ev.probs or PRIOR not in ev.probs or not prior_rows:
+        return []
+    n = len(ev.data.example_ids)
+    rows, idx = np.arange(n), np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    curves = bootstrap_curves({name: ev.probs[name] for name in (ROUTER, PRIOR)}, ev.data, idx)
+    out = []
+    for t, prior_r in prior_rows.items():
+        router_r = lam.get(t, {}).get(ROUTER)
+        if router_r is None:
+            continue
+        per = {name: (ev.data.correct[rows, r.choice], ev.data.cost[rows, r.choice])
+               for name, r in ((ROUTER, router_r), (PRIOR, prior_r))}
+        ci = paired_bootstrap(per, reference=PRIOR)[ROUTER]  # as evaluation.prior_gap pairs them
+        (acc, usd), (p_acc, p_usd) = ((c.mean(), d.mean() * 1e6) for c, d in (per[ROUTER], per[PRIOR]))
+        v, ref, lo, hi = read_at_cost(curves, PRIOR, per[PRIOR][1], idx)[ROUTER]
+        out.append({"target": _target_text(t), "router": [float(acc), float(usd)], "prior": [float(p_acc), float(p_usd)],
+                    "delta_accuracy": [float(acc - p_acc), ci.delta_accuracy.low, ci.delta_accuracy.high],
+                    "delta_usd_per_million": [float(usd - p_usd), ci.delta_usd_per_million.low,
+                                              ci.delta_usd_per_million.high],
+                    "reached": bool(ci.delta_accuracy.high >= 0 and ci.delta_usd_per_million.low <= 0),
+                    "curve_at_prior_cost": {"router": v, "prior": ref, "delta": [v - ref, lo, hi], "not_below": bool(hi >= 0)}})
+    return out
+
+
+def router_vs_prior_markdown(rows: list[dict]) -> str:
+    def d(v, fmt):
+        return f"{fmt.format(v[0])} [{fmt.format(v[1])}, {fmt.format(v[2])}]"
+
+    table = pd.DataFrame([{
+        "λ target": r["target"],
+        "router": f"{r['router'][0]:.3f} @ ${r['router'][1]:,.0f}/M",
+        "category prior": f"{r['prior'][0]:.3f} @ ${r['prior'][1]:,.0f}/M",
+        "Δ accuracy": d(r["delta_accuracy"], "{:+.3f}"), "Δ $/M": d(r["delta_usd_per_million"], "{:+,.0f}"),
+        "reached": "yes" if r["reached"] else "no",
+        "curves at the prior's cost: router − prior": d(r["curve_at_prior_cost"]["delta"], "{:+.3f}"),
+    } for r in rows])
+    return ("The category prior routes with each request's true BFCL category, which serving never knows: the bar the "
+            "router has to clear. Paired on the same held-out queries (95%); *reached*: accuracy not significantly "
+            "below the prior's and cost not significantly above. A λ row is one operating point, which moves between "
+            "routers of equal quality (two twins of the prior reach each other on about half such rows, "
+            "docs/router.md); the last column compares the whole held-out λ curves at the prior's cost instead "
+            "(`evaluation.prior_curves`).\n\n" + _md(table))
+
+
 def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcraft: oracle-gap report", context: dict | None = None,
                  retest=None, extra_metrics: dict | None = None, extra_markdown: list[str] | None = None) -> Path:
     """`retest`: an evaluation.retest.RetestResult, written beside the report and summarised in it.
@@ -444,6 +500,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     head, singles, cats = headline(ev), singles_table(ev), category_table(ev)
+    vs_prior = router_vs_prior(ev)
     head.to_csv(out / "headline.csv", index=False)
     strategies_table(ev).to_csv(out / "strategies.csv", index=False)
     if ev.strategies:  # per held-out query: the strategy each strategy row ran (for re-checking by hand)
@@ -475,6 +532,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "latency_recorded": ev.cascade.latency_known if ev.cascade is not None else None,
         "fixed_strategy_ceiling": [{**vars(c), "reaches_best_single": c.reaches_best_single} for c in ev.ceilings],
         "strategies_vs_best_fixed": policy_vs_fixed(ev),
+        "router_vs_category_prior": vs_prior,
         "context": context or {},
         **(extra_metrics or {}),
     }
@@ -493,6 +551,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "![every row](cost_accuracy_strategies.png)", "",
         "![τ sweep](cost_accuracy_tau.png)", "", "![λ sweep](cost_accuracy_lambda.png)", "",
         *(extra_markdown or []),
+        *(["## The router against the category prior", "", router_vs_prior_markdown(vs_prior), ""] if vs_prior else []),
         "## Every single model", "", _md(singles), "",
         "## Accuracy per category", "", _md(cats), "",
     ]

@@ -54,3 +54,44 @@ def test_report_numbers_match_hand_computation(tmp_path):
     assert cats["hard"]["n"] == 30
     assert "TF-IDF + LR (τ for best-single accuracy)" in rows and "switchcraft router (τ for ≤ 10% of best-single cost)" in rows
     assert "| oracle |" in path.read_text()
+
+
+def test_the_router_is_set_against_the_category_prior_paired(tmp_path):
+    # The toy router's probabilities are exactly its category's (0.9 / 0.8 or 0.1), so it routes like the prior
+    # wherever the prior's training-fold rates order the models the same way: the two rows must then agree.
+    examples, labels, oof = _run()
+    ev = run_evaluation(labels, examples, oof, MODELS)
+    write_report(ev, tmp_path)
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    rows = {r["target"]: r for r in m["router_vs_category_prior"]}
+    assert set(rows) == {"best-single accuracy", "≤ 10% of best-single cost"}
+    head = {r["routing"]: r for r in m["headline"]}
+    for target, r in rows.items():
+        router = head[f"switchcraft router, λ rule (λ for {target})"]
+        prior = head[f"category prior (reference: BFCL category known), λ rule (λ for {target})"]
+        assert r["router"] == pytest.approx([router["accuracy"], router["usd_per_million"]])
+        assert r["prior"] == pytest.approx([prior["accuracy"], prior["usd_per_million"]])
+        d, lo, hi = r["delta_accuracy"]
+        assert d == pytest.approx(router["accuracy"] - prior["accuracy"]) and lo <= d <= hi
+        assert r["reached"] == (hi >= 0 and r["delta_usd_per_million"][1] <= 0)
+        c = r["curve_at_prior_cost"]
+        assert c["delta"][0] == pytest.approx(c["router"] - c["prior"]) and c["not_below"] == (c["delta"][2] >= 0)
+    text = (tmp_path / "report.md").read_text()
+    assert "## The router against the category prior" in text and "curves at the prior's cost" in text
+
+
+def test_a_router_that_is_the_prior_reaches_it_on_every_row(tmp_path):
+    from evaluation.category_prior import category_prior_probs
+    from evaluation.report import PRIOR, ROUTER, router_vs_prior
+    from evaluation.routing_eval import evaluate_router
+
+    examples, labels, oof = _run(n=90, seed=3)
+    ev = run_evaluation(labels, examples, oof, MODELS)
+    ev.probs[ROUTER] = category_prior_probs(ev.data.categories, ev.data.correct, ev.data.folds)
+    for t in ev.lambda_rule:  # the router's λ rows recomputed from the prior's probabilities
+        ev.lambda_rule[t][ROUTER] = evaluate_router(ROUTER, ev.probs[ROUTER], ev.data, target=t, rule="lambda")
+    rows = router_vs_prior(ev, resamples=300)
+    assert len(rows) == 2 and PRIOR in ev.probs
+    for r in rows:
+        assert r["reached"] and r["delta_accuracy"][0] == 0 and r["delta_usd_per_million"][0] == 0
+        assert r["curve_at_prior_cost"]["delta"] == [0.0, 0.0, 0.0]
