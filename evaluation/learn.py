@@ -117,14 +117,15 @@ def replay(strategy: Strategy, answers: dict[str, list], correct: dict[str, bool
     action = strategy.action_for(disagreement_kind(tools, answers[a], answers[b]))
     if action in ("first", "second"):
         return correct[a if action == "first" else b], spent
-    t = strategy.tie_breaker
+    t, asked = strategy.tie_breaker, {a, b}
     if t is not None and action != "escalate":
         spent += cost[t]
+        asked.add(t)
         agreeing = [m for m in (a, b) if calls_agree(tools, answers[m], answers[t])]
         if agreeing:
             return correct[cheaper(cheaper(*agreeing) if len(agreeing) == 2 else agreeing[0], t)], spent
-    e = strategy.escalate[0]
-    return correct[e], spent + (0.0 if e in (a, b, t) else cost[e])
+    e = strategy.escalate[0]  # an answer in hand is reused; a tie-breaker a rule skipped was never asked
+    return correct[e], spent + (0.0 if e in asked else cost[e])
 
 
 def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.DataFrame, onnx_dir: Path,
