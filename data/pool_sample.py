@@ -54,9 +54,17 @@ def sample_pool(recordings: str | Path, price_file: str | Path, *, n: int = 8, s
     skipped = {"no price in the price file": [f for f in folders if f not in api and f not in oss]}
     api_c = [f for f in folders if f in api]
     oss_c = [f for f in folders if f in oss and f not in api]
+    if n < 2:
+        raise DataError(f"a pool needs at least 2 models to route between, not --n {n}", path=price_file)
+    if n > len(api_c) + len(oss_c):
+        raise DataError(f"cannot draw {n} models: {len(api_c) + len(oss_c)} recorded models are priced "
+                        f"({len(api_c)} API, {len(oss_c)} open-weight; {len(skipped['no price in the price file'])} "
+                        "have no price)", path=price_file)
+    if open_weight is not None and not 0 <= open_weight <= n:
+        raise DataError(f"--open-weight {open_weight} must be between 0 and --n {n}", path=price_file)
     rng = np.random.default_rng(seed)
     if open_weight is None:
-        pick = list(rng.choice(api_c + oss_c, size=min(n, len(api_c) + len(oss_c)), replace=False))
+        pick = list(rng.choice(api_c + oss_c, size=n, replace=False))
     else:
         if open_weight > len(oss_c) or n - open_weight > len(api_c):
             raise DataError(f"cannot draw {open_weight} open-weight and {n - open_weight} API models: "

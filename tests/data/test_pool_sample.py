@@ -49,6 +49,17 @@ def test_open_weight_count_and_impossible_draws(recordings):
         sample_pool(root / "missing", prices)
 
 
+def test_a_pool_too_small_or_larger_than_the_priced_models_is_refused(recordings):
+    root, prices = recordings
+    for n in (0, 1):
+        with pytest.raises(DataError, match=f"at least 2 models to route between, not --n {n}"):
+            sample_pool(root, prices, n=n)
+    with pytest.raises(DataError, match=r"cannot draw 4 models: 3 recorded models are priced \(2 API, 1 open-weight; 1 have no price\)"):
+        sample_pool(root, prices, n=4)
+    with pytest.raises(DataError, match="--open-weight -1 must be between 0 and --n 2"):
+        sample_pool(root, prices, n=2, open_weight=-1)
+
+
 def test_recorded_style_reads_lists_as_native(recordings):
     root, _ = recordings
     assert recorded_style(root / "api-FC") == "native" and recorded_style(root / "org_oss-7b") == "prompt"
