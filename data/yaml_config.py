@@ -52,13 +52,18 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def validate_model(path: str | Path, raw: dict[str, Any], model: type[M]) -> M:
-    """`model.model_validate(raw)`, its first error turned into a DataError naming file, line and key."""
+def validate_model(path: str | Path, raw: dict[str, Any], model: type[M], overrides: list[str] | None = None) -> M:
+    """`model.model_validate(raw)`, its first error turned into a DataError naming file, line and key — or, where
+    the key was set by one of `overrides` (`apply_overrides`'s `a.b=value`), that override on the command line."""
     try:
         return model.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(x) for x in err["loc"])
+        for item in overrides or []:
+            key = item.partition("=")[0].strip()
+            if field == key or field.startswith(key + ".") or key.startswith(field + "."):
+                raise DataError(err["msg"], path="<command line>", field=field, hint=f"the override {item!r}") from None
         raise DataError(err["msg"], path=path, line=line_of(path, err["loc"]), field=field) from None
 
 

@@ -211,4 +211,4 @@ class ServingConfig(BaseModel):
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:
     raw = read_yaml(path, hint="run from the repository root or pass --config")
-    return validate_model(path, apply_overrides(raw, overrides or []), ServingConfig)
+    return validate_model(path, apply_overrides(raw, overrides or []), ServingConfig, overrides)

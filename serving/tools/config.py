@@ -157,4 +157,4 @@ class ToolsConfig(BaseModel):
 def load_tools_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ToolsConfig:
     """Load (None: the defaults), apply `key=value` overrides (`retrieval.max_intents=1`), validate."""
     raw = read_yaml(path, hint="see configs/tools.yaml") if path is not None else {}
-    return validate_model(path or "<command line>", apply_overrides(raw, list(overrides)), ToolsConfig)
+    return validate_model(path or "<command line>", apply_overrides(raw, list(overrides)), ToolsConfig, list(overrides))

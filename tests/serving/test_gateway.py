@@ -316,12 +316,25 @@ def test_serving_config_loads_with_overrides_and_names_bad_fields():
     assert cfg.host == "127.0.0.1" and cfg.router.backend == "triton-grpc" and cfg.upstream.max_attempts == 3
     with pytest.raises(DataError, match="needs router.triton_url"):
         load_serving_config(REPO / "configs" / "serving.yaml", ["router.backend=triton-http"])
-    with pytest.raises(DataError, match=r"serving.yaml:\d+: field 'router.threads'"):
+    # A bad value set on the command line is named there, not at an unrelated line of the file.
+    with pytest.raises(DataError, match=r"<command line>: field 'router.threads': .* \(the override 'router.threads=x'\)"):
         load_serving_config(REPO / "configs" / "serving.yaml", ["router.threads=x"])
+    with pytest.raises(DataError, match=r"<command line>: field 'bogus': Extra inputs .* \(the override 'bogus.key=1'\)"):
+        load_serving_config(REPO / "configs" / "serving.yaml", ["bogus.key=1"])
     cfg = load_serving_config(REPO / "configs" / "serving.yaml", ["router.rule=lambda", "router.lam=0.0016"])
     assert (cfg.router.rule, cfg.router.lam) == ("lambda", 0.0016)
     with pytest.raises(DataError, match="router.lam"):
         load_serving_config(REPO / "configs" / "serving.yaml", ["router.lam=-1"])
+
+
+def test_a_bad_field_in_the_serving_file_is_named_by_its_line_whatever_the_overrides(tmp_path):
+    from data.errors import DataError
+    from serving.gateway.config import load_serving_config
+
+    path = tmp_path / "serving.yaml"
+    path.write_text("host: 127.0.0.1\nport: 8080\nupstream:\n  max_attempts: 0\n")
+    with pytest.raises(DataError, match=r"serving.yaml:4: field 'upstream.max_attempts'"):
+        load_serving_config(path, ["port=9000"])
 
 
 def test_client_serves_the_lambda_rule_when_asked(exported, examples):  # noqa: F811
