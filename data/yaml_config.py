@@ -6,6 +6,7 @@ exactly where it is wrong (file, line, key) when it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,19 +53,24 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return out
 
 
-def validate_model(path: str | Path, raw: dict[str, Any], model: type[M], overrides: list[str] | None = None) -> M:
+def validate_model(path: str | Path, raw: dict[str, Any], model: type[M], overrides: list[str] | None = None, *,
+                   hint_of: Callable[[dict], str | None] | None = None) -> M:
     """`model.model_validate(raw)`, its first error turned into a DataError naming file, line and key — or, where
-    the key was set by one of `overrides` (`apply_overrides`'s `a.b=value`), that override on the command line."""
+    the key was set by one of `overrides` (`apply_overrides`'s `a.b=value`), that override on the command line.
+    `hint_of(error)`: what would fix it (pydantic's error dict), if anything."""
     try:
         return model.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
-        field = ".".join(str(x) for x in err["loc"])
+        field = ".".join(str(x) for x in err["loc"]) or None
+        fix = hint_of(err) if hint_of else None
         for item in overrides or []:
             key = item.partition("=")[0].strip()
-            if field == key or field.startswith(key + ".") or key.startswith(field + "."):
-                raise DataError(err["msg"], path="<command line>", field=field, hint=f"the override {item!r}") from None
-        raise DataError(err["msg"], path=path, line=line_of(path, err["loc"]), field=field) from None
+            if field and (field == key or field.startswith(key + ".") or key.startswith(field + ".")):
+                hint = "; ".join(h for h in (fix, f"the override {item!r}") if h)
+                raise DataError(err["msg"], path="<command line>", field=field, hint=hint) from None
+        line = line_of(path, err["loc"]) if err["loc"] else None  # a whole-model check has no one line
+        raise DataError(err["msg"], path=path, line=line, field=field, hint=fix) from None
 
 
 def load_yaml_model(path: str | Path, model: type[M], *, hint: str | None = None) -> M:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from data.errors import DataError
-from data.yaml_config import apply_overrides, read_yaml
+from data.yaml_config import apply_overrides, read_yaml, validate_model
 
 DEFAULT_CONFIG = Path("configs/train.yaml")
 
@@ -207,13 +206,7 @@ def load_train_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | 
     """Load, apply `key=value` overrides, and validate."""
     path = Path(path)
     raw = apply_overrides(read_yaml(path, hint="run from the repository root or pass --config"), overrides or [])
-    try:
-        return TrainConfig.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(map(str, err["loc"]))
-        hint = _fix_hint(err)
-        raise DataError(err["msg"], path=path, field=field or None, hint=hint) from None
+    return validate_model(path, raw, TrainConfig, overrides, hint_of=_fix_hint)
 
 
 def _fix_hint(err: dict[str, Any]) -> str | None:

@@ -44,3 +44,15 @@ def test_overrides_set_nested_values_parsed_as_yaml():
 def test_bad_values_name_the_field_and_the_fix(override, match):
     with pytest.raises(DataError, match=match):
         load_train_config(TRAIN_YAML, [override])
+
+
+def test_an_override_is_named_on_the_command_line_and_a_file_value_by_its_line(tmp_path):
+    with pytest.raises(DataError, match=r"^<command line>: field 'frozen.lr': .*known keys here: .*; the override 'frozen.lr=0.1'\)$"):
+        load_train_config(TRAIN_YAML, ["frozen.lr=0.1"])
+    bad = tmp_path / "train.yaml"
+    bad.write_text("mode: frozen\nlexical:\n  enabled: true\n  weight: 7\n")
+    with pytest.raises(DataError, match=r"train.yaml:4: field 'lexical.weight'"):
+        load_train_config(bad, ["mode=frozen"])
+    with pytest.raises(DataError) as e:
+        load_train_config(TRAIN_YAML, ["max_folds=9"])  # a check over the whole config: no line to name
+    assert e.value.line is None and "exceeds folds" in str(e.value)
