@@ -119,6 +119,18 @@ def result_files(root: str | Path, layout: str) -> list[tuple[str, str, Path]]:
     return out
 
 
+def check_recorded(recordings: list[str], root: str | Path, *, pool_path: str | Path | None = None) -> None:
+    """Refuse, before any work, a pool whose models (`recordings`: each pool model's recording name) have no
+    result files under `root`: naming them, the folder, and how to record them."""
+    have = {m for m, _, _ in result_files(root, detect_layout(root))}
+    missing = [r for r in recordings if r not in have]
+    if missing:
+        where = f" --pool {pool_path}" if pool_path else ""
+        raise DataError(f"no recorded outputs for pool model(s) {missing} ({len(have)} models are recorded under {root})",
+                        path=pool_path or root,
+                        hint=f"record them with `switchcraft pool run{where}`, or leave them out of the pool")
+
+
 def language_of(category: str) -> str | None:
     """BFCL's Java/JavaScript categories (`java`, `simple_java`, …) are answered in that language."""
     if category.endswith("javascript"):

@@ -31,7 +31,7 @@ from data.errors import DataError
 from data.ingest import ingest
 from data.labels import run_labels
 from data.pool import check_costable, load_pool
-from data.recorded import import_recorded
+from data.recorded import check_recorded, import_recorded
 from data.schema import read_examples, read_labels, read_outputs, write_outputs
 from evaluation.report import oof_matrix, run_evaluation, write_report
 from evaluation.strategy_eval import write_strategy_policy
@@ -80,6 +80,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     data_cfg = load_data_config(opts.data_config)
     pool = load_pool(opts.pool)
     check_costable(pool, data_cfg.output_path("bfcl_v1"), pool_path=opts.pool, price_file=data_cfg.output_path("prices"))
+    check_recorded([m.recording for m in pool.models], data_cfg.output_path("bfcl_v1"), pool_path=opts.pool)
+    if opts.labels not in ("truth", "consensus"):
+        raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
 
     def _ingest():
@@ -100,8 +103,6 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     step("import recorded outputs", _import)
     labels_run = step("label", lambda: run_labels(opts.pool, outputs_path, examples_path, run))
     console.print(f"{labels_run.labels:,} labels for {len(pool.models)} pool models")
-    if opts.labels not in ("truth", "consensus"):
-        raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     consensus = None
     if opts.labels == "consensus":
         from data.consensus import run_consensus_labels

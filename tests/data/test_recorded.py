@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from data.errors import DataError
-from data.recorded import ImportReport, detect_layout, import_recorded, language_of
+from data.recorded import ImportReport, check_recorded, detect_layout, import_recorded, language_of
 from data.schema import Example, Expected, Message, Tool, read_outputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +85,13 @@ def test_models_filter_and_unknown_model(v1_root):
     assert {o.model for o in outs} == {"open-model"} and len(outs) == 3
     with pytest.raises(DataError, match=r"no outputs for model\(s\) \['nope'\]; known: gpt-x-FC, open-model"):
         import_recorded(v1_root, models=["nope"], progress=False)
+
+
+def test_a_pool_model_without_recordings_is_refused_before_any_work(v1_root):
+    check_recorded(["gpt-x-FC", "open-model"], v1_root, pool_path="pool.yaml")  # every one recorded: no error
+    with pytest.raises(DataError, match=r"^pool.yaml: no recorded outputs for pool model\(s\) \['nope'\] \(2 models are "
+                                        r"recorded under .*v1\) \(record them with `switchcraft pool run --pool pool.yaml`"):
+        check_recorded(["gpt-x-FC", "nope"], v1_root, pool_path="pool.yaml")
 
 
 def test_v4_layout(tmp_path):
