@@ -9,10 +9,11 @@ rows are split at random into two halves A and B (drawn per `--splits` seed); tw
 per-category rates fitted on the A half of the other folds, twin B on the B half. With `--share F` above 0.5 each
 twin instead keeps an independent random share F of the rows (the two share about F² of them: closer to two
 routers fitted on all the data, whose errors are correlated). Either way the twins read the same information (the
-true category), with the same estimator, from exchangeable subsets: neither is better. Each twin gets its λ from the λ rule on the training folds (`routing_eval.evaluate_router`, the report's
-two targets) and is tested against the other, both ways, with the same paired bootstrap as `prior_gap`. The share
-of (split, direction) draws in which a twin reaches its twin on a row, and on all rows of a run, is what the
-done-when's test asks of a router that merely equals the bar. Every number is held out.
+true category), with the same estimator, from exchangeable subsets: neither is better. Each twin gets its λ from
+the λ rule on the training folds (`routing_eval.evaluate_router`, the report's two targets) and is tested against
+the other, both ways, with the same paired bootstrap as `prior_gap`. The share of (split, direction) draws in which
+a twin reaches its twin on a row, and on all rows of a run, is what the done-when's test asks of a router that
+merely equals the bar. Every number is held out.
 """
 
 from __future__ import annotations
