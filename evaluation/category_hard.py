@@ -91,16 +91,11 @@ def refit(run: Path, c: float = 1.0) -> dict[str, np.ndarray]:
 
 def routers_of(run: Path, br: dict[str, np.ndarray]):
     """(RoutingData of the run's held-out rows, {router: P(correct) [n, models]}, the category prior's P)."""
-    from data.schema import read_examples, read_labels
     from evaluation.category_prior import category_prior_probs
-    from evaluation.routing_eval import RoutingData
+    from evaluation.prior_gap import held_out_data
 
-    oof = pd.read_parquet(run / "oof_predictions.parquet")
-    folds = {e: int(f) for e, f in oof.drop_duplicates("example_id").set_index("example_id")["fold"].items() if f >= 0}
     models = [str(m) for m in br["models"]]
-    exs = {e.id: e for e in read_examples(run / "examples.parquet")}
-    data = RoutingData.from_labels([lb for lb in read_labels(run / "labels.parquet")
-                                    if lb.example_id in folds and lb.model in models], exs, models, folds)
+    data, _ = held_out_data(run, models)
     ids = [str(e) for e in br["example_ids"]]
     sig = lambda z: 1.0 / (1.0 + np.exp(-z))
     frame = lambda z: pd.DataFrame(sig(z), index=ids, columns=models).reindex(data.example_ids)[data.models].to_numpy()
@@ -137,7 +132,7 @@ def compare(run: Path, br: dict[str, np.ndarray]) -> list[dict]:
                                             f"[{r.delta_accuracy.low:+.3f}, {r.delta_accuracy.high:+.3f}]",
                         "Δ vs prior: $/M": f"{usd(name) - usd('category prior'):+,.0f} "
                                            f"[{r.delta_usd_per_million.low:+,.0f}, {r.delta_usd_per_million.high:+,.0f}]",
-                        "reached": bool(r.delta_accuracy.high >= 0 and r.delta_usd_per_million.low <= 0),
+                        "reached": r.reaches,
                         "Δ vs shipped: acc.": f"{acc(name) - acc(ship):+.3f} "
                                               f"[{s.delta_accuracy.low:+.3f}, {s.delta_accuracy.high:+.3f}]",
                         "Δ vs shipped: $/M": f"{usd(name) - usd(ship):+,.0f} "

@@ -315,12 +315,9 @@ def held_out_imputed(cd: CascadeData, fit: np.ndarray, *, probe: np.ndarray, new
             raise ValueError(f"fold {k}: no probe query among the training rows; draw more probes")
         cdk = with_labels(cd, fit, test)
         costs = cd.data.cost[train].mean(axis=0)
-        if probe_weight is None:
-            pw = None
-            ratio = float(cd.data.cost[ptrain, new].sum() / pool_mean[ptrain].sum())
-        else:
-            pw = probe_weight[ptrain]
-            ratio = float((pw * cd.data.cost[ptrain, new]).sum() / (pw * pool_mean[ptrain]).sum())
+        pw = None if probe_weight is None else probe_weight[ptrain]
+        w = 1.0 if pw is None else pw  # × 1.0 is exact: uniform probes give the unweighted ratio to the last bit
+        ratio = float((w * cd.data.cost[ptrain, new]).sum() / (w * pool_mean[ptrain]).sum())
         costs[new] = ratio * pool_mean[train].mean()
         sa = cache.get(k) if cache is not None else None
         if sa is None:

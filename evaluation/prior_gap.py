@@ -131,15 +131,22 @@ def aligned_choice(base: np.ndarray, category: np.ndarray, data: RoutingData, ta
     return choice, picks
 
 
-def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = None, *,
-              weights: list[float] | None = None, cs: list[float] | None = None) -> list[dict]:
+def held_out_data(run: Path, models: list[str] | None = None, labels: Path | None = None,
+                  examples: Path | None = None) -> tuple[RoutingData, pd.DataFrame]:
+    """(RoutingData of a run's held-out rows, its out-of-fold predictions): the run's folds, its labels and
+    examples (or `labels` / `examples`), for `models` (default: those of the out-of-fold predictions)."""
     oof = pd.read_parquet(run / "oof_predictions.parquet")
     folds = {e: int(f) for e, f in oof.drop_duplicates("example_id").set_index("example_id")["fold"].items() if f >= 0}
-    models = list(dict.fromkeys(oof["model"]))
+    models = list(dict.fromkeys(oof["model"])) if models is None else models
     exs = {e.id: e for e in read_examples(examples or run / "examples.parquet")}
-    held = set(folds)
     data = RoutingData.from_labels([lb for lb in read_labels(labels or run / "labels.parquet")
-                                    if lb.example_id in held and lb.model in models], exs, models, folds)
+                                    if lb.example_id in folds and lb.model in models], exs, models, folds)
+    return data, oof
+
+
+def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = None, *,
+              weights: list[float] | None = None, cs: list[float] | None = None) -> list[dict]:
+    data, oof = held_out_data(run, labels=labels, examples=examples)
     probs, _ = oof_matrix(oof, data.example_ids, data.models)
     routers, choices = {"router": probs}, None
     extra = blended_routers(run, oof, list(weights or WEIGHT_GRID), list(cs or C_GRID), (0.5, 1.0))
@@ -178,7 +185,7 @@ def prior_gap(run: Path, labels: Path | None = None, examples: Path | None = Non
                                  f"[{r.delta_accuracy.low:+.3f}, {r.delta_accuracy.high:+.3f}]",
                    "Δ $/M": f"{usd(name) - usd('category prior'):+,.0f} "
                             f"[{r.delta_usd_per_million.low:+,.0f}, {r.delta_usd_per_million.high:+,.0f}]",
-                   "reached": bool(r.delta_accuracy.high >= 0 and r.delta_usd_per_million.low <= 0)}
+                   "reached": r.reaches}
             if fixed and name != fixed:
                 v = vs_fixed[name]
                 row["vs fixed: Δ accuracy"] = (f"{acc(name) - acc(fixed):+.3f} "

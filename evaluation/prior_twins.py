@@ -26,38 +26,6 @@ import numpy as np
 import pandas as pd
 
 
-def half_prior(categories: np.ndarray, correct: np.ndarray, folds: np.ndarray, half: np.ndarray) -> np.ndarray:
-    """The category prior (`evaluation.category_prior`) with each fold's rates fitted on the rows of the other folds
-    that are in `half` only (a category with no such row falls back to the model's rate over those rows)."""
-    categories, correct, half = np.asarray(categories), np.asarray(correct, dtype=float), np.asarray(half, bool)
-    if not (len(categories) == len(correct) == len(folds) == len(half)):
-        raise ValueError("categories, correct, folds and half differ in length")
-    out = np.zeros(correct.shape)
-    for k in sorted(set(np.asarray(folds).tolist())):
-        test = folds == k
-        train = ~test & half
-        if not train.any():
-            raise ValueError(f"fold {k}: no training row in the half")
-        overall = correct[train].mean(axis=0)
-        for cat in set(categories[test].tolist()):
-            rows = train & (categories == cat)
-            out[test & (categories == cat)] = correct[rows].mean(axis=0) if rows.any() else overall
-    return out
-
-
-def load(run: Path):
-    """RoutingData of a run's held-out rows (the models of its out-of-fold predictions)."""
-    from data.schema import read_examples, read_labels
-    from evaluation.routing_eval import RoutingData
-
-    oof = pd.read_parquet(run / "oof_predictions.parquet", columns=["example_id", "fold", "model"])
-    folds = {e: int(f) for e, f in oof.drop_duplicates("example_id").set_index("example_id")["fold"].items() if f >= 0}
-    models = list(dict.fromkeys(oof["model"]))
-    exs = {e.id: e for e in read_examples(run / "examples.parquet")}
-    return RoutingData.from_labels([lb for lb in read_labels(run / "labels.parquet")
-                                    if lb.example_id in folds and lb.model in models], exs, models, folds)
-
-
 def twin_subsets(n: int, seed: int, share: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
     """The rows each twin learns from: complementary halves at `share` 0.5, else two independent random subsets
     each keeping `share` of the rows."""
@@ -73,6 +41,7 @@ def twin_subsets(n: int, seed: int, share: float = 0.5) -> tuple[np.ndarray, np.
 def twin_rows(data, *, splits: int = 20, resamples: int = 2000, share: float = 0.5) -> list[dict]:
     """Per split seed, target and direction: whether twin X reaches twin Y (accuracy Δ interval not all below 0,
     cost Δ interval not all above 0), with the point differences."""
+    from evaluation.category_prior import category_prior_probs
     from evaluation.prior_gap import TARGETS
     from evaluation.routing_eval import evaluate_router
     from evaluation.stats import paired_bootstrap
@@ -80,8 +49,8 @@ def twin_rows(data, *, splits: int = 20, resamples: int = 2000, share: float = 0
     rows, out = np.arange(len(data.correct)), []
     for s in range(splits):
         a, b = twin_subsets(len(rows), s, share)
-        twins = {"A": half_prior(data.categories, data.correct, data.folds, a),
-                 "B": half_prior(data.categories, data.correct, data.folds, b)}
+        twins = {name: category_prior_probs(data.categories, data.correct, data.folds, fit=subset)
+                 for name, subset in (("A", a), ("B", b))}
         for target, what in TARGETS:
             per = {}
             for name, p in twins.items():
@@ -94,7 +63,7 @@ def twin_rows(data, *, splits: int = 20, resamples: int = 2000, share: float = 0
                             "Δ accuracy": float(per[x][0].mean() - per[y][0].mean()),
                             "Δ $/M": float((per[x][1].mean() - per[y][1].mean()) * 1e6),
                             "identical": same,
-                            "reached": bool(r.delta_accuracy.high >= 0 and r.delta_usd_per_million.low <= 0)})
+                            "reached": r.reaches})
     return out
 
 
@@ -110,6 +79,7 @@ def summarise(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str]) -> None:
+    from evaluation.prior_gap import held_out_data
     from evaluation.report import _md
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -121,7 +91,7 @@ def main(argv: list[str]) -> None:
     a = ap.parse_args(argv)
     frames = []
     for run in a.runs:
-        f = pd.DataFrame(twin_rows(load(run), splits=a.splits, resamples=a.resamples, share=a.share))
+        f = pd.DataFrame(twin_rows(held_out_data(run)[0], splits=a.splits, resamples=a.resamples, share=a.share))
         f.insert(0, "run", str(run))
         frames.append(f)
     frame = pd.concat(frames, ignore_index=True)

@@ -467,7 +467,7 @@ def router_vs_prior(ev: Evaluation, *, resamples: int = 1000, seed: int = 0) -> 
                     "delta_accuracy": [float(acc - p_acc), ci.delta_accuracy.low, ci.delta_accuracy.high],
                     "delta_usd_per_million": [float(usd - p_usd), ci.delta_usd_per_million.low,
                                               ci.delta_usd_per_million.high],
-                    "reached": bool(ci.delta_accuracy.high >= 0 and ci.delta_usd_per_million.low <= 0),
+                    "reached": ci.reaches,
                     "curve_at_prior_cost": {"router": v, "prior": ref, "delta": [v - ref, lo, hi], "not_below": bool(hi >= 0)}})
     return out
 

@@ -46,6 +46,11 @@ class RowIntervals:
     def significant_cost(self) -> bool:
         return self.delta_usd_per_million.excludes_zero()
 
+    @property
+    def reaches(self) -> bool:
+        """Reaches the reference: accuracy not significantly below it and cost not significantly above it."""
+        return bool(self.delta_accuracy.high >= 0 and self.delta_usd_per_million.low <= 0)
+
     def verdict(self) -> str:
         """One phrase for the headline: how the row differs from the reference, and whether it is significant."""
         acc = ("more accurate" if self.delta_accuracy.low > 0 else "less accurate") if self.significant_accuracy \

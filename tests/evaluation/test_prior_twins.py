@@ -1,4 +1,5 @@
-"""Twin category priors from exchangeable halves (evaluation.prior_twins), on tiny inputs.
+"""Twin category priors from exchangeable halves (evaluation.prior_twins; the rates fitted on a subset of rows,
+`category_prior_probs(..., fit=)`), on tiny inputs.
 
     .venv/bin/python -m pytest -q tests/evaluation/test_prior_twins.py
 """
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from evaluation.category_prior import category_prior_probs
-from evaluation.prior_twins import half_prior, summarise, twin_rows, twin_subsets
+from evaluation.prior_twins import summarise, twin_rows, twin_subsets
 from evaluation.routing_eval import RoutingData
 
 
@@ -26,28 +27,28 @@ def _data(n: int = 80, noisy: bool = False) -> RoutingData:
                        np.tile([0.001, 0.01], (n, 1)), np.arange(n) % 4)
 
 
-def test_half_prior_with_every_row_is_the_category_prior():
+def test_the_prior_fitted_on_every_row_is_the_category_prior():
     d = _data(noisy=True)
-    assert np.allclose(half_prior(d.categories, d.correct, d.folds, np.ones(len(d.folds), bool)),
-                       category_prior_probs(d.categories, d.correct, d.folds))
+    assert np.array_equal(category_prior_probs(d.categories, d.correct, d.folds, fit=np.ones(len(d.folds), bool)),
+                          category_prior_probs(d.categories, d.correct, d.folds))
 
 
-def test_half_prior_reads_only_its_half():
+def test_the_prior_fitted_on_a_half_reads_only_its_half():
     d = _data(noisy=True)
     half = np.arange(len(d.folds)) < 40
-    got = half_prior(d.categories, d.correct, d.folds, half)
+    got = category_prior_probs(d.categories, d.correct, d.folds, fit=half)
     row = 50  # fold 2, category "a"
     train = (d.folds != d.folds[row]) & half & (d.categories == "a")
     assert np.allclose(got[row], d.correct[train].mean(axis=0))
     flipped = d.correct.copy()
     flipped[~half] = ~flipped[~half]  # labels outside the half change; the twin must not move
-    assert np.allclose(half_prior(d.categories, flipped, d.folds, half), got)
+    assert np.allclose(category_prior_probs(d.categories, flipped, d.folds, fit=half), got)
 
 
 def test_an_empty_half_is_refused_by_fold():
     d = _data()
     with pytest.raises(ValueError, match="fold 0: no training row"):
-        half_prior(d.categories, d.correct, d.folds, d.folds == 0)
+        category_prior_probs(d.categories, d.correct, d.folds, fit=d.folds == 0)
 
 
 def test_twins_that_learn_the_same_rates_route_alike_and_reach_each_other():
