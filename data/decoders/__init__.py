@@ -112,28 +112,43 @@ def _normalise(raw: Any) -> Any:
 
 
 # Memo of text decodes: many models give the same answer to the same question.
-# Keyed by the text, the language and the identity of the tools list (the list is
-# kept in the value to rule out a reused id). The calls are stored as private
-# copies and copied again on each hit: no two results share a mutable argument.
-_MEMO: dict[tuple[str, str | None, int], tuple[list[Tool] | None, list[tuple[str, dict]] | None, str | None, str | None]] = {}
-_MEMO_MAX = 50_000
+# Keyed by the text, the language and what decoding reads of the tools (their names and parameter order),
+# never by the tools themselves: a memo that held a request's tools kept its schemas alive. Only short outputs
+# over short tool lists are memoised (the recorded outputs that importers decode again and again), so the
+# memo's size is bounded whatever callers send. The calls are stored as private copies and copied again on each
+# hit: no two results share a mutable argument.
+_MEMO: dict[tuple, tuple[list[tuple[str, dict]] | None, str | None, str | None]] = {}
+_MEMO_MAX = 20_000
+_MEMO_RAW_CHARS = 2_048
+_MEMO_TOOLS = 64
+
+
+def _tools_key(tools: list[Tool] | None) -> tuple | None:
+    if not tools:
+        return ()
+    if len(tools) > _MEMO_TOOLS:
+        return None
+    return tuple((t.name, tuple(t.parameters.get("properties") or ())) for t in tools)
 
 
 def decode(raw: Any, tools: list[Tool] | None = None, *, language: str | None = None) -> DecodeResult:
     """Decode `raw` with the first decoder that reads it; see the module docstring."""
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) or len(raw) > _MEMO_RAW_CHARS:
         return _decode(raw, tools, language)
-    key = (raw, language, id(tools))
+    tools_key = _tools_key(tools)
+    if tools_key is None:
+        return _decode(raw, tools, language)
+    key = (raw, language, tools_key)
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is tools:
-        _, stored, error, decoder = hit
+    if hit is not None:
+        stored, error, decoder = hit
         calls = None if stored is None else [Call(name=n, arguments=_copy_json(a)) for n, a in stored]
         return DecodeResult(calls, error, decoder)
     res = _decode(raw, tools, language)
     if len(_MEMO) >= _MEMO_MAX:
         _MEMO.clear()
     stored = None if res.calls is None else [(c.name, _copy_json(c.arguments)) for c in res.calls]
-    _MEMO[key] = (tools, stored, res.error, res.decoder)
+    _MEMO[key] = (stored, res.error, res.decoder)
     return res
 
 

@@ -77,24 +77,15 @@ class Context:
         return self._param_order
 
 
-# Keyed by the identity of the tools list: an importer passes the same Example.tools
-# for every model's output, so the work is done once per example, not per output.
-_ORDER_CACHE: dict[int, tuple[list[Tool], dict[str, list[str]]]] = {}
-
-
 def _param_order(tools: list[Tool]) -> dict[str, list[str]]:
-    hit = _ORDER_CACHE.get(id(tools))
-    if hit is not None and hit[0] is tools:
-        return hit[1]
+    # Computed per decode context, never cached across requests: a cache keyed by the list's identity has to
+    # hold the list, and with it every schema a caller sent.
     order: dict[str, list[str]] = {}
     for t in tools:
         names = list((t.parameters.get("properties") or {}).keys())
         order[t.name] = names
         # Models that rewrite dots still mean the same tool.
         order.setdefault(t.name.replace(".", "_"), names)
-    if len(_ORDER_CACHE) > 8192:
-        _ORDER_CACHE.clear()
-    _ORDER_CACHE[id(tools)] = (tools, order)
     return order
 
 

@@ -42,26 +42,17 @@ class ToolNameIndex:
         return None
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def _index(names: tuple[str, ...]) -> ToolNameIndex:
     return ToolNameIndex(names)
 
 
-_BY_ID: dict[int, tuple[list[Tool], ToolNameIndex]] = {}
-
-
 def tool_name_index(tools: list[Tool] | None) -> ToolNameIndex:
-    # Cached by the list's identity too: importers pass one Example.tools for all models.
-    if tools is None:
-        return _index(())
-    hit = _BY_ID.get(id(tools))
-    if hit is not None and hit[0] is tools:
-        return hit[1]
-    index = _index(tuple(t.name for t in tools))
-    if len(_BY_ID) > 8192:
-        _BY_ID.clear()
-    _BY_ID[id(tools)] = (tools, index)
-    return index
+    """The index of the tools' names, cached by the names alone.
+
+    Only names are kept (never the tools, whose schemas a caller controls: a cache that held them let any
+    request's 100,000-item `enum` stay in memory), and at most 1,024 distinct name lists."""
+    return _index(tuple(t.name for t in tools) if tools else ())
 
 
 def map_names(calls: list[Call], tools: list[Tool] | None) -> list[Call]:

@@ -24,7 +24,30 @@ import ast
 import operator
 import re
 from datetime import UTC, date, datetime
-from functools import lru_cache
+from collections.abc import Callable
+from functools import lru_cache, wraps
+from typing import TypeVar
+
+_T = TypeVar("_T")
+_CACHED_CHARS = 256  # longer strings are computed, not cached: a cache of caller-sized strings has no bound
+
+
+def _cached_when_short(maxsize: int) -> Callable[[Callable[[str], _T]], Callable[[str], _T]]:
+    """An LRU cache of at most `maxsize` entries that keeps only strings of up to 256 characters (the values
+    that recur across models); a longer one is computed each time, so the cache's memory is bounded."""
+
+    def wrap(fn: Callable[[str], _T]) -> Callable[[str], _T]:
+        cached = lru_cache(maxsize=maxsize)(fn)
+
+        @wraps(fn)
+        def call(text: str) -> _T:
+            return cached(text) if len(text) <= _CACHED_CHARS else fn(text)
+
+        call.cache_info = cached.cache_info  # type: ignore[attr-defined]
+        call.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+        return call
+
+    return wrap
 
 US_STATES: dict[str, str] = {
     "alabama": "al",
@@ -117,7 +140,7 @@ def parse_instant(text: str) -> date | datetime | None:
     return dt.astimezone(UTC) if dt.tzinfo is not None else dt
 
 
-@lru_cache(maxsize=1 << 16)
+@_cached_when_short(maxsize=1 << 16)
 def canon_string(text: str) -> str:
     """The canonical key of a string; two strings are equal when their keys are.
 
@@ -146,7 +169,7 @@ _IMPLICIT_MUL = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([a-zA-Z(])")
 _OPERATOR = re.compile(r"[*^+/()-]")
 
 
-@lru_cache(maxsize=1 << 14)
+@_cached_when_short(maxsize=1 << 14)
 def expression_key(text: str) -> str | None:
     """The syntax tree of a math expression, or None if `text` is not one."""
     if not _OPERATOR.search(text):
@@ -182,7 +205,7 @@ _ARITH_OPS = {
 }
 
 
-@lru_cache(maxsize=1 << 12)
+@_cached_when_short(maxsize=1 << 12)
 def arithmetic_value(text: str) -> float | None:
     """The value of a pure-number arithmetic expression ("500 * 500"), else None."""
     if not _OPERATOR.search(text):
