@@ -236,7 +236,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         return source, None
 
     async def route(body: dict, constraints_field: str, threshold: float | None,
-                    ident: Identity) -> tuple[Any, ToolRouted | None, list[Tool], list]:
+                    ident: Identity) -> tuple[Any, ToolRouted | None, list[Tool], list, frozenset[str] | None]:
         messages, req_tools = to_schema(body.get("messages"), body.get("tools"), cfg.max_messages, cfg.max_tools)
         constraints, caller = constraints_from(body.get(constraints_field), pool.names, constraints_field)
         requested = strategy_from((body.get(constraints_field) or {}).get("strategy"), pool.names,
@@ -266,7 +266,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             routed.extra["tool_routing"] = tooled.trace()
         if tool_selector is not None:
             routed.tools = await anyio.to_thread.run_sync(lambda: tool_selector(messages, req_tools, who))
-        return routed, tooled, req_tools, messages
+        allowed = constraints.allowed_models if constraints is not None else None
+        return routed, tooled, req_tools, messages, allowed
 
     def finish(endpoint: str, status: int, started: float, rid: str, ident: Identity | None, **fields) -> None:
         metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()
@@ -315,7 +316,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
             ident = await authenticate(request)
             body = await read_body(request)
             check_route_fields(body)
-            routed, _, _, _ = await route(body, "constraints", body.get("threshold"), ident)
+            routed, _, _, _, _ = await route(body, "constraints", body.get("threshold"), ident)
         except GatewayError as e:
             finish("route", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param)
             return error_response(e, rid)
@@ -326,12 +327,12 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
 
     def observe(rid: str, ident: Identity | None, started: float, arrived: float, status: int, stream: bool,
                 body: dict, messages: list, req_tools: list[Tool], meta: dict, run: Run | None,
-                charged: list[Charge], error: str | None = None) -> None:
+                charged: list[Charge], error: str | None = None, allowed: frozenset[str] | None = None) -> None:
         """The decision log, exploration and traces see the request (none of them blocks it)."""
         if observers:
             notify(observers, Served(rid, ident.key_id if ident else None, arrived,
                                      (time.perf_counter() - started) * 1e3, status, slot.client.version, stream, body,
-                                     messages, req_tools, meta, run, charged, error), log)
+                                     messages, req_tools, meta, run, charged, error, allowed), log)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -340,6 +341,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
         ident, run, res = None, None, None
         payloads: dict[str, dict] = {}
         body, messages, req_tools, stream = {}, [], [], False
+        allowed: frozenset[str] | None = frozenset()  # the models the caller's data may go to (None: any)
         try:
             ident = await authenticate(request)
             body = await read_body(request)
@@ -349,7 +351,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 raise upstreams.unavailable(pool.names)
             stream = body.get("stream", False)
             if mode == "route":
-                routed, tooled, req_tools, messages = await route(body, "switchcraft", arg, ident)
+                routed, tooled, req_tools, messages, allowed = await route(body, "switchcraft", arg, ident)
                 decision = routed.decision
                 strategy, source = decision.strategy, routed.extra["strategy_source"]
                 ranking, costs = decision.ranking, decision.costs
@@ -372,6 +374,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 # The caller named this model: no silent substitution, no cascade. Its profiled cost prices an
                 # abandoned call.
                 strategy, source, ranking = Strategy.single(arg), "model", [arg]
+                allowed = frozenset(ident.limits.models) if ident.limits.models is not None else None
                 costs = {arg: slot.client.policy.costs[arg]} if arg in slot.client.policy.costs else {}
                 meta = {"routed": False, "chosen": arg}
             if tooled is not None:
@@ -406,7 +409,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 await budgets.settle(ident, res, charged, rid)
                 headers = cost_headers(charged)
                 observe(rid, ident, started, arrived, e.status, stream, body, messages, req_tools, meta,
-                        getattr(e, "run", None), charged, e.message)
+                        getattr(e, "run", None), charged, e.message, allowed)
             finish("chat", e.status, started, rid, ident, error=e.message if e.status >= 500 else e.param,
                    attempts=getattr(e, "attempts", None))
             e.headers = {**(e.headers or {}), **headers}
@@ -434,7 +437,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                n_messages=len(body["messages"]), n_tools=len(body.get("tools") or []),
                **({"catalog_version": meta["tool_routing"]["catalog_version"],
                    "n_exposed": len(meta["tool_routing"]["exposed"])} if "tool_routing" in meta else {}))
-        observe(rid, ident, started, arrived, 200, stream, body, messages, req_tools, meta, run, charged)
+        observe(rid, ident, started, arrived, 200, stream, body, messages, req_tools, meta, run, charged,
+                allowed=allowed)
         if passthrough:
             settle_stream = StreamCharge(budgets, pool, cfg.state, ident, res, charged, run.returned, rid,
                                          payloads.get(run.returned.model, {}))

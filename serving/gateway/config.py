@@ -167,8 +167,9 @@ class ExploreSettings(BaseModel):
     rate: float = Field(default=0.0, ge=0, le=1, description="Share of answered requests explored (0: off).")
     usd_per_day: float = Field(default=1.0, gt=0, description="The operator's exploration budget per UTC day.")
     models: list[str] | Literal["all"] = Field(default="all", description="Pool models explored.")
-    min_answers: int = Field(default=200, ge=0, description="A pool model with fewer logged answers than this (a "
-                             "model newly added) is explored on every request until it has them.")
+    min_answers: int = Field(default=200, ge=0, description="The logged answers each explored model should reach "
+                             "(a target the gateway reports: switchcraft_explore_models_below_target); it never "
+                             "raises the rate.")
     concurrency: int = Field(default=4, ge=1, description="Explorations running at once at most (beyond: skipped "
                              "and counted).")
 

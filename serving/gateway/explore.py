@@ -5,10 +5,13 @@
 
 What `switchcraft learn` needs from traffic is every pool model's answer on a few hundred requests (consensus
 labels come from their agreement in meaning). Exploration gets them:
-- on a sampled share `explore.rate` of answered (non-streamed) requests, every pool model the strategy did not
-  call (`explore.models`: all, or a list);
-- on *every* request, a model with fewer than `explore.min_answers` logged answers (a model newly added to the
-  pool file is explored first until it has enough);
+- on a sampled share `explore.rate` of answered (non-streamed) requests, from the first request on, every pool
+  model the strategy did not call (`explore.models`: all, or a list) that the caller's key and request allow:
+  exploration sends a conversation only where the request itself could have gone (a key restricted to some
+  models is a data policy, not only a price list);
+- `explore.min_answers` is a per-model target, never a reason to explore more often: the models still under it
+  are counted (`switchcraft_explore_models_below_target`); at rate r a model newly added to the pool file reaches
+  it after about min_answers / r requests;
 - within the operator's own budget `explore.usd_per_day`, held and charged in the state store under the key id
   `__explore__` (a reservation first, like any request: `switchcraft spend --key __explore__`), never a caller's;
 - at most `explore.concurrency` explorations at once (more are skipped and counted).
@@ -49,14 +52,23 @@ class Explorer:
         self.rng = random.Random(seed)
         self.counts = decision_log.answer_counts() if decision_log is not None else {}
         self.tasks: set[asyncio.Task] = set()
+        metrics.explore_below_target.set(len(self.below_target()))
 
     def models_for(self, served: Served) -> list[str]:
-        """The pool models to ask about this request: the new ones always, every other one on a sampled share."""
+        """The pool models to ask about this request: none unless it is in the sampled share, then every one the
+        strategy did not call that the caller allows (and `explore.models` lists)."""
+        if self.rng.random() >= self.settings.rate:
+            return []
         called = {c.model for c in served.run.calls if c.sent}
+        wanted, allowed = self.settings.models, served.allowed_models
+        return [m for m in self.pool.names if m not in called and (wanted == "all" or m in wanted)
+                and (allowed is None or m in allowed)]
+
+    def below_target(self) -> list[str]:
+        """The explored pool models with fewer logged answers than `explore.min_answers`."""
         wanted = self.settings.models
-        candidates = [m for m in self.pool.names if m not in called and (wanted == "all" or m in wanted)]
-        new = [m for m in candidates if self.counts.get(m, 0) < self.settings.min_answers]
-        return candidates if self.rng.random() < self.settings.rate else new
+        return [m for m in self.pool.names if (wanted == "all" or m in wanted)
+                and self.counts.get(m, 0) < self.settings.min_answers]
 
     def __call__(self, served: Served) -> None:
         if served.status != 200 or served.run is None or served.stream or not served.body:
@@ -107,6 +119,7 @@ class Explorer:
             self.metrics.explore_calls.labels(model=rec.model).inc()
             if rec.ok:
                 self.counts[rec.model] = self.counts.get(rec.model, 0) + 1
+        self.metrics.explore_below_target.set(len(self.below_target()))
         self.metrics.explore_cost.inc(sum(c.usd for c in charged))
         self.metrics.explorations.labels(outcome="explored").inc()
         if self.decision_log is not None:

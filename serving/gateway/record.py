@@ -36,6 +36,9 @@ class Served:
     run: Any = None  # serving.gateway.cascade.Run, or None when no upstream was called
     charges: list = field(default_factory=list)  # serving.gateway.state.Charge
     error: str | None = None
+    # The pool models the key and the request allow (None: every one). Whatever observes the request and calls
+    # more models (exploration) calls only these: a key restricted to some providers is a data policy.
+    allowed_models: frozenset[str] | None = None
 
     @property
     def example_id(self) -> str | None:

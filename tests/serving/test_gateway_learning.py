@@ -105,8 +105,9 @@ def test_every_request_is_logged_and_explored_within_the_operators_budget(pool, 
     assert "switchcraft_decision_log_records_total" in metrics
 
 
-def test_a_model_with_too_few_answers_is_explored_until_it_has_them(pool, client, examples, tmp_path):  # noqa: F811
-    cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1e-9, "min_answers": 2})
+def test_min_answers_is_a_target_never_a_reason_to_explore_more(pool, client, examples, tmp_path):  # noqa: F811
+    # Every model is under its target, and the rate is (almost) zero: nothing is explored, from the first request.
+    cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1e-9, "min_answers": 200})
     app = create_app(cfg, client=client, pool=pool)
     explorer = app.state.observers[1]
     with Loopback(app) as url:
@@ -114,17 +115,50 @@ def test_a_model_with_too_few_answers_is_explored_until_it_has_them(pool, client
             assert post(url + "/v1/chat/completions", json=openai_body(ex), timeout=60).status_code == 200
             wait_for(lambda i=i: log_has(tmp_path / "log", i + 1, 0))
             wait_for(lambda: not explorer.tasks)
+        metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    _, answers = read_log(tmp_path / "log")
+    assert [a for a in answers if a["role"] == "explore"] == []
+    assert f"switchcraft_explore_models_below_target {float(len(POOL.names))}" in metrics
+    assert 'switchcraft_explorations_total{outcome="explored"}' not in metrics
+
+
+RESTRICTED = "sk-sc-test-learning-restricted-0123456789"
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["routed", "named-model"])
+def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client, examples, tmp_path, monkeypatch,
+                                                                   named):  # noqa: F811
+    allowed = sorted(POOL.names)[:2]
+    use_keys(monkeypatch, {"id": "restricted", "key": RESTRICTED, "limits": {"models": allowed}})
+    cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1.0, "usd_per_day": 100})
+    app = create_app(cfg, client=client, pool=pool)
+    explorer = app.state.observers[1]
+    with Loopback(app) as url:
+        for ex in examples[:3]:
+            body = {**openai_body(ex), "model": allowed[0]} if named else openai_body(ex)
+            r = post(url + "/v1/chat/completions", json=body, headers=bearer(RESTRICTED), timeout=60)
+            assert r.status_code == 200, r.text
+            assert {c["model"] for c in r.json()["switchcraft"]["calls"]} <= set(allowed)
+        wait_for(lambda: not explorer.tasks)
         time.sleep(0.5)  # the last answers' write
-    requests, answers = read_log(tmp_path / "log")
-    per_request = [[a for a in answers if a["request_id"] == r["request_id"] and a["role"] == "explore"]
-                   for r in requests]
-    assert len(per_request[0]) >= 1  # at first every model is new
-    counts: dict[str, int] = {}
-    for explored in per_request:
-        for a in explored:
-            assert counts.get(a["model"], 0) < 2  # explored only while it had fewer than min_answers
-            counts[a["model"]] = counts.get(a["model"], 0) + 1
-    assert all(r["request"] is None for r in requests)  # log.requests is off by default: no message text kept
+    _, answers = read_log(tmp_path / "log")
+    explored = {a["model"] for a in answers if a["role"] == "explore"}
+    assert explored and explored <= set(allowed)  # the other pool models never saw the conversation
+
+
+def test_exploration_respects_the_requests_own_allowed_models(pool, client, examples, tmp_path):  # noqa: F811
+    allowed = sorted(POOL.names)[-3:]
+    cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1.0, "usd_per_day": 100})
+    app = create_app(cfg, client=client, pool=pool)
+    explorer = app.state.observers[1]
+    with Loopback(app) as url:
+        body = {**openai_body(examples[0]), "switchcraft": {"allowed_models": allowed}}
+        assert post(url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+        wait_for(lambda: not explorer.tasks)
+        time.sleep(0.5)
+    _, answers = read_log(tmp_path / "log")
+    explored = {a["model"] for a in answers if a["role"] == "explore"}
+    assert explored and explored <= set(allowed)
 
 
 def test_explore_models_outside_the_pool_are_refused_at_start(pool, client):  # noqa: F811
