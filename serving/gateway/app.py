@@ -441,7 +441,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                 allowed=allowed)
         if passthrough:
             settle_stream = StreamCharge(budgets, pool, cfg.state, ident, res, charged, run.returned, rid,
-                                         payloads.get(run.returned.model, {}))
+                                         payloads.get(run.returned.model, {}), response=result.response)
             events = sse_passthrough(result, meta, req_tools, on_end=settle_stream,
                                      keep_usage=wants_usage(body))
             return StreamingResponse(events, media_type="text/event-stream", headers=headers,

@@ -111,18 +111,25 @@ class Budgets:
 
 class StreamCharge:
     """A passed-through stream's charge, made once: when the stream ends (its usage comes in the last chunk), or
-    after the response if the stream never ran (the client left first: its call at an estimate)."""
+    after the response if the stream never ran (the client left before the first byte).
+
+    A stream the client left before it completed is closed upstream (OpenAI-compatible servers stop generating
+    when the connection closes) and, unless the provider's usage had already arrived, charged the call's worst
+    case (its input and its output cap, kind `abandoned`): what the provider billed up to the close is never
+    reported, and an estimate from the bytes the client got would undercharge a call that kept generating."""
 
     def __init__(self, budgets: Budgets, pool: Pool, settings, ident: Identity, res: Reservation | None,
-                 before: list[Charge], rec, request_id: str, payload: dict) -> None:
+                 before: list[Charge], rec, request_id: str, payload: dict, response=None) -> None:
         self.budgets, self.pool, self.settings = budgets, pool, settings
         self.ident, self.res, self.before, self.rec, self.request_id = ident, res, before, rec, request_id
-        self.size = payload_size(payload)
+        self.payload, self.size = payload, payload_size(payload)
+        self.response = response  # the upstream's open stream (httpx.Response), closed if the stream never ran
         self.done: list[Charge] | None = None
 
-    async def __call__(self, usage: dict | None, output_bytes: int) -> list[Charge]:
+    async def __call__(self, usage: dict | None, output_bytes: int, *, abandoned: bool = False) -> list[Charge]:
         """Every charge of the request: the calls before the stream, and the streamed call's, from the usage the
-        upstream sent (OpenAI `usage` wire form), else estimated from what it sent."""
+        upstream sent (OpenAI `usage` wire form); without usage, the worst case when the client left
+        (`abandoned`), else estimated from what the upstream sent."""
         from data.pool_runner.wire import usage_from_wire
 
         if self.done is not None:
@@ -130,7 +137,13 @@ class StreamCharge:
         m, metrics = self.pool.get(self.rec.model), self.budgets.metrics
         latency_s = self.rec.attempt.latency_ms / 1e3 if self.rec.attempt else None
         cost = self.pool.cost_usd(m.name, usage_from_wire(usage), latency_s) if usage else None
-        if cost is None:
+        if cost is None and abandoned:
+            cost = call_worst_case_usd(self.pool, m.name, self.payload, self.size,
+                                       chars_per_token=self.settings.chars_per_token,
+                                       default_output_tokens=self.settings.default_output_tokens)
+            metrics.estimated_usd.labels(model=m.name).inc(cost)
+            charge = Charge(m.name, "abandoned", cost)
+        elif cost is None:
             cost = call_estimate_usd(m, tokens_in(self.size, self.settings.chars_per_token),
                                      tokens_in(output_bytes, self.settings.chars_per_token))
             metrics.estimated_usd.labels(model=m.name).inc(cost)
@@ -143,8 +156,12 @@ class StreamCharge:
         return self.done
 
     async def ensure(self) -> None:
+        """After the response: a stream that never ran is closed upstream and charged as abandoned."""
         if self.done is None:
-            await self(None, 0)
+            with anyio.CancelScope(shield=True):
+                if self.response is not None:
+                    await self.response.aclose()
+                await self(None, 0, abandoned=True)
 
 
 def spend_report(rows) -> dict:

@@ -37,24 +37,25 @@ def wants_usage(body: dict[str, Any]) -> bool:
 
 
 async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool], *,
-                          on_end: Callable[[dict | None, int], Awaitable[list]] | None = None,
+                          on_end: Callable[..., Awaitable[list]] | None = None,
                           keep_usage: bool = True) -> AsyncIterator[bytes]:
     """The upstream's SSE events as they come, each chunk's `model` set to the answering model and
     tool names mapped back to the caller's (a native model was offered OpenAI-legal names).
 
-    `on_end(usage, output_bytes)`: called once when the stream ends, however it ends (completed, broken, or the
-    client gone), with the upstream's usage (None if it sent none) and the bytes of content and call arguments it
-    sent; what it returns (the charges) is announced in a last chunk before `[DONE]` when the stream completed.
+    `on_end(usage, output_bytes, abandoned=...)`: called once when the stream ends, however it ends (completed,
+    broken, or the client gone: `abandoned`, the upstream closed at once), with the upstream's usage (None if it
+    sent none) and the bytes of content and call arguments it sent; what it returns (the charges) is announced in
+    a last chunk before `[DONE]` when the stream completed.
     `keep_usage`: pass the upstream's usage to the client (else it is taken out: the client did not ask for it)."""
     response, first = result.response, True
     usage: dict | None = None
-    output_bytes, ended = 0, False
+    output_bytes, ended, read_all = 0, False, False
 
-    async def end() -> list:
+    async def end(abandoned: bool = False) -> list:
         nonlocal ended
         ended = True
         with anyio.CancelScope(shield=True):
-            return await on_end(usage, output_bytes) if on_end is not None else []
+            return await on_end(usage, output_bytes, abandoned=abandoned) if on_end is not None else []
 
     try:
         async for line in response.aiter_lines():
@@ -82,15 +83,17 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
                             chunk["switchcraft"], first = meta, False
                         line = "data: " + json.dumps(chunk, separators=(",", ":"))
             yield (line + "\n").encode()
+        read_all = True
     except httpx.TransportError as e:
+        read_all = True  # the upstream broke: what it sent is all there is
         # Bytes already reached the caller: no fallback now, but say so in-band.
         error = {"error": {"message": f"upstream {result.model} stream broke: {type(e).__name__}", "type": "upstream_error"}}
         yield f"data: {json.dumps(error)}\n\n".encode()
     finally:
         with anyio.CancelScope(shield=True):
             await response.aclose()
-        if not ended:
-            await end()
+        if not ended:  # no [DONE]: the upstream ended or broke without it, or the client left (closed above)
+            await end(abandoned=not read_all)
 
 
 def _output_bytes(chunk: dict) -> int:

@@ -326,3 +326,84 @@ def test_spend_command_prints_the_ledger(tmp_path):
     assert bad.exit_code == 1 and "YYYY-MM-DD" in bad.output
     none = CliRunner().invoke(app, ["spend", "--state", str(tmp_path / "nowhere")])
     assert none.exit_code == 1 and "no ledger" in none.output
+
+
+@pytest.fixture
+def slow_sse_upstream():
+    """A native upstream that streams 30 chunks 0.1 s apart, usage last, and records how each stream ended:
+    `finished` (it sent everything, and the provider would bill everything) or `cancelled` (the gateway closed)."""
+    ended: list[str] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request) -> StreamingResponse:
+        await request.json()
+
+        async def gen():
+            outcome = "cancelled"
+            try:
+                for i in range(30):
+                    await asyncio.sleep(0.1)
+                    delta = {"content": f"word{i} "}
+                    yield f"data: {json.dumps({'object': 'chat.completion.chunk', 'choices': [{'index': 0, 'delta': delta}]})}\n\n"
+                yield f"data: {json.dumps({'object': 'chat.completion.chunk', 'choices': [], 'usage': {'prompt_tokens': 1000, 'completion_tokens': 500}})}\n\n"
+                yield "data: [DONE]\n\n"
+                outcome = "finished"
+            finally:
+                ended.append(outcome)
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+    with Loopback(app) as url:
+        yield url + "/v1", ended
+
+
+def _hang_up(url: str, body: dict, key: str, *, after_first_chunk: bool) -> None:
+    """Send a streamed request on a raw socket and close it: at once, or once the first bytes of the answer came."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    payload = json.dumps(body).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: {parts.hostname}\r\nauthorization: Bearer {key}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n").encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(head + payload)
+        if after_first_chunk:
+            got = b""
+            while b"data: {" not in got:
+                got += sock.recv(65536)
+
+
+@pytest.mark.parametrize("after_first_chunk", [False, True], ids=["before-the-first-byte", "mid-stream"])
+def test_a_stream_the_client_leaves_is_closed_upstream_and_charged_its_worst_case(
+        slow_sse_upstream, client, monkeypatch, tmp_path, after_first_chunk):  # noqa: F811
+    base_url, ended = slow_sse_upstream
+    native = next(m for m in POOL.models if m.prompt_style == "native" and m.prices.input_per_mtok)
+    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in POOL.models]})
+    for m in POOL.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    leaver = "sk-sc-test-stream-leaver-0123456789ab"
+    use_keys(monkeypatch, {"id": "leaver", "key": leaver})
+    body = weather(native.name, max_tokens=800)
+    with Loopback(create_app(ServingConfig(state={"path": str(tmp_path / "state")}), client=client, pool=pool)) as url:
+        for _ in range(3):
+            _hang_up(url, body, leaver, after_first_chunk=after_first_chunk)
+        deadline = time.monotonic() + 20
+        while len(ended) < 3:
+            assert time.monotonic() < deadline, ended
+            time.sleep(0.05)
+        while True:
+            rows = httpx.get(url + "/v1/admin/spend", params={"key": "leaver"}, headers=AUTH).json()["rows"]
+            if len(rows) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    # The upstream stopped generating: none of the three ran to its end (before the fix all three did).
+    assert ended == ["cancelled"] * 3
+    # What the provider billed until the close is unknown: the ledger takes the call's worst case, never less
+    # than what a finished stream would have cost.
+    price = native.prices
+    real = (1000 * price.input_per_mtok + 500 * price.output_per_mtok) / 1e6
+    assert [r["kind"] for r in rows] == ["abandoned"] * 3
+    worst = worst_case_usd(pool, Strategy.single(native.name), [native.name], body, lambda m: 0, max_attempts=1,
+                           chars_per_token=4.0, default_output_tokens=1024)
+    assert all(r["usd"] >= real and r["usd"] >= worst for r in rows), (rows, real, worst)
