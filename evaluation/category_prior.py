@@ -16,22 +16,17 @@ from __future__ import annotations
 import numpy as np
 
 
-def category_prior_probs(categories: np.ndarray, correct: np.ndarray, folds: np.ndarray,
-                         fit: np.ndarray | None = None) -> np.ndarray:
-    """P(correct) per row and model from the other folds; with one fold, in-sample (as evaluate_router does).
-    `fit` (bool, n): only these rows' labels are read (e.g. a random half, `evaluation.prior_twins`)."""
+def category_prior_probs(categories: np.ndarray, correct: np.ndarray, folds: np.ndarray) -> np.ndarray:
+    """P(correct) per row and model from the other folds; with one fold, in-sample (as evaluate_router does)."""
     categories, correct, folds = np.asarray(categories), np.asarray(correct, dtype=float), np.asarray(folds)
-    fit = np.ones(len(folds), bool) if fit is None else np.asarray(fit, bool)
-    if not (len(categories) == len(correct) == len(folds) == len(fit)):
-        raise ValueError(f"categories ({len(categories)}), correct ({len(correct)}), folds ({len(folds)}) and fit "
-                         f"({len(fit)}) differ in length")
+    if not (len(categories) == len(correct) == len(folds)):
+        raise ValueError(f"categories ({len(categories)}), correct ({len(correct)}) and folds ({len(folds)}) differ "
+                         "in length")
     out = np.zeros(correct.shape)
     ks = sorted(set(folds.tolist()))
     for k in ks:
         test = folds == k
-        train = (~test if len(ks) > 1 else test) & fit
-        if not train.any():
-            raise ValueError(f"fold {k}: no training row to fit the rates on")
+        train = ~test if len(ks) > 1 else test
         overall = correct[train].mean(axis=0)
         for cat in set(categories[test].tolist()):
             rows = train & (categories == cat)

@@ -196,7 +196,8 @@ def without_truth(ev, consensus_labels_path, oof_path, agreement: dict) -> tuple
     import pandas as pd
 
     from data.schema import read_labels
-    from evaluation.report import STRATEGIES, oof_matrix
+    from evaluation.report import STRATEGIES
+    from evaluation.routing_eval import oof_matrix
 
     if ev.cascade is None:
         raise ValueError("the consensus-fit rows need the recorded outputs (strategy rows)")

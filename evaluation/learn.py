@@ -208,8 +208,7 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
 
     from data.consensus import run_consensus_labels
     from data.schema import read_labels
-    from evaluation.report import oof_matrix
-    from evaluation.routing_eval import RoutingData
+    from evaluation.routing_eval import RoutingData, oof_matrix
     from evaluation.strategies import CascadeData
     from evaluation.consensus_eval import menu_apart
     from evaluation.strategy_eval import write_strategy_policy

@@ -30,12 +30,15 @@ import pandas as pd  # noqa: E402
 
 from data.schema import Example, Label  # noqa: E402
 from evaluation.baselines import BASELINES, request_text  # noqa: E402
+from evaluation.curves import bootstrap_curves, read_at_cost  # noqa: E402
+from evaluation.markdown import markdown_table  # noqa: E402
 from evaluation.routing_eval import (  # noqa: E402
     References,
     RouterResult,
     RoutingData,
     curve_scores,
     evaluate_router,
+    oof_matrix,
     per_category,
     references,
 )
@@ -78,16 +81,6 @@ class Evaluation:
     ceilings: list[Ceiling] = field(default_factory=list)  # in-sample: can any one strategy meet the cost targets?
     all_rows: dict = field(default_factory=dict)  # {"specs", "sim"}: the menu on every row (ceilings, deployable policy)
     probs: dict[str, np.ndarray] = field(default_factory=dict)  # held-out P(correct): the router's and the prior's
-
-
-def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
-    """Long out-of-fold table (example_id, fold, model, prob) → (n × m probabilities, folds by id)."""
-    wide = oof.pivot_table(index="example_id", columns="model", values="prob", aggfunc="first")
-    missing = [m for m in models if m not in wide.columns]
-    if missing:
-        raise ValueError(f"out-of-fold predictions have no column for {missing}")
-    folds = oof.drop_duplicates("example_id").set_index("example_id")["fold"].astype(int).to_dict()
-    return wide.reindex(data_ids)[models].to_numpy(dtype=float), folds
 
 
 def run_evaluation(
@@ -325,7 +318,7 @@ def headline_markdown(head: pd.DataFrame) -> str:
             "escalated": r.get("escalation_rate", np.nan),
             "τ or λ": r.get("tau") or "",
         })
-    return _md(pd.DataFrame(rows))
+    return markdown_table(pd.DataFrame(rows))
 
 
 def _tau_text(r: RouterResult, fmt: str = "{:.2f}") -> str:
@@ -410,17 +403,6 @@ def plot_curves(ev: Evaluation, kind: str, path: Path) -> Path:
     return path
 
 
-def _md(df: pd.DataFrame) -> str:
-    """A markdown table (pandas' to_markdown needs tabulate; this needs nothing)."""
-    def fmt(v):
-        if isinstance(v, float):
-            return "" if math.isnan(v) else (f"{v:,.2f}" if abs(v) >= 100 else f"{v:.3f}")
-        return "" if v is None else str(v)
-
-    head = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
-    return head + "".join("| " + " | ".join(fmt(v) for v in row) + " |\n" for row in df.itertuples(index=False))
-
-
 def policy_vs_fixed(ev: Evaluation) -> dict[str, dict[str, list[float]]]:
     """Per target with both rows: the strategy policy − the best fixed strategy, paired on the same held-out
     queries (95% intervals of the accuracy and $/M differences): does choosing per request pay on this pool?"""
@@ -441,12 +423,10 @@ def policy_vs_fixed(ev: Evaluation) -> dict[str, dict[str, list[float]]]:
 
 def router_vs_prior(ev: Evaluation, *, resamples: int = 1000, seed: int = 0) -> list[dict]:
     """Per λ target: the router's λ row against the category prior's, paired on the same held-out queries
-    ("reached": accuracy not significantly below, cost not significantly above; `evaluation.prior_gap`'s test),
-    and the router's held-out λ curve read at the prior's cost against the prior's own curve there
-    (`evaluation.prior_curves`, `resamples` paired resamples: how well the router ranks, apart from where the λ
+    ("reached": `RowIntervals.reaches`, accuracy not significantly below, cost not significantly above), and
+    the router's held-out λ curve read at the prior's cost against the prior's own curve there
+    (`evaluation.curves`, `resamples` paired resamples: how well the router ranks, apart from where the λ
     rule lands). Empty without the router's and the prior's probabilities."""
-    from evaluation.prior_curves import bootstrap_curves, read_at_cost
-
     prior_rows, lam = ev.references_extra.get(PRIOR, {}), ev.lambda_rule
     if ROUTER not in ev.probs or PRIOR not in ev.probs or not prior_rows:
         return []
@@ -460,7 +440,7 @@ def router_vs_prior(ev: Evaluation, *, resamples: int = 1000, seed: int = 0) -> 
             continue
         per = {name: (ev.data.correct[rows, r.choice], ev.data.cost[rows, r.choice])
                for name, r in ((ROUTER, router_r), (PRIOR, prior_r))}
-        ci = paired_bootstrap(per, reference=PRIOR)[ROUTER]  # as evaluation.prior_gap pairs them
+        ci = paired_bootstrap(per, reference=PRIOR)[ROUTER]
         (acc, usd), (p_acc, p_usd) = ((c.mean(), d.mean() * 1e6) for c, d in (per[ROUTER], per[PRIOR]))
         v, ref, lo, hi = read_at_cost(curves, PRIOR, per[PRIOR][1], idx)[ROUTER]
         out.append({"target": _target_text(t), "router": [float(acc), float(usd)], "prior": [float(p_acc), float(p_usd)],
@@ -488,8 +468,8 @@ def router_vs_prior_markdown(rows: list[dict]) -> str:
             "router has to clear. Paired on the same held-out queries (95%); *reached*: accuracy not significantly "
             "below the prior's and cost not significantly above. A λ row is one operating point, which moves between "
             "routers of equal quality (two twins of the prior reach each other on about half such rows, "
-            "docs/router.md); the last column compares the whole held-out λ curves at the prior's cost instead "
-            "(`evaluation.prior_curves`).\n\n" + _md(table))
+            "docs/research.md); the last column compares the whole held-out λ curves at the prior's cost instead "
+            "(`evaluation.curves`).\n\n" + markdown_table(table))
 
 
 def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcraft: oracle-gap report", context: dict | None = None,
@@ -552,13 +532,13 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "![τ sweep](cost_accuracy_tau.png)", "", "![λ sweep](cost_accuracy_lambda.png)", "",
         *(extra_markdown or []),
         *(["## The router against the category prior", "", router_vs_prior_markdown(vs_prior), ""] if vs_prior else []),
-        "## Every single model", "", _md(singles), "",
-        "## Accuracy per category", "", _md(cats), "",
+        "## Every single model", "", markdown_table(singles), "",
+        "## Accuracy per category", "", markdown_table(cats), "",
     ]
     if ev.ceilings:
         lines += ["## Can this pool meet the cost targets? (in-sample ceiling)", "", ceiling_markdown(ev.ceilings), ""]
     if ev.strategies:
-        lines += ["## Strategies each strategy row ran (held-out queries)", "", _md(strategies_table(ev)), ""]
+        lines += ["## Strategies each strategy row ran (held-out queries)", "", markdown_table(strategies_table(ev)), ""]
     if retest is not None:
         from evaluation.retest import retest_markdown, write_retest
 
@@ -587,7 +567,7 @@ def ceiling_markdown(ceilings: list[Ceiling]) -> str:
         "accuracy": round(c.accuracy, 3), "$ / M queries": round(c.usd_per_million) if c.strategy else None,
         "best mix of two": c.mix or "(none)", "mix accuracy": round(c.mix_accuracy, 3),
         "reaches best-single accuracy": "yes" if c.reaches_best_single else "no"} for c in ceilings])
-    return text + "\n\n" + _md(rows)
+    return text + "\n\n" + markdown_table(rows)
 
 
 def _clean(v):

@@ -33,7 +33,8 @@ from data.labels import run_labels
 from data.pool import check_costable, load_pool
 from data.recorded import check_recorded, import_recorded
 from data.schema import read_examples, read_labels, read_outputs, write_outputs
-from evaluation.report import oof_matrix, run_evaluation, write_report
+from evaluation.report import run_evaluation, write_report
+from evaluation.routing_eval import oof_matrix
 from evaluation.strategy_eval import write_strategy_policy
 from training.config import load_train_config
 from training.recipe import OOF_FILE, run_training

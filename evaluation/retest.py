@@ -39,6 +39,7 @@ from data.labels import label_outputs
 from data.pool import Pool
 from data.recorded import ImportReport, import_recorded, result_files
 from data.schema import Example, Label
+from evaluation.markdown import markdown_table
 from evaluation.routing_metrics import Outcome, best_single_column, oracle_choice, outcome_of
 
 EARLIER_KEY = "bfcl_v1_earlier"  # configs/data.yaml: outputs.<this>
@@ -232,8 +233,6 @@ def _oracle_row(name: str, o: Outcome, hits: np.ndarray, ci: Interval) -> dict:
 
 
 def retest_markdown(result: RetestResult) -> str:
-    from evaluation.report import _md
-
     o = result.oracles.set_index("routing")["accuracy"]
     gap = result.intervals["oracle - stable oracle"]
     lines = [
@@ -242,22 +241,22 @@ def retest_markdown(result: RetestResult) -> str:
         f"{', '.join(result.present)}; absent from the earlier run ({len(result.absent)}): "
         f"{', '.join(result.absent) or 'none'}.\n",
         "### Per model (queries labelled in both runs)\n",
-        _md(result.per_model[result.per_model["in_earlier_run"]].drop(columns="in_earlier_run")),
+        markdown_table(result.per_model[result.per_model["in_earlier_run"]].drop(columns="in_earlier_run")),
         f"\n### Oracles over the {len(result.present)} models in both runs ({result.n_queries:,} queries)\n",
-        _md(result.oracles),
+        markdown_table(result.oracles),
         f"\nOracle − stable oracle: {o['oracle'] - o['stable oracle']:.3f} "
         f"(95% CI {gap.low:.3f}–{gap.high:.3f}; {result.settings.get('resamples')} bootstrap resamples over queries, "
         f"seed {result.settings.get('seed')}). Cost: cheapest model right (in the later run / in both / in either), "
         "priced with the later run's usage.\n",
         _luck_line(result),
         "### Per category\n",
-        _md(result.per_category),
+        markdown_table(result.per_category),
     ]
     if result.imputed_costs:
         lines.append(f"\nRows without recorded usage, priced at the model's mean: {result.imputed_costs}.\n")
     lines += [f"\n{n}\n" for n in result.notes]
     if len(result.skipped):
-        lines += ["\n### Rows left out\n", _md(result.skipped)]
+        lines += ["\n### Rows left out\n", markdown_table(result.skipped)]
     return "\n".join(lines)
 
 

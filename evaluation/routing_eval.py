@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from evaluation.routing_metrics import (
     random_outcome,
 )
 from serving.policy import choose_batch, choose_batch_lambda
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TAU_GRID = np.round(np.linspace(0.0, 1.0, 101), 2)
 LAMBDA_GRID = np.geomspace(1e-6, 10.0, 121)
@@ -77,6 +80,17 @@ class RoutingData:
     @property
     def fold_ids(self) -> list[int]:
         return sorted(set(self.folds.tolist()))
+
+
+def oof_matrix(oof: pd.DataFrame, data_ids: list[str], models: list[str]) -> tuple[np.ndarray, dict[str, int]]:
+    """Long out-of-fold table (example_id, fold, model, prob: `training.recipe.OOF_FILE`) → (n × m probabilities
+    in `data_ids` × `models` order, folds by id)."""
+    wide = oof.pivot_table(index="example_id", columns="model", values="prob", aggfunc="first")
+    missing = [m for m in models if m not in wide.columns]
+    if missing:
+        raise ValueError(f"out-of-fold predictions have no column for {missing}")
+    folds = oof.drop_duplicates("example_id").set_index("example_id")["fold"].astype(int).to_dict()
+    return wide.reindex(data_ids)[models].to_numpy(dtype=float), folds
 
 
 @dataclass
