@@ -219,7 +219,7 @@ def agreement_tensor(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools:
                      languages: Mapping[str, str] | None = None, models: Sequence[str] | None = None,
                      ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(example ids, models, agree n × m × m, answered n × m, declined n × m) from answer rows."""
-    from data.verify.agree import calls_agree
+    from data.verify.agree import NoAnswer, calls_agree
 
     rows = answers.to_dict(orient="records") if isinstance(answers, pd.DataFrame) else list(answers)
     for n_row, r in enumerate(rows):
@@ -233,7 +233,7 @@ def agreement_tensor(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools:
     n, m = len(ids), len(names)
     calls: list[list[list[Call] | None]] = [[None] * m for _ in range(n)]
     for n_row, r in enumerate(rows):
-        if str(r["model"]) not in col:
+        if str(r["model"]) not in col or isinstance(r.get("calls"), NoAnswer):  # no answer: not heard, no vote
             continue
         e = str(r["example_id"])
         if e not in tools:
@@ -284,7 +284,10 @@ def result_of(ids: list[str], names: list[str], con: Consensus) -> ConsensusResu
 
 
 def answers_of_outputs(outputs: Iterable[Output], pool) -> list[dict]:
-    """Answer rows of a pool's recorded outputs (pool names; a native model's text answer is no call)."""
+    """Answer rows of a pool's recorded outputs (pool names; a native model's text answer is no call). An
+    output that is no answer (an inference error) gives no row: that model was not heard on that query, so it
+    takes no part in its vote."""
+    from data.decoders.base import is_no_answer
     from data.verify.agree import effective_calls
     from data.verify.batch import is_text
 
@@ -292,7 +295,7 @@ def answers_of_outputs(outputs: Iterable[Output], pool) -> list[dict]:
     rows = []
     for o in outputs:
         pm = by_recording.get(o.model)
-        if pm is None:
+        if pm is None or o.calls is None and is_no_answer(o.decode_error):
             continue
         native_text = pm.prompt_style == "native" and is_text(o.raw)
         rows.append({"example_id": o.example_id, "model": pm.name,

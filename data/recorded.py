@@ -11,12 +11,17 @@ Layouts:
   `<root>`, in `<model>/[non_live|live|…]/`; the model is the folder above those
   (`multiple_4models/<model>/non_live/…`, `<run>/result/<model>/live/…`); example
   ids `bfcl_v4:<id>`.
+- `bfcl_v3`: `<root>/<model>/BFCL_v3_<category>.json` (the 2025 prompt-mode run of
+  15 models, `bfcl_v3_pool_outputs_2025-08/outputs`); example ids `bfcl_v3:<id>`.
 
 Each line: `{id, result, input_token_count?, output_token_count?, latency?}`.
 `raw` keeps `result` exactly as recorded. Token counts become `Usage`; a count
 that is absent, or recorded as 0 for both input and output (how BFCL writes
 "not measured" for open-weight models: no real request has 0 input tokens), is
-None, never zero. Lists of counts (multi-turn) are summed. A malformed line raises
+None, never zero. Lists of counts (multi-turn) are summed. A line that is the
+runner's inference error (a `traceback` field, or a result "Error during inference:
+…") is no answer: `decode_error` "no_answer: …" (`data.decoders.is_no_answer`), never
+decoded, counted per model in `ImportReport.no_answer`. A malformed line raises
 `DataError` naming file, line and field. Rows not imported are counted by
 reason in the report (no example for the id, a duplicate of an earlier row).
 
@@ -39,14 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data.decoders import decode
+from data.decoders import DecodeResult, decode, is_no_answer, no_answer_error
 from data.errors import DataError
 from data.io import iter_jsonl
 from data.schema import Call, Example, Output, Usage
 
-LAYOUTS = ("bfcl_v1", "bfcl_v4")
-SOURCE_PREFIX = {"bfcl_v1": "bfcl_v1", "bfcl_v4": "bfcl_v4"}
+LAYOUTS = ("bfcl_v1", "bfcl_v3", "bfcl_v4")
+SOURCE_PREFIX = {"bfcl_v1": "bfcl_v1", "bfcl_v3": "bfcl_v3", "bfcl_v4": "bfcl_v4"}
 V4_FILE = re.compile(r"^BFCL_v[34]_(?P<category>\w+?)_result\.json$")
+V3_FILE = re.compile(r"^BFCL_v3_(?P<category>\w+)\.json$")
+INFERENCE_ERROR = "Error during inference"  # how BFCL's runner records a failed request in `result`
 # Folders between a model's folder and its result files in the v3/v4 layout.
 V4_GROUPS = {"non_live", "live", "multi_turn", "agentic", "result", "memory", "web_search"}
 
@@ -58,6 +65,7 @@ class ImportReport:
     outputs: Counter = field(default_factory=Counter)  # model -> outputs
     decoded: Counter = field(default_factory=Counter)  # model -> outputs with calls
     by_decoder: Counter = field(default_factory=Counter)  # decoder (or error kind) -> outputs
+    no_answer: Counter = field(default_factory=Counter)  # model -> outputs that are inference errors
     skipped: Counter = field(default_factory=Counter)  # (model, reason) -> rows
     files: int = 0
     seconds: float = 0.0
@@ -69,6 +77,8 @@ class ImportReport:
             self.by_decoder[out.decoder] += 1
         else:
             self.by_decoder[(out.decode_error or "").split(":", 1)[0]] += 1
+            if is_no_answer(out.decode_error):
+                self.no_answer[out.model] += 1
 
     def total(self) -> int:
         return sum(self.outputs.values())
@@ -80,19 +90,23 @@ class ImportReport:
 
 
 def detect_layout(root: str | Path) -> str:
-    """`bfcl_v4` when BFCL_v3/v4 result files are below `root`, `bfcl_v1` when model
-    folders of `<category>.jsonl` are; else a DataError saying what was expected."""
+    """`bfcl_v4` when BFCL_v3/v4 result files are below `root`, `bfcl_v3` when model folders of
+    `BFCL_v3_<category>.json` are, `bfcl_v1` when model folders of `<category>.jsonl` are; else a
+    DataError saying what was expected."""
     root = Path(root)
     if not root.is_dir():
         raise DataError("not a folder of recorded outputs", path=root)
     if any(V4_FILE.match(p.name) for p in root.rglob("BFCL_v*_result.json")):
         return "bfcl_v4"
+    if any(d.is_dir() and any(V3_FILE.match(f.name) for f in d.glob("BFCL_v3_*.json")) for d in root.iterdir()):
+        return "bfcl_v3"
     if any(d.is_dir() and any(d.glob("*.jsonl")) for d in root.iterdir()):
         return "bfcl_v1"
     raise DataError(
         "no recorded outputs found",
         path=root,
-        hint="expected <model>/<category>.jsonl (BFCL v1) or <model>/…/BFCL_v4_<category>_result.json",
+        hint="expected <model>/<category>.jsonl (BFCL v1), <model>/BFCL_v3_<category>.json (BFCL v3) "
+        "or <model>/…/BFCL_v4_<category>_result.json",
     )
 
 
@@ -103,6 +117,9 @@ def result_files(root: str | Path, layout: str) -> list[tuple[str, str, Path]]:
     if layout == "bfcl_v1":
         for d in sorted(p for p in root.iterdir() if p.is_dir()):
             out.extend((d.name, f.stem, f) for f in sorted(d.glob("*.jsonl")))
+    elif layout == "bfcl_v3":
+        for d in sorted(p for p in root.iterdir() if p.is_dir()):
+            out.extend((d.name, m["category"], f) for f in sorted(d.glob("BFCL_v3_*.json")) if (m := V3_FILE.match(f.name)))
     elif layout == "bfcl_v4":
         for f in sorted(root.rglob("BFCL_v*_result.json")):
             m = V4_FILE.match(f.name)
@@ -308,7 +325,7 @@ def _rows_of_file(
                 continue
             tools = ex.tools
         raw = row["result"]
-        res = decode(raw, tools, language=language)
+        res = DecodeResult(None, no_answer_error(str(raw))) if is_inference_error(row) else decode(raw, tools, language=language)
         tin, tout = row_usage(row, file, lineno)
         rows.append((
             example_id,
@@ -321,6 +338,12 @@ def _rows_of_file(
             _number(row.get("latency"), file, lineno, "latency", float),
         ))
     return rows, skipped
+
+
+def is_inference_error(row: dict[str, Any]) -> bool:
+    """Whether a result line records the runner's failed request rather than the model's answer."""
+    raw = row.get("result")
+    return "traceback" in row or isinstance(raw, str) and raw.startswith(INFERENCE_ERROR)
 
 
 def row_usage(row: dict[str, Any], file: Path, line: int) -> tuple[int | None, int | None]:

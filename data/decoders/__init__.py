@@ -21,6 +21,10 @@ e.g. `malformed: python: not Python syntax: unterminated string literal`, or
 order (`list_decoders()`): native_fc, openai_tool_calls, xlam, hermes, chatml,
 granite, glaive, json_calls, glm, java, javascript, python.
 
+Reasoning: a `<think>…</think>` block the text starts with is dropped and the answer after it decoded;
+a text that opens one and never closes it is `no_call: unfinished reasoning` (its code is thinking, not
+calls; see `data.decoders.base.strip_reasoning`).
+
 Prose around calls: a piece picked out of prose (a fenced block, a `[f(...)]` list,
 a call line) counts only when its calls name tools in scope, so example code in a
 worded answer is not taken for a call (see `data.decoders.python`).
@@ -39,7 +43,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from data.decoders import clike, python, structured, tagged
-from data.decoders.base import ERROR_KINDS, FREE_TEXT, MALFORMED, NO_CALL, Context, DecodeFailure, DecodeResult
+from data.decoders.base import (
+    ERROR_KINDS,
+    FREE_TEXT,
+    MALFORMED,
+    NO_ANSWER,
+    NO_CALL,
+    UNFINISHED_REASONING,
+    Context,
+    DecodeFailure,
+    DecodeResult,
+    is_no_answer,
+    no_answer_error,
+    strip_reasoning,
+)
 from data.decoders.names import map_names
 from data.registry import Registry
 from data.schema import Call, Tool
@@ -166,6 +183,11 @@ def _prepare(raw: Any, tools: list[Tool] | None, language: str | None) -> tuple[
         value = _normalise(raw)
     except TypeError as e:
         return DecodeResult(None, f"{MALFORMED}: unsupported output type {e}")
+    if isinstance(value, str):
+        answer = strip_reasoning(value)
+        if answer is None:
+            return DecodeResult(None, f"{NO_CALL}: {UNFINISHED_REASONING}")
+        value = answer if answer.strip() else None
     if value is None:
         return DecodeResult(None, f"{NO_CALL}: empty output")
     return value, Context(tools=tools, language=language)
@@ -214,9 +236,12 @@ def decode_with(name: str, raw: Any, tools: list[Tool] | None = None, *, languag
 __all__ = [
     "DECODERS",
     "ERROR_KINDS",
+    "NO_ANSWER",
     "Decoder",
     "DecodeResult",
     "decode",
     "decode_with",
+    "is_no_answer",
     "list_decoders",
+    "no_answer_error",
 ]

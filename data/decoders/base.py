@@ -7,6 +7,10 @@ Error vocabulary (the first word of `DecodeResult.error`, before the colon):
               list of calls. On relevance questions this is the right answer.
 - `malformed` something call-shaped was found but could not be read (broken
               quoting, truncated JSON, a call target that is not a name, ...).
+
+An output's `decode_error` may also start with `no_answer` (never a decoder's verdict: an importer's):
+the model returned no answer at all (the runner's inference error, a time-out). It is not a call, not a
+refusal and not a wrong call: labels say `no_answer`, and the agreement check never counts it as a vote.
 """
 
 from __future__ import annotations
@@ -23,7 +27,18 @@ from data.schema import Call, Tool
 NO_CALL = "no_call"
 MALFORMED = "malformed"
 ERROR_KINDS = (NO_CALL, MALFORMED)
+NO_ANSWER = "no_answer"  # set by importers for an inference error; see the module docstring
 FREE_TEXT = "free text"  # the reason when a text decoder finds prose, not calls
+
+
+def no_answer_error(message: str) -> str:
+    """The `decode_error` of an output that is no answer (the runner's error `message`, shortened)."""
+    return f"{NO_ANSWER}: {snippet(message, 160)}"
+
+
+def is_no_answer(decode_error: str | None) -> bool:
+    """Whether an output's `decode_error` says the model gave no answer at all (an inference error)."""
+    return decode_error is not None and decode_error.startswith(NO_ANSWER + ":")
 
 
 class DecodeFailure(Exception):
@@ -264,6 +279,27 @@ def single_key_call(obj: Any) -> Call | None:
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n?(.*?)(?:```|$)", re.S)
 SPECIAL_TOKEN = re.compile(r"<\|[a-z_]+\|>")
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+UNFINISHED_REASONING = "unfinished reasoning (<think> never closed)"
+
+
+def strip_reasoning(text: str) -> str | None:
+    """The answer after a reasoning model's `<think>…</think>` block; None when the text opens one and never
+    closes it (the model ran out of tokens while thinking: whatever code its reasoning shows is no call).
+
+    Only a block the text starts with counts (a `<think>` later on may be data); a text with a `</think>`
+    and no `<think>` had the opening tag in its prompt (Qwen3's thinking templates): its answer follows."""
+    if THINK_CLOSE not in text and THINK_OPEN not in text:
+        return text
+    s = text.lstrip()
+    if s.startswith(THINK_OPEN):
+        end = s.find(THINK_CLOSE)
+        return None if end < 0 else s[end + len(THINK_CLOSE):]
+    if THINK_OPEN not in s:
+        return s.split(THINK_CLOSE, 1)[1]
+    return text
 
 
 def strip_special_tokens(text: str) -> str:

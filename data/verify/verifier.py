@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from data.decoders.base import is_no_answer
 from data.schema import Expected, Tool
 from data.verify.defaults import NO_DEFAULT, documented_default
 from data.verify.matching import has_perfect_matching, max_matching
@@ -125,6 +126,9 @@ def resolve_name(p: Prepared, name: str) -> str:
 
 def verify(p: Prepared, calls: Sequence[Any] | None, decode_error: str | None = None) -> Verdict:
     """Verdict for one output: `calls` (Call objects, or {name, arguments} dicts) or a decode error."""
+    if calls is None and is_no_answer(decode_error):
+        # An inference error is no answer: wrong even where no call is expected, and not a decoding failure.
+        return fail("no_answer", decode_error[:160])
     if calls is None or decode_error is not None and not calls:
         if p.no_call:
             return CORRECT  # text (or anything that is not a call) answers a no-call question

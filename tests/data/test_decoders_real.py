@@ -102,4 +102,5 @@ def test_decode_rate_and_formats(v1):
     assert report.decode_rate() > 0.85
     # Every failure says which kind it is.
     kinds = Counter(o.decode_error.split(":", 1)[0] for o in outputs if o.calls is None)
-    assert set(kinds) <= {"no_call", "malformed"}
+    assert set(kinds) <= {"no_call", "malformed", "no_answer"}
+    assert report.no_answer == {"firefunction-v2-FC": 2}  # its two recorded "Error during inference" lines
