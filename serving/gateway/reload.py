@@ -63,10 +63,13 @@ class RouterSlot:
             try:
                 new = await anyio.to_thread.run_sync(self.load, path)
                 check_models(new, self.pool_names)
-            except (FileNotFoundError, ValueError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - any directory that cannot be served is refused, not a 500
+                # A malformed router.json (`models: null`) or a truncated ONNX file fails inside the loader with
+                # TypeError, KeyError or onnxruntime's own errors, not only ValueError.
+                message = str(e) if isinstance(e, (FileNotFoundError, ValueError)) else f"{type(e).__name__}: {e}"
                 self.metrics.router_reloads.labels(outcome="failed").inc()
-                log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": str(e)}))
-                raise ValueError(str(e)) from None
+                log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": message}))
+                raise ValueError(message) from None
             old_client, old_batcher = self.client, self.batcher
             self.client, self.batcher, self.loaded_from = new, self.make_batcher(new), str(path)
             task = asyncio.get_running_loop().create_task(self._drain(old_batcher))

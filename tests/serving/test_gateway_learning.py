@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 
 import httpx
@@ -192,7 +193,19 @@ def test_reload_swaps_the_router_without_dropping_requests(pool, client, example
         assert httpx.post(url + "/v1/admin/reload", json={}, headers=bearer(CALLER)).status_code == 403
         bad = httpx.post(url + "/v1/admin/reload", json={"dir": str(tmp_path / "nowhere")}, headers=AUTH)
         assert bad.status_code == 422 and "no router.json" in bad.json()["error"]["message"]
+        # A directory whose router.json is malformed, or whose ONNX file is truncated: refused, the old one serves.
+        nulled, truncated = tmp_path / "nulled", tmp_path / "truncated"
+        shutil.copytree(exported[0], nulled)
+        shutil.copytree(exported[0], truncated)
+        spec = json.loads((nulled / "router.json").read_text())
+        (nulled / "router.json").write_text(json.dumps({**spec, "models": None}))
+        for onnx in truncated.glob("*.onnx"):
+            onnx.write_bytes(onnx.read_bytes()[:1000])
+        for broken in (nulled, truncated):
+            r = httpx.post(url + "/v1/admin/reload", json={"dir": str(broken)}, headers=AUTH)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["message"].startswith("router not reloaded: ")
         assert post(url + "/v1/route", json={"messages": openai_body(examples[0])["messages"]}).status_code == 200
         metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert 'switchcraft_router_reloads_total{outcome="ok"} 1.0' in metrics
-    assert 'switchcraft_router_reloads_total{outcome="failed"} 1.0' in metrics
+    assert 'switchcraft_router_reloads_total{outcome="failed"} 3.0' in metrics
