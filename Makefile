@@ -43,8 +43,8 @@ train: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/switchcraft bench verify
-	$(BIN)/python -m evaluation.bench_pool
-	$(BIN)/python -m evaluation.bench_train
+	$(BIN)/switchcraft bench pool
+	$(BIN)/switchcraft bench train
 	$(MAKE) bench-tools
 
 # The tool retriever configs/tools.yaml serves (runs/tools_retriever/): fine-tune the encoder on training-only
@@ -58,9 +58,9 @@ tools-train: $(STAMP)
 # Tool routing over 5,000 tools: the default (multi-intent), the fastest multi-intent setting whose held-out recall
 # holds (mean of asks, docs/tool_routing.md) and the latency profile (one ask, 32 word pieces).
 bench-tools: $(STAMP)
-	$(BIN)/python -m evaluation.bench_tools --out bench.json
-	$(BIN)/python -m evaluation.bench_tools --set retrieval.whole_vector=mean_of_asks --out bench_moa.json
-	$(BIN)/python -m evaluation.bench_tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
+	$(BIN)/switchcraft bench tools --out bench.json
+	$(BIN)/switchcraft bench tools --set retrieval.whole_vector=mean_of_asks --out bench_moa.json
+	$(BIN)/switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -13,10 +13,9 @@ import os
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console, err = Console(), Console(stderr=True)
+from switchcraft.console import console, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +38,7 @@ def learn(
     overrides: list[str] = typer.Argument(None, help="Training config overrides key=value."),
 ) -> None:
     from data.errors import DataError
-    from evaluation.learn import learn as run_learn
+    from evaluation.jobs.learn import learn as run_learn
 
     root = data_root or (Path(os.environ["SWITCHCRAFT_DATA_ROOT"]) if os.environ.get("SWITCHCRAFT_DATA_ROOT") else None)
     try:
@@ -47,8 +46,7 @@ def learn(
                         holdout=holdout, data_root=root, budget_usd_per_million=budget,
                         console=console)
     except (DataError, FileNotFoundError, ValueError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(str(e))
     c = res.comparison
     table = Table(title=f"held-out logged requests (n = {c['n']}): in service vs learned")
     for col in ("router", "accuracy (consensus) [95% CI]", "accuracy (true labels) [95% CI]", "$ / M requests"):

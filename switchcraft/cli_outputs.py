@@ -11,18 +11,11 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console()
-err = Console(stderr=True)
+from switchcraft.console import console, err, fail
 
 SOURCES = ("bfcl_v1", "bfcl_v4")
-
-
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(1)
 
 
 def import_outputs(
@@ -42,9 +35,9 @@ def import_outputs(
     from data.schema import read_examples, write_outputs
 
     if source not in (*SOURCES, "all"):
-        _fail(f"--source {source!r}: choose one of {', '.join(SOURCES)}, all")
+        fail(f"--source {source!r}: choose one of {', '.join(SOURCES)}, all")
     if path and source == "all":
-        _fail("--path needs one --source (bfcl_v1 or bfcl_v4)")
+        fail("--path needs one --source (bfcl_v1 or bfcl_v4)")
     try:
         cfg = load_data_config(config, data_root=data_root)
         out = out or Path(cfg.out_dir) / "outputs.parquet"
@@ -66,7 +59,7 @@ def import_outputs(
                 if source == "all":
                     err.print(f"[yellow]skipped[/] {src}: no folder at {where}", highlight=False)
                     continue
-                _fail(f"{src}: no folder of outputs at {where}")
+                fail(f"{src}: no folder of outputs at {where}")
             keep = wanted
             if wanted and source == "all":  # with --source all, a model may live in either source
                 from data.recorded import detect_layout, result_files
@@ -88,7 +81,7 @@ def import_outputs(
         write_outputs(out, outputs)
         write_s = time.perf_counter() - t
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     _print_import(report)
     console.print(
         f"wrote {out} ({report.total():,} outputs; imported in {report.seconds:.1f} s, written in {write_s:.1f} s)",
@@ -135,7 +128,7 @@ def decode_report(
         report = DecodeReport.of(outputs, seconds=time.perf_counter() - t)
         files = report.write(out or Path(cfg.out_dir) / "decode_report")
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     console.print(report.to_markdown(), highlight=False, markup=False)
     console.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
 

@@ -12,15 +12,11 @@ from pathlib import Path
 
 import typer
 
+from switchcraft.console import console, fail
+
 pool_app = typer.Typer(
     help="Run the model pool, replay recordings, profile costs.", no_args_is_help=True
 )
-
-
-def _fail(message: str, code: int = 1) -> None:
-    from switchcraft.cli import fail
-
-    fail(message, code)
 
 
 def _load_examples(examples: Path | None, config: Path, data_root: str | None):
@@ -93,21 +89,19 @@ def run(
             progress=progress,
         )
     except (DataError, KeyError) as e:
-        _fail(str(e).strip('"'))
+        fail(str(e).strip('"'))
     _print_summary(summary, out)
     if summary.budget_stop:
-        _fail(
+        fail(
             f"stopped cleanly: {summary.budget_stop}; run again with a larger --max-usd to continue",
             code=2,
         )
     if not summary.complete:
-        _fail("some calls failed (see above); run the same command again to retry them", code=1)
+        fail("some calls failed (see above); run the same command again to retry them", code=1)
 
 
 def _print_summary(summary, out: Path) -> None:
     from rich.table import Table
-
-    from switchcraft.cli import console
 
     t = Table(title=f"Pool run ({summary.seconds:.1f} s, {summary.calls_made:,} calls made)")
     for col in (
@@ -174,7 +168,7 @@ def replay_server(
     from data.errors import DataError
     from data.pool import load_pool
     from data.replay import Faults
-    from data.replay_serve import build_state, serve
+    from data.replay.serve import build_state, serve
 
     try:
         cfg = load_data_config(config, data_root=data_root)
@@ -196,7 +190,7 @@ def replay_server(
             faults=faults,
         )
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(
         f"replaying {len(state.recordings)} model(s) from {outputs} on http://{host}:{port}/v1"
     )
@@ -217,11 +211,9 @@ def profile(
 ) -> None:
     """Per model: list price vs real mean cost per query, output tokens per call, reasoning share."""
     from data.config import load_data_config
-    from data.cost_profile import profile_costs, read_usages, write_profile
+    from data.pool.cost_profile import profile_costs, read_usages, write_profile
     from data.errors import DataError
     from data.pool import load_price_table
-    from switchcraft.cli import console
-
     try:
         cfg = load_data_config(config, data_root=data_root)
         table = load_price_table(prices or cfg.output_path("prices"))
@@ -232,7 +224,7 @@ def profile(
             read_usages(src, models=wanted if recorded is not None else None), table
         )
     except (DataError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     paths = write_profile(rows, ref, out_dir)
     missing = [r.model for r in rows if not r.queries]
     typer.echo(paths["md"].read_text())  # plain: a markdown table must not be re-wrapped
@@ -259,15 +251,13 @@ def sample(
 
     from data.config import load_data_config
     from data.errors import DataError
-    from data.pool_sample import sample_pool
-    from switchcraft.cli import console
-
+    from data.pool.sample import sample_pool
     try:
         cfg = load_data_config(config, data_root=data_root)
         pool, skipped = sample_pool(recordings or cfg.output_path("bfcl_v1"), prices or cfg.output_path("prices"),
                                     n=n, seed=seed, open_weight=open_weight)
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# Drawn by: switchcraft pool sample --n {n} --seed {seed}"
               + (f" --open-weight {open_weight}" if open_weight is not None else "")

@@ -1,12 +1,10 @@
-"""`switchcraft export`, `switchcraft serve` and `switchcraft bench serve`.
+"""`switchcraft export`, `switchcraft serve` and `switchcraft gateway-key` (`bench serve` is in cli_bench.py).
 
     switchcraft export runs/default/router --out runs/default/router_onnx --int8 --triton
     switchcraft serve --config configs/serving.yaml router.backend=triton-grpc router.triton_url=127.0.0.1:8001
-    switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router
     switchcraft gateway-key --id acme-support --tenant acme --role support --out keys.yaml
 
-Wiring: `register(app)` adds export, serve and gateway-key; `register_bench(bench_app)` adds
-`serve` to the `bench` group.
+Wiring: `register(app)` adds export, serve and gateway-key.
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ import os
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-console, err = Console(), Console(stderr=True)
+from switchcraft.console import console, err, fail
+
 DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
 
 
@@ -26,15 +24,6 @@ def register(app: typer.Typer) -> None:
     app.command("serve", help="Run the routing gateway (OpenAI-compatible) from configs/serving.yaml.")(serve)
     app.command("gateway-key", help="Make a gateway API key: prints it once, and the hashed entry for auth.keys_file.")(
         gateway_key)
-
-
-def register_bench(bench_app: typer.Typer) -> None:
-    bench_app.command("serve", help="Routing latency P50/P99 and throughput: PyTorch, ORT fp32/INT8, Triton HTTP/gRPC.")(bench_serve)
-
-
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(1)
 
 
 def export(
@@ -59,19 +48,19 @@ def export(
 
     out = out or router_dir.with_name(router_dir.name + "_onnx")
     if not (router_dir / "router.json").exists():
-        _fail(f"{router_dir}: no router.json; train a router first: switchcraft train --config configs/train.yaml")
+        fail(f"{router_dir}: no router.json; train a router first: switchcraft train --config configs/train.yaml")
     try:
         info = json.loads((router_dir / "router.json").read_text())
         policy = policy_from_info(info)
         costs = np.array([policy.costs[m] for m in policy.models])
-        from evaluation.bench_serve import bench_requests
+        from evaluation.bench.serve import bench_requests
 
         requests = bench_requests(data_root, validate or 10**9)
         console.print(f"exporting {router_dir} → {out}; validating on {len(requests)} BFCL v1 requests", highlight=False)
         report = export_router(router_dir, out, requests=requests, int8=int8, threads=threads,
                                decide=lambda p: choose_batch(p, costs, policy.threshold))
     except (FileNotFoundError, DataError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     console.print(f"fp32: max |Δp| vs PyTorch {report.max_abs_diff_fp32:.2e}, identical decisions "
                   f"{report.decisions_equal_fp32:.1%}; fused {report.fused_ops}", highlight=False)
     if report.int8:
@@ -113,7 +102,7 @@ def serve(
         client = client_from(cfg.router, cfg.router.dir)  # the same settings a reload (SIGHUP) loads with
         app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
     except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
-        _fail(str(e))
+        fail(str(e))
     configure_json_logging(cfg.log_level)  # every line on stderr is one JSON object (uvicorn's and httpx's too)
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     if cfg.auth.mode == "none":
@@ -151,43 +140,16 @@ def gateway_key(
                                                                   "permissions": permission, "environment": environment},
                          limits=limits, role="admin" if admin else "caller")
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     data = entry.model_dump(mode="json", exclude_none=True, exclude={"key"} | (set() if admin else {"role"}))
     text = yaml.safe_dump([data], sort_keys=False)
     if out is not None:
         existing = yaml.safe_load(out.read_text()) if out.exists() else None
         keys = (existing or {}).get("keys") or []
         if any(k.get("id") == key_id for k in keys):
-            _fail(f"{out} already has a key with id {key_id!r}; pick another --id")
+            fail(f"{out} already has a key with id {key_id!r}; pick another --id")
         out.write_text(yaml.safe_dump({"keys": [*keys, data]}, sort_keys=False))
         console.print(f"appended {key_id} to {out}", highlight=False)
     else:
         console.print("# add under `keys:` in auth.keys_file\n" + text, highlight=False, markup=False)
     err.print(f"API key (shown once; only its hash is kept): {key}", highlight=False, markup=False, soft_wrap=True)
-
-
-def bench_serve(
-    onnx_dir: Path = typer.Option(..., "--onnx", help="Exported router (switchcraft export --int8)."),
-    router_dir: Path = typer.Option(None, "--router", help="The PyTorch router: adds the eager row and the levers."),
-    out: Path = typer.Option(Path("runs/default/bench_serve.md"), "--out", "-o", help="Markdown table (+ .json)."),
-    n: int = typer.Option(200, "--requests", "-n", help="BFCL v1 requests timed per row."),
-    throughput_requests: int = typer.Option(256, help="Requests per throughput measurement."),
-    threads: int = typer.Option(None, help="Threads for ORT and PyTorch (default: all cores)."),
-    triton: bool = typer.Option(True, help="Start a local tritonserver for the Triton rows."),
-    batched: bool = typer.Option(True, help="Also sweep concurrency through the gateway's routing micro-batcher."),
-    levers: bool = typer.Option(True, help="Measure each lever alone."),
-    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
-    note: list[str] = typer.Option([], help="A note for the table (e.g. 'machine busy')."),
-) -> None:
-    from evaluation.bench_serve import BenchConfig, run_bench, to_markdown, write_results
-
-    cfg = BenchConfig(onnx_dir=onnx_dir, router_dir=router_dir, n_requests=n, threads=threads, triton=triton, batched=batched,
-                      throughput_requests=throughput_requests,
-                      levers=levers, data_root=data_root, notes=list(note))
-    try:
-        result = run_bench(cfg)
-    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
-        _fail(str(e))
-    write_results(result, out, cfg.concurrency)
-    console.print(to_markdown(result, cfg.concurrency), highlight=False)
-    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)

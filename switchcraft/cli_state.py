@@ -19,16 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console, err = Console(), Console(stderr=True)
+from switchcraft.console import console, fail
 
 
 def register(app: typer.Typer) -> None:
     app.command("spend", help="The gateway's spend ledger: every charge per key, model, UTC day and kind.")(spend)
-
-
-def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(1)
 
 
 def spend(
@@ -46,19 +41,19 @@ def spend(
     from serving.gateway.state import StateUnavailable, open_state
 
     if day is not None and not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", day):
-        _fail(f"--day {day!r}: give a UTC date as YYYY-MM-DD")
+        fail(f"--day {day!r}: give a UTC date as YYYY-MM-DD")
     if redis_url or state_path:
         settings = StateSettings(path=state_path, redis_url=redis_url)
     else:
         try:
             settings = load_serving_config(config).state
         except (OSError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
         if settings.path is None and settings.redis_url is None:
-            _fail(f"{config}: state.path and state.redis_url are both null (the gateway keeps spend in memory); "
+            fail(f"{config}: state.path and state.redis_url are both null (the gateway keeps spend in memory); "
                   "pass --state FOLDER or --redis URL")
     if settings.redis_url is None and not (Path(settings.path) / "state.sqlite").exists():
-        _fail(f"no ledger at {Path(settings.path) / 'state.sqlite'}: has a gateway run with state.path={settings.path}?")
+        fail(f"no ledger at {Path(settings.path) / 'state.sqlite'}: has a gateway run with state.path={settings.path}?")
 
     async def read():
         store = open_state(settings)
@@ -70,7 +65,7 @@ def spend(
     try:
         report = spend_report(asyncio.run(read()))
     except StateUnavailable as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
         console.print_json(json.dumps(report))
         return

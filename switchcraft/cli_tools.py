@@ -20,13 +20,9 @@ from pathlib import Path
 import typer
 
 from data.errors import DataError
+from switchcraft.console import fail
 
 DEFAULT_CONFIG = Path("configs/tools.yaml")
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
 
 
 SET_HELP = "Override a config value, e.g. retrieval.max_intents=1 (repeatable)."
@@ -51,7 +47,7 @@ def _config(config: Path | None, catalog: list[str] | None, index_dir: str | Non
         update["default_risk"] = default_risk
     cfg = cfg.model_copy(update=update)
     if not cfg.catalog:
-        _fail("no catalog: give --catalog FILE (repeatable) or list files under `catalog:` in the config")
+        fail("no catalog: give --catalog FILE (repeatable) or list files under `catalog:` in the config")
     return cfg
 
 
@@ -99,7 +95,7 @@ def register(app: typer.Typer) -> None:
             cat = Catalog.from_files(cfg.catalog, default_risk=cfg.default_risk, duplicates=cfg.duplicates)
             idx = ToolIndex.from_config(cat, cfg)
         except (DataError, FileNotFoundError) as e:
-            _fail(str(e))
+            fail(str(e))
         typer.echo(json.dumps({"catalog_version": cat.version, "tools": len(cat), "groups": len(cat.group_names()),
                                "index": str(idx.index_dir), "build_seconds": round(idx.build_seconds, 2)}, indent=2))
 
@@ -128,7 +124,7 @@ def register(app: typer.Typer) -> None:
                 caller = Caller(tenant=tenant, roles=role or (), permissions=permission or (), environment=environment)
                 decision = router.route(_request_text(request), caller, top_k_override=top_k)
         except (DataError, FileNotFoundError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
         typer.echo(json.dumps(decision.to_dict(), indent=2))
 
     @tools_app.command("train")
@@ -149,7 +145,7 @@ def register(app: typer.Typer) -> None:
             asks = training_asks(pairs, cfg.retrieval.max_intents, heldout_texts(data_root)) if cfg.train.query_layers else []
             out = fit(pairs, cfg.train, cfg.train.base_model or default_model_dir(), log=typer.echo, distil_texts=asks)
         except (DataError, KeyError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
         record = json.loads((out / "train.json").read_text())
         record["data"] = counts
         (out / "train.json").write_text(json.dumps(record, indent=2))
@@ -189,7 +185,7 @@ def register(app: typer.Typer) -> None:
                 if siblings:
                     result["sibling_fill"] = fit_sibling_fill(cfg, data_root, run_dir or cfg.run_dir, *dirs, log=typer.echo)
         except (DataError, KeyError, FileNotFoundError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
         path = write_fusion(result, Path(cfg.train.out_dir) / ("fusion.json" if retriever == "trained" else "fusion_base.json"))
         typer.echo(json.dumps({k: result[k] for k in ("w_bm25", "w_dense", "rrf_k", "score", "score_of_config")}))
         if "fields" in result:
@@ -225,7 +221,7 @@ def register(app: typer.Typer) -> None:
                 evaluate(bench or ["bfcl", "metatool", "seal_tools", "stabletoolbench"], data_root, out, cfg, limit,
                          security, log=typer.echo, retrievers=retriever or None)
         except (DataError, KeyError, FileNotFoundError) as e:
-            _fail(str(e))
+            fail(str(e))
         typer.echo(f"wrote {Path(out) / 'report.md'}")
 
     @tools_app.command("value")
@@ -252,16 +248,16 @@ def register(app: typer.Typer) -> None:
             if retriever == "base":
                 cfg = cfg.model_copy(update={"encoder": None, "query_encoder": None})
             elif retriever != "trained":
-                _fail(f"--retriever {retriever!r}: base or trained")
+                fail(f"--retriever {retriever!r}: base or trained")
             if cfg.encoder and not (Path(cfg.encoder) / "model.safetensors").exists():
-                _fail(f"encoder: {cfg.encoder} holds no trained retriever; build it with `make tools-train` "
+                fail(f"encoder: {cfg.encoder} holds no trained retriever; build it with `make tools-train` "
                       "(switchcraft tools train, ~48 min on 2 cores), or pass --retriever base")
             out = run_dir or cfg.run_dir
             with _one_blas_thread():
                 result = run(data_root, out, cfg, read_prices(prices or None, price or []), tuple(pool or (128, 512)),
                              predictions, limit, log=typer.echo)
         except (DataError, KeyError, FileNotFoundError, ValueError) as e:
-            _fail(str(e))
+            fail(str(e))
         _refresh_report(Path(out))
         for r in result["rows"]:
             typer.echo(f"{r['model']} {r['category']} {r['distractors']}: {100 * r['acc_without']:.1f}% → "

@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from switchcraft.console import console, fail
+
 
 def register(app: typer.Typer) -> None:
     app.command(
@@ -32,7 +34,6 @@ def train(
     from data.registry import UnknownNameError
     from training.config import load_train_config
 
-    console, err = Console(), Console(stderr=True)
     try:
         cfg = load_train_config(config, overrides or [])
         if add_model:
@@ -49,8 +50,7 @@ def train(
 
         metrics = run_training(cfg)
     except (DataError, UnknownNameError, FileNotFoundError, KeyError) as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
-        raise typer.Exit(1) from None
+        fail(str(e))
     _print_metrics(console, metrics, cfg)
 
 

@@ -1,10 +1,9 @@
-"""The verifier's commands: `verify`, `label`, `verify-agreement`, and `bench verify`.
+"""The verifier's commands: `verify`, `label` and `verify-agreement` (`bench verify` is in cli_bench.py).
 
 switchcraft verify CASES.jsonl [--out FILE]
 switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
 switchcraft label --consensus [--truth LABELS.parquet]     # no ground truth: agreement among the pool (data/consensus.py)
 switchcraft verify-agreement [--run-dir runs/default]
-switchcraft bench verify [--repeat 3]
 """
 
 from __future__ import annotations
@@ -16,12 +15,7 @@ from pathlib import Path
 import typer
 
 from data.errors import DataError
-
-
-def _fail(message: str) -> None:
-    from switchcraft.cli import fail
-
-    fail(message)
+from switchcraft.console import fail
 
 
 def _data_paths(config: Path, data_root: str | None) -> DataConfig:  # noqa: F821 - imported lazily
@@ -30,7 +24,7 @@ def _data_paths(config: Path, data_root: str | None) -> DataConfig:  # noqa: F82
     try:
         return load_data_config(config, data_root=data_root)
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
 
 
 def verify_command(
@@ -45,7 +39,7 @@ def verify_command(
     from data.verify.cases import verify_cases
 
     if str(cases) != "-" and not cases.exists():
-        _fail(f"{cases}: no such file")
+        fail(f"{cases}: no such file")
     src = sys.stdin if str(cases) == "-" else cases.open(encoding="utf-8")
     sink = out.open("w", encoding="utf-8") if out else sys.stdout
     reasons: Counter = Counter()
@@ -94,18 +88,18 @@ def label_command(
     outputs = outputs or cfg.output_path("bfcl_v1")
     examples = examples or cfg.source_path("bfcl_v1")
     if not outputs or not examples:
-        _fail(
+        fail(
             "no outputs or examples given and none configured (outputs.bfcl_v1, sources.bfcl_v1 in the data config)"
         )
     if consensus:
         _consensus_labels(pool, outputs, examples, run_dir, truth)
         return
     if truth is not None:
-        _fail("--truth goes with --consensus")
+        fail("--truth goes with --consensus")
     try:
         run = run_labels(pool, outputs, examples, run_dir, price_file=cfg.output_path("prices"))
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     table = Table(title=f"Labels: {run.labels:,} (example x model)")
     for col in ("model", "outputs", "accuracy", "mean cost / query (USD)", "costed"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
@@ -123,12 +117,12 @@ def _consensus_labels(pool: Path, outputs: str, examples: str, run_dir: Path, tr
     from data.consensus import run_consensus_labels
 
     if truth is not None and not truth.exists():
-        _fail(f"{truth}: no such labels file (--truth)")
+        fail(f"{truth}: no such labels file (--truth)")
     truth = truth if truth is not None else (run_dir / "labels.parquet" if (run_dir / "labels.parquet").exists() else None)
     try:
         run = run_consensus_labels(pool, outputs, examples, run_dir, truth=truth)
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     res, agr = run.result, run.agreement
     table = Table(title=f"Consensus labels: {len(res.frame):,} (example x model), no expected answers")
     cols = ["model", "answers", "consensus accuracy", "reliability (call / decline)"]
@@ -161,16 +155,16 @@ def agreement_command(
     data_root: str = typer.Option(None, help="Override the config's data_root."),
 ) -> None:
     """Compare our verdicts with BFCL's checker on all 71 models x 1,630 queries."""
-    from data.agreement import run_agreement, write_agreement_report
+    from data.verify.bfcl_agreement import run_agreement, write_agreement_report
 
     cfg = _data_paths(config, data_root)
     paths = (cfg.source_path("bfcl_v1"), cfg.output_path("bfcl_v1"), cfg.output_path("checker_verdicts"))
     if not all(paths):
-        _fail("the data config needs sources.bfcl_v1, outputs.bfcl_v1 and outputs.checker_verdicts")
+        fail("the data config needs sources.bfcl_v1, outputs.bfcl_v1 and outputs.checker_verdicts")
     try:
         rep = run_agreement(*paths)
     except DataError as e:
-        _fail(str(e))
+        fail(str(e))
     md, csv_path = write_agreement_report(rep, run_dir)
     typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs")
     for cat in sorted(rep.total):
@@ -180,24 +174,8 @@ def agreement_command(
     typer.echo(f"wrote {md} and {csv_path}")
 
 
-def bench_verify_command(
-    repeat: int = typer.Option(1, help="Runs of decode+verify; the best is reported."),
-    data_root: str = typer.Option(
-        None, help="Shared data folder (default: ../shared/data or $SWITCHCRAFT_DATA_ROOT)."
-    ),
-) -> None:
-    """Time decoding + verifying all 115,730 recorded BFCL v1 outputs."""
-    from evaluation.bench_verify import main
-
-    main(["--repeat", str(repeat)] + (["--data-root", data_root] if data_root else []))
-
-
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     app.command("verify")(verify_command)
     app.command("label")(label_command)
     app.command("verify-agreement")(agreement_command)
-
-
-def register_bench(bench_app: typer.Typer) -> None:
-    bench_app.command("verify")(bench_verify_command)

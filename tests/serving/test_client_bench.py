@@ -13,14 +13,13 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from switchcraft.cli_serve import register_bench
+from switchcraft.cli_bench import register_bench
 from tests.serving.test_export import bfcl_requests, exported, tiny_router_dir  # noqa: F401 (fixtures)
 
 
 def test_bench_serve_times_every_engine_and_lever(exported, tiny_router_dir, tmp_path, shared_data):  # noqa: F811
     bench = typer.Typer()
     register_bench(bench)
-    bench.command("noop")(lambda: None)  # a second command, so `serve` stays a subcommand
     out = tmp_path / "bench.md"
     args = ["serve", "--onnx", str(exported[0]), "--router", str(tiny_router_dir), "--out", str(out), "-n", "6",
             "--throughput-requests", "8", "--no-triton", "--threads", "1", "--data-root", str(shared_data),

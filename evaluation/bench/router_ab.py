@@ -1,6 +1,6 @@
 """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime).
 
-    .venv/bin/python -m evaluation.bench_router_ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300] [--data-root ../shared/data]
+    switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300] [--data-root ../shared/data]
 
 On a shared machine the load changes from second to second; timing A then B would compare the load, not the
 routers. Here each request is routed by A, then by B, so both see the same load. Packing and metadata are
@@ -10,7 +10,6 @@ absolute figures (`switchcraft bench serve` on an idle machine).
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -41,16 +40,7 @@ def interleaved(a: str, b: str, n: int, data_root: Path) -> dict[str, dict[str, 
             for k, v in times.items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("a")
-    ap.add_argument("b")
-    ap.add_argument("--n", type=int, default=300)
-    ap.add_argument("--data-root", type=Path, default=Path("../shared/data"))
-    args = ap.parse_args()
-    for name, s in interleaved(args.a, args.b, args.n, args.data_root).items():
+def main(a: str, b: str, n: int = 300, data_root: Path = Path("../shared/data")) -> None:
+    """`switchcraft bench router-ab`: print each router's P50 and P99."""
+    for name, s in interleaved(a, b, n, data_root).items():
         print(f"{name}: P50 {s['p50_ms']:.2f} ms, P99 {s['p99_ms']:.2f} ms over {s['n']} requests")
-
-
-if __name__ == "__main__":
-    main()

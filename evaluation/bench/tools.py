@@ -1,9 +1,9 @@
 """Latency of routing one request over a 5,000-tool catalog, query embedding included.
 
-    python -m evaluation.bench_tools                     # → runs/tools/bench.json and a printed table
-    python -m evaluation.bench_tools --tools 5000 --queries 1000 --run-dir runs/tools
-    python -m evaluation.bench_tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=64 --out bench_fast.json
-    python -m evaluation.bench_tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
+    switchcraft bench tools                     # → runs/tools/bench.json and a printed table
+    switchcraft bench tools --tools 5000 --queries 1000 --run-dir runs/tools
+    switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=64 --out bench_fast.json
+    switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
 
 Retrieval settings come from `--config` (configs/tools.yaml) with `--set key=value`
 overrides; the record says which were used.
@@ -19,7 +19,6 @@ cached after the first request, as in serving (the cold figure is reported).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -184,33 +183,20 @@ def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../s
             "load_average": os.getloadavg(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tools", type=int, default=5000)
-    ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--run-dir", default="runs/tools")
-    ap.add_argument("--config", default="configs/tools.yaml", help="tools config whose retrieval settings are used")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value, e.g. retrieval.max_intents=1 (repeatable)")
-    ap.add_argument("--out", default="bench.json", help="file name under --run-dir")
-    ap.add_argument("--stages", type=float, default=None, metavar="HEAD",
-                    help="instead: thread-CPU ms of each stage, and of the exposure step with sibling fill at this "
-                    "head share vs without (→ --out under --run-dir)")
-    a = ap.parse_args()
+def main(tools: int = 5000, queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
+         config: str = "configs/tools.yaml", overrides: list[str] = (), out: str = "bench.json",
+         stages: float | None = None) -> None:
+    """`switchcraft bench tools`: the latency record (or with `stages`, the per-stage CPU record), printed as JSON and
+    written to `run_dir/out`."""
     from threadpoolctl import threadpool_limits
 
-    if a.stages is not None:
+    if stages is not None:
         with threadpool_limits(1):
-            out = stage_cpu(a.tools, a.queries, a.data_root, a.run_dir, a.config, a.overrides, a.stages)
-        Path(a.run_dir, a.out).write_text(json.dumps(out, indent=2))
-        print(json.dumps(out, indent=2))
+            record = stage_cpu(tools, queries, data_root, run_dir, config, list(overrides), stages)
+        Path(run_dir, out).write_text(json.dumps(record, indent=2))
+        print(json.dumps(record, indent=2))
         return
 
     # One matrix-vector product per request: BLAS threads would only spin (see cli_tools).
     with threadpool_limits(1):
-        print(json.dumps(run(a.tools, a.queries, a.data_root, a.run_dir, a.config, a.overrides, a.out), indent=2))
-
-
-if __name__ == "__main__":
-    main()
+        print(json.dumps(run(tools, queries, data_root, run_dir, config, list(overrides), out), indent=2))

@@ -1,8 +1,8 @@
 """Training benchmark: wall-clock and held-out quality of the router's training modes on this machine.
 
-    .venv/bin/python -m evaluation.bench_train                        # frozen MiniLM, 5-fold, cold feature cache
-    .venv/bin/python -m evaluation.bench_train --only finetune --steps 40
-    .venv/bin/python -m evaluation.bench_train --only distilbert --steps 10
+    switchcraft bench train                        # frozen MiniLM, 5-fold, cold feature cache
+    switchcraft bench train --only finetune --steps 40
+    switchcraft bench train --only distilbert --steps 10
 
 Cases:
 - frozen: the default config, 5-fold grouped CV + the final router, feature
@@ -20,7 +20,6 @@ Writes `<run_dir>/bench_train.json`; the machine's load is recorded with it
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -82,25 +81,22 @@ def run_add_model(config: str, run_dir: Path, extra: list[str], full: dict | Non
             "full_retrain": {k: full_m.get(k) for k in ("auc", "ece")}, "loadavg_after": os.getloadavg()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--config", default="configs/train.yaml")
-    ap.add_argument("--run-dir", default="runs/bench")
-    ap.add_argument("--only", default="frozen", help="comma-separated: frozen,finetune,distilbert,add_model")
-    ap.add_argument("--steps", type=int, default=40, help="training steps for the fine-tune timing cases (0: a whole epoch)")
-    ap.add_argument("overrides", nargs="*", help="extra key=value overrides for every case")
-    args = ap.parse_args()
-    run_dir = Path(args.run_dir)
+def main(config: str = "configs/train.yaml", run_dir: str | Path = "runs/bench", only: str = "frozen", steps: int = 40,
+         overrides: list[str] = ()) -> None:
+    """`switchcraft bench train`: run the cases named in `only` (comma-separated), print each, and merge them into
+    `<run_dir>/bench_train.json`."""
+    run_dir = Path(run_dir)
+    overrides = list(overrides)
     results = []
-    for name in [n.strip() for n in args.only.split(",")]:
+    for name in [n.strip() for n in only.split(",")]:
         if name == "add_model":
             full = next((r for r in results if r["case"] == "frozen"), None)
-            r = run_add_model(args.config, run_dir, args.overrides, full)
+            r = run_add_model(config, run_dir, overrides, full)
             results.append(r)
             print(f"add_model {r['model']}: {r['add_model_s']} s, held-out AUC {r['add_model']['auc']:.3f} "
                   f"ECE {r['add_model']['ece']:.3f}; full retrain: {r['full_retrain']}")
             continue
-        r = run_case(name, args.config, run_dir, args.steps, args.overrides)
+        r = run_case(name, config, run_dir, steps, overrides)
         results.append(r)
         print(f"{r['case']}: {r['wall_s']} s wall, {r['train_examples_per_s']} train examples/s, "
               f"macro AUC {r['macro_auc']:.3f}, macro ECE {r['macro_ece']:.3f} (load {r['loadavg_before'][0]:.1f})")
@@ -113,7 +109,3 @@ def main() -> None:
     done = {r["case"] for r in results}
     out.write_text(json.dumps([r for r in old if r["case"] not in done] + results, indent=2, default=str))
     print(f"wrote {out}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata.
 
-    .venv/bin/python -m evaluation.bench_long_input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]
+    switchcraft bench long-input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]
 
 `--router`: any router folder with router.json and tokenizer/ (trained or exported). Rows: the cut request
 (serving/long_input.py, what the gateway packs) and the whole text (training/export.py's RequestEncoder alone).
@@ -10,7 +10,6 @@ of the median over the runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -39,22 +38,14 @@ def interval(xs: list[float], rng: np.random.Generator) -> tuple[float, float, f
     return float(np.median(xs)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--router", type=Path, required=True)
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--whole-reps", type=int, default=3, help="runs of the 2 MB whole text (~17 s each here)")
-    args = ap.parse_args()
-    whole = RequestEncoder.from_dir(args.router)
+def main(router: Path, reps: int = 30, whole_reps: int = 3) -> None:
+    """`switchcraft bench long-input`: print the markdown table, a row as each is measured."""
+    whole = RequestEncoder.from_dir(router)
     rng = np.random.default_rng(0)
     print("| encoder | body | median ms | 95% CI | runs |\n|---|---:|---:|---|---:|")
     for name, encoder in (("cut", CappedEncoder(whole)), ("whole", whole)):
         for n in (2_000, 2_000_000):
-            reps = args.whole_reps if name == "whole" and n > 100_000 else args.reps
+            runs = whole_reps if name == "whole" and n > 100_000 else reps
             raw = body(n)
-            mid, lo, hi = interval([cost_s(encoder, raw) * 1e3 for _ in range(reps)], rng)
-            print(f"| {name} | {len(raw):,} B | {mid:.1f} | [{lo:.1f}, {hi:.1f}] | {reps} |", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+            mid, lo, hi = interval([cost_s(encoder, raw) * 1e3 for _ in range(runs)], rng)
+            print(f"| {name} | {len(raw):,} B | {mid:.1f} | [{lo:.1f}, {hi:.1f}] | {runs} |", flush=True)

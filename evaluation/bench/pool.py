@@ -1,7 +1,7 @@
 """Benchmark: pool-runner throughput against the replay server over loopback HTTP.
 
-    python -m evaluation.bench_pool                       # concurrency 8 and 64, 1,630 calls each
-    python -m evaluation.bench_pool --concurrency 8 64 --calls 800 --data-root ../shared/data
+    switchcraft bench pool                                # concurrency 8 and 64, 1,630 calls each
+    switchcraft bench pool --concurrency 8 --concurrency 64 --calls 800 --data-root ../shared/data
 
 The replay server runs in its own process (uvicorn, 127.0.0.1, no injected
 faults or latency), so the figure is what the runner itself sustains: request
@@ -13,7 +13,6 @@ machine the server shares the CPUs with the runner, so this is a lower bound.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -133,20 +132,10 @@ def bench_pool(concurrency: list[int], calls: int, data_root: Path) -> dict:
     return {"model": MODEL["name"], "cpus": os.cpu_count(), "results": results}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[8, 64])
-    ap.add_argument("--calls", type=int, default=1630)
-    ap.add_argument(
-        "--data-root", default=os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data")
-    )
-    ap.add_argument("--out", default="runs/bench/bench_pool.json")
-    args = ap.parse_args()
-    res = bench_pool(args.concurrency, args.calls, Path(args.data_root))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2))
-    print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+def main(concurrency: list[int], calls: int, data_root: Path, out: Path) -> dict:
+    """`switchcraft bench pool`: run the benchmark, print a line per concurrency level, write `out` (JSON)."""
+    res = bench_pool(concurrency, calls, Path(data_root))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(res, indent=2))
+    print(f"wrote {out}")
+    return res

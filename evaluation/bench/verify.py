@@ -1,7 +1,7 @@
 """Benchmark: decode and verify all recorded BFCL v1 outputs (71 models x 1,630 queries).
 
-    python -m evaluation.bench_verify            # or: switchcraft bench verify
-    python -m evaluation.bench_verify --repeat 3 --data-root ../shared/data
+    switchcraft bench verify
+    switchcraft bench verify --repeat 3 --data-root ../shared/data
 
 Prints the time to decode + verify every output (the figure the README quotes;
 target <= 10 s on a 2-core machine): wall and CPU time of the first run (cold
@@ -11,7 +11,6 @@ reading the 115,730 JSON lines and loading/preparing the 1,630 examples.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections import Counter
@@ -54,12 +53,11 @@ def bench_verify(data_root: str | Path = "../shared/data", repeat: int = 1) -> d
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-root", default=os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
-    ap.add_argument("--repeat", type=int, default=1, help="runs of decode+verify; the best is reported")
-    args = ap.parse_args(argv)
-    r = bench_verify(args.data_root, args.repeat)
+def main(data_root: str | Path | None = None, repeat: int = 1) -> dict[str, float]:
+    """`switchcraft bench verify`: run the benchmark and print its figures (data_root None: $SWITCHCRAFT_DATA_ROOT,
+    else ../shared/data)."""
+    data_root = data_root or os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data")
+    r = bench_verify(data_root, repeat)
     print(f"outputs:            {r['outputs']:,} ({r['correct']:,} correct)")
     print(f"load + prepare:     {r['load_examples_s']:.2f} s (1,630 examples, once)")
     print(f"read JSON lines:    {r['read_rows_s']:.2f} s")
@@ -67,14 +65,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"decode + verify:    {r['cold_s']:.2f} s wall, {r['cold_cpu_s']:.2f} s CPU (first run, cold caches)"
     )
     print(
-        f"  best of {args.repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
+        f"  best of {repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
         f"({r['outputs_per_s']:,.0f} outputs/s; target <= 10 s)"
     )
     print(
         f"load average:       {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time is only clean near 1)"
     )
     return r
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,201 @@
+"""`switchcraft bench …`: every benchmark, each a thin wrapper over its module in `evaluation/bench/`.
+
+    switchcraft bench verify [--repeat 3]
+    switchcraft bench pool [--concurrency 8 --concurrency 64] [--calls 1630]
+    switchcraft bench train [--only frozen,finetune,distilbert,add_model] [--steps 40]
+    switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router
+    switchcraft bench long-input --router runs/default/router_onnx
+    switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300]
+    switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json] [--stages 0.3]
+    switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 [--kill api.openai.com]
+    switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
+
+Wiring: `register_bench(bench_app)` adds them to the `bench` group.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import typer
+
+from switchcraft.console import console, fail
+
+DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
+SET_HELP = "Override a config value, e.g. retrieval.max_intents=1 (repeatable)."
+
+
+def register_bench(bench_app: typer.Typer) -> None:
+    bench_app.command("verify")(bench_verify)
+    bench_app.command("serve", help="Routing latency P50/P99 and throughput: PyTorch, ORT fp32/INT8, Triton HTTP/gRPC.")(
+        bench_serve)
+    bench_app.command("gateway", help="Load-test the gateway stack on loopback (replay upstreams); optionally kill an "
+                                      "endpoint at request K for S seconds.")(bench_gateway)
+    bench_app.command("pool")(bench_pool)
+    bench_app.command("train")(bench_train)
+    bench_app.command("long-input")(bench_long_input)
+    bench_app.command("router-ab")(bench_router_ab)
+    bench_app.command("tools")(bench_tools)
+    bench_app.command("loop")(bench_loop)
+
+
+def bench_verify(
+    repeat: int = typer.Option(1, help="Runs of decode+verify; the best is reported."),
+    data_root: str = typer.Option(
+        None, help="Shared data folder (default: ../shared/data or $SWITCHCRAFT_DATA_ROOT)."
+    ),
+) -> None:
+    """Time decoding + verifying all 115,730 recorded BFCL v1 outputs."""
+    from evaluation.bench.verify import main
+
+    main(data_root, repeat)
+
+
+def bench_serve(
+    onnx_dir: Path = typer.Option(..., "--onnx", help="Exported router (switchcraft export --int8)."),
+    router_dir: Path = typer.Option(None, "--router", help="The PyTorch router: adds the eager row and the levers."),
+    out: Path = typer.Option(Path("runs/default/bench_serve.md"), "--out", "-o", help="Markdown table (+ .json)."),
+    n: int = typer.Option(200, "--requests", "-n", help="BFCL v1 requests timed per row."),
+    throughput_requests: int = typer.Option(256, help="Requests per throughput measurement."),
+    threads: int = typer.Option(None, help="Threads for ORT and PyTorch (default: all cores)."),
+    triton: bool = typer.Option(True, help="Start a local tritonserver for the Triton rows."),
+    batched: bool = typer.Option(True, help="Also sweep concurrency through the gateway's routing micro-batcher."),
+    levers: bool = typer.Option(True, help="Measure each lever alone."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
+    note: list[str] = typer.Option([], help="A note for the table (e.g. 'machine busy')."),
+) -> None:
+    from evaluation.bench.serve import BenchConfig, run_bench, to_markdown, write_results
+
+    cfg = BenchConfig(onnx_dir=onnx_dir, router_dir=router_dir, n_requests=n, threads=threads, triton=triton,
+                      batched=batched, throughput_requests=throughput_requests, levers=levers, data_root=data_root,
+                      notes=list(note))
+    try:
+        result = run_bench(cfg)
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        fail(str(e))
+    write_results(result, out, cfg.concurrency)
+    console.print(to_markdown(result, cfg.concurrency), highlight=False)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def bench_gateway(
+    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+                                "export), or with --triton its model repository."),
+    n: int = typer.Option(400, "--requests", "-n", help="Requests to send (BFCL v1 queries, cycled)."),
+    concurrency: int = typer.Option(16, "--concurrency", "-c", help="Requests in flight at once."),
+    kill: list[str] = typer.Option([], "--kill", help="Take down the endpoints whose base_url contains this "
+                                   "(repeatable; 'all': every endpoint)."),
+    kill_at: int = typer.Option(100, help="The request number at which they go down."),
+    kill_for: float = typer.Option(10.0, help="Seconds they stay down."),
+    max_seconds: float = typer.Option(300.0, help="No request is started after this many seconds."),
+    triton: bool = typer.Option(False, help="Serve the router from a local tritonserver (--router: a model repository)."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool (each endpoint gets a replay server)."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
+    out: Path = typer.Option(Path("runs/bench_gateway.md"), "--out", "-o", help="Markdown table (+ .json)."),
+    processes: int = typer.Option(1, "--processes", help="Gateway processes (requests round-robin across them)."),
+    state: str = typer.Option("memory", "--state", help="Where limits and the ledger live: memory | sqlite | redis "
+                              "(a real redis-server started for the run)."),
+    overrides: list[str] = typer.Argument(None, help="Gateway config overrides key=value (e.g. upstream.timeout_s=1)."),
+) -> None:
+    from serving.gateway.bench import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
+
+    try:
+        cfg = GatewayBenchConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
+                                 kill=list(kill), kill_at=kill_at, kill_for_s=kill_for, max_seconds=max_seconds,
+                                 overrides=list(overrides or []), triton=triton, processes=processes, state=state)
+        if not (router / "router.json").exists():
+            raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
+        result = run_gateway_bench(cfg)
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def bench_pool(
+    concurrency: list[int] = typer.Option([8, 64], "--concurrency", help="Workers of the one model; repeat for "
+                                          "several levels (--concurrency 8 --concurrency 64)."),
+    calls: int = typer.Option(1630, "--calls", help="BFCL v1 queries sent at each level."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
+    out: Path = typer.Option(Path("runs/bench/bench_pool.json"), "--out", help="Where the JSON record goes."),
+) -> None:
+    """Pool-runner throughput against the replay server over loopback HTTP."""
+    from evaluation.bench.pool import main
+
+    main(list(concurrency), calls, data_root, out)
+
+
+def bench_train(
+    config: str = typer.Option("configs/train.yaml", "--config", help="Training config."),
+    run_dir: Path = typer.Option(Path("runs/bench"), "--run-dir", help="Cases run under it; bench_train.json too."),
+    only: str = typer.Option("frozen", "--only", help="comma-separated: frozen,finetune,distilbert,add_model"),
+    steps: int = typer.Option(40, "--steps", help="training steps for the fine-tune timing cases (0: a whole epoch)"),
+    overrides: list[str] = typer.Argument(None, help="extra key=value overrides for every case"),
+) -> None:
+    """Wall-clock and held-out quality of the router's training modes on this machine."""
+    from evaluation.bench.train import main
+
+    main(config, run_dir, only, steps, list(overrides or []))
+
+
+def bench_long_input(
+    router: Path = typer.Option(..., "--router", help="A router folder with router.json and tokenizer/ (trained or "
+                                "exported)."),
+    reps: int = typer.Option(30, "--reps", help="Runs per row."),
+    whole_reps: int = typer.Option(3, "--whole-reps", help="runs of the 2 MB whole text (~17 s each here)"),
+) -> None:
+    """What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata."""
+    from evaluation.bench.long_input import main
+
+    main(router, reps, whole_reps)
+
+
+def bench_router_ab(
+    a: str = typer.Argument(..., help="Exported router A (a router_onnx folder)."),
+    b: str = typer.Argument(..., help="Exported router B."),
+    n: int = typer.Option(300, "--n", help="BFCL v1 requests, spread over the file."),
+    data_root: Path = typer.Option(Path("../shared/data"), "--data-root", help="Shared data root holding bfcl_v1/."),
+) -> None:
+    """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime)."""
+    from evaluation.bench.router_ab import main
+
+    main(a, b, n, data_root)
+
+
+def bench_tools(
+    tools: int = typer.Option(5000, "--tools", help="Catalog size (BFCL tools topped up with Seal-Tools)."),
+    queries: int = typer.Option(1000, "--queries", help="Distinct queries routed."),
+    data_root: str = typer.Option("../shared/data", "--data-root", help="Shared data root."),
+    run_dir: str = typer.Option("runs/tools", "--run-dir", help="Indexes and the record go here."),
+    config: str = typer.Option("configs/tools.yaml", "--config", help="tools config whose retrieval settings are used"),
+    overrides: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help=SET_HELP),
+    out: str = typer.Option("bench.json", "--out", help="file name under --run-dir"),
+    stages: float = typer.Option(None, "--stages", metavar="HEAD", help="instead: thread-CPU ms of each stage, and of "
+                                 "the exposure step with sibling fill at this head share vs without (→ --out under "
+                                 "--run-dir)"),
+) -> None:
+    """Latency of routing one request over a 5,000-tool catalog, query embedding included."""
+    from evaluation.bench.tools import main
+
+    main(tools, queries, data_root, run_dir, config, list(overrides), out, stages)
+
+
+def bench_loop(
+    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="The router in service at the start."),
+    data_root: Path = typer.Option(DATA_ROOT, "--data-root", help="Shared data root (bfcl_v1/ and the recordings)."),
+    requests: int = typer.Option(200, "--requests", help="BFCL v1 queries served and logged to learn from."),
+    score: int = typer.Option(200, "--score", help="The next queries, served and scored after the reload."),
+    add_model: str = typer.Option(None, "--add-model", help="A model of configs/pools/*.yaml to add partway."),
+    out: Path = typer.Option(Path("runs/loop"), "--out", help="Work folder; loop.json is written in it."),
+) -> None:
+    """The learning loop on loopback, on replayed BFCL v1 traffic: serve → log + explore → learn → reload → score."""
+    from evaluation.jobs import loop
+
+    argv = ["--router", str(router), "--data-root", str(data_root), "--requests", str(requests), "--score", str(score),
+            "--out", str(out)] + (["--add-model", add_model] if add_model else [])
+    with mock.patch.object(sys, "argv", ["switchcraft bench loop", *argv]):
+        loop.main()

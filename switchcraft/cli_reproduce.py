@@ -1,0 +1,87 @@
+"""`switchcraft reproduce` (the main job) and `switchcraft evaluate` (the report of a run's held-out predictions).
+
+    switchcraft reproduce --run-dir runs/default
+    switchcraft evaluate runs/finetune --out runs/finetune/report
+
+Wiring: `register(app)` adds `reproduce` and `evaluate`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from data.errors import DataError
+from data.registry import UnknownNameError
+from switchcraft.console import console, fail
+from switchcraft.tables import print_first_screen
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reproduce")(reproduce)
+    app.command("evaluate")(evaluate)
+
+
+def reproduce(
+    run_dir: Path = typer.Option(Path("runs/default"), help="Where everything is written."),
+    train_config: Path = typer.Option(Path("configs/train.yaml"), help="Training config."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool."),
+    data_config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
+    max_examples: int = typer.Option(None, help="Use a slice of the queries (smoke runs)."),
+    folds: int = typer.Option(None, help="Number of folds (default: the training config's)."),
+    target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
+    budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
+    knn: bool = typer.Option(True, help="Include the kNN baseline (embeds every query once more)."),
+    labels: str = typer.Option("truth", "--labels", help="truth | consensus: also fit everything on consensus labels "
+                               "(no expected answers) and score it with the true ones (report: 'Without ground truth')."),
+    override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
+) -> None:
+    """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
+    from evaluation.reproduce import ReproduceOptions
+    from evaluation.reproduce import reproduce as run_reproduce
+
+    if target == "budget" and budget is None:
+        fail("--target budget needs --budget USD_PER_MILLION")
+    if labels not in ("truth", "consensus"):
+        fail(f"--labels {labels!r}: expected truth or consensus")
+    opts = ReproduceOptions(run_dir=run_dir, data_config=data_config, pool=pool, train_config=train_config,
+                            train_overrides=list(override or []), max_examples=max_examples, folds=folds,
+                            target=target, budget_per_million=budget, knn=knn, labels=labels)
+    try:
+        result = run_reproduce(opts, console)
+    except (DataError, UnknownNameError) as e:
+        fail(str(e))
+    # The first screen: what an 80-column terminal holds; report.md has every row and column.
+    console.rule("[bold]headline (held-out)")
+    print_first_screen(console, result.headline, result.report)
+    console.print("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.timings.items()), highlight=False)
+
+
+def evaluate(
+    run_dir: Path = typer.Argument(..., help="A training run: its oof_predictions.parquet is evaluated."),
+    labels: Path = typer.Option(None, help="labels.parquet (default: <run_dir>/labels.parquet, else runs/default's)."),
+    examples: Path = typer.Option(None, help="examples.parquet (default: beside the labels)."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool (its order names the columns)."),
+    out: Path = typer.Option(None, help="Report folder (default: <run_dir>/report)."),
+    target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
+    budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
+) -> None:
+    """The oracle-gap report of a run's held-out predictions (e.g. a fine-tuning run), without retraining."""
+    from evaluation.report import evaluate_run, headline, headline_markdown
+
+    if target == "budget" and budget is None:
+        fail("--target budget needs --budget USD_PER_MILLION")
+    try:
+        ev, report, deploy = evaluate_run(run_dir, labels=labels, examples=examples, pool=pool, out=out, target=target,
+                                  budget_per_million=budget)
+    except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    console.print(headline_markdown(headline(ev)), highlight=False, markup=False)
+    for t, label in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
+        console.print(f"to serve for {label}: router.rule=lambda router.lam={deploy[t]['lambda']:.4g} "
+                      f"(or the threshold rule at τ = {deploy[t]['tau']:.2f})", highlight=False)
+    if "strategy_policy" in deploy:
+        console.print(f"strategy policy (≤ 20% of best-single cost) written into {deploy['strategy_policy']}; "
+                      "export the router to serve it", highlight=False)
+    console.print(f"report: {report}", highlight=False)
