@@ -9,9 +9,9 @@ import csv
 
 import pytest
 
-from data.cost_profile import markdown_table, profile_costs, read_usages, usages_of, write_profile
+from data.pool.cost_profile import markdown_table, profile_costs, read_usages, usages_of, write_profile
 from data.pool import Prices, load_price_table
-from data.replay_recordings import Recording, read_recordings
+from data.replay.recordings import Recording, read_recordings
 from data.schema import Usage
 
 

@@ -17,7 +17,7 @@ from data.pool_runner.request import (
     openai_function_name,
     request_hash,
 )
-from data.replay_recordings import ExampleIndex
+from data.replay.recordings import ExampleIndex
 from data.schema import Example, Expected, Message, Tool
 
 PRICES = Prices(input_per_mtok=1, output_per_mtok=2)

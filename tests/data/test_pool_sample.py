@@ -6,7 +6,7 @@ import pytest
 
 from data.errors import DataError
 from data.pool import Pool
-from data.pool_sample import recorded_style, sample_pool
+from data.pool.sample import recorded_style, sample_pool
 
 
 @pytest.fixture()

@@ -36,7 +36,7 @@ def default_pool() -> Pool:
 @pytest.fixture(scope="session")
 def pool_recordings(recordings_dir, default_pool):
     """The default pool's recordings, read once for the session (the servers only read them)."""
-    from data.replay_recordings import read_recordings
+    from data.replay.recordings import read_recordings
 
     return read_recordings(recordings_dir, models=[m.recording for m in default_pool.models])
 

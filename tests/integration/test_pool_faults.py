@@ -16,7 +16,7 @@ import pytest
 
 from data.pool_runner import run_pool
 from data.replay import Faults
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from data.schema import read_outputs
 from tests.integration.conftest import pool_at, sample_examples
 

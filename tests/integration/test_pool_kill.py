@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from data.replay import Faults
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from data.schema import read_outputs, write_examples
 from tests.integration.conftest import REPO, sample_examples
 

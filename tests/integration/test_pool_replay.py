@@ -10,7 +10,7 @@ import json
 import pytest
 
 from data.pool_runner import CallStore, run_pool
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from data.schema import read_outputs
 from tests.integration.conftest import pool_at, sample_examples
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from data.pool_runner import run_pool
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from tests.integration.conftest import pool_at, sample_examples
 from tests.integration.test_pool_replay import SECRET, keys  # noqa: F401
 

@@ -17,7 +17,7 @@ import pytest
 from data.decoders import decode
 from data.pool import load_pool
 from data.replay import Faults
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from data.verify.agree import calls_agree, disagreement_kind
 from data.verify.batch import is_text
 from serving.gateway.app import create_app
@@ -53,7 +53,7 @@ def cost_of(state, model: str, ex) -> float:
 
 @pytest.fixture(scope="module")
 def replay(shared_data):
-    from data.replay_recordings import read_recordings
+    from data.replay.recordings import read_recordings
     from data.sources import read_source
 
     examples = [e for e in read_source("bfcl_v1", str(shared_data / "bfcl_v1"))

@@ -22,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
 from data.replay import Faults
-from data.replay_serve import ReplayServer, build_state
+from data.replay.serve import ReplayServer, build_state
 from serving.client import RouterClient
 from serving.gateway.app import create_app
 from serving.gateway.breaker import Breaker, Breakers

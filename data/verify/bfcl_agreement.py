@@ -408,7 +408,7 @@ def write_agreement_report(rep: AgreementReport, out_dir: str | Path) -> tuple[P
         "",
         (
             f"Pairs compared: {rep.compared:,} (71 models x 1,630 queries, less {len(rep.unmatched)} outputs "
-            f"with no verdict: relevance verdicts are shifted by {RELEVANCE_ID_SHIFT}, see data/agreement.py)."
+            f"with no verdict: relevance verdicts are shifted by {RELEVANCE_ID_SHIFT}, see data/verify/bfcl_agreement.py)."
         ),
         "",
         f"**Overall agreement: {rep.overall:.2%}** ({sum(rep.agree.values()):,} / {rep.compared:,}).",

@@ -1,7 +1,7 @@
 """Draw a model pool from the recordings: any mix of API and open-weight models, priced from the price file.
 
     switchcraft pool sample --n 8 --seed 3 --out /tmp/pool_3.yaml      # then: switchcraft reproduce --pool /tmp/pool_3.yaml
-    from data.pool_sample import sample_pool
+    from data.pool.sample import sample_pool
     pool_dict, skipped = sample_pool(recordings, price_file, n=8, seed=3)
 
 The candidates are the recording folders with a price: API models by their

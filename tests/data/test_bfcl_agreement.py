@@ -10,7 +10,7 @@ import csv
 
 import pytest
 
-from data.agreement import (
+from data.verify.bfcl_agreement import (
     CLASSES,
     bfcl_standardise,
     classify,

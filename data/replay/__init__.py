@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from data.pool_runner.wire import message_from_raw, usage_to_wire
-from data.replay_recordings import ExampleIndex, Recordings
+from data.replay.recordings import ExampleIndex, Recordings
 
 
 class Faults(BaseModel):

@@ -17,7 +17,7 @@ import uvicorn
 
 from data.pool import Pool
 from data.replay import Faults, ReplayState, create_app
-from data.replay_recordings import ExampleIndex, Recordings, read_recordings
+from data.replay.recordings import ExampleIndex, Recordings, read_recordings
 from data.schema import Example
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from data.errors import DataError
 from data.pool import Prices
-from data.replay_recordings import Recordings, read_recordings
+from data.replay.recordings import Recordings, read_recordings
 from data.schema import Usage
 
 Usages = dict[str, list[Usage]]  # model -> one Usage per recorded query

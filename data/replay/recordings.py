@@ -4,7 +4,7 @@ Recordings come from an `outputs.parquet` (Output records) or a directory of
 BFCL result files (`<dir>/<model>/<category>.jsonl`, read by
 `data.recorded.import_recorded`). Only raw and usage are kept.
 
-    from data.replay_recordings import read_recordings
+    from data.replay.recordings import read_recordings
     recs = read_recordings("../shared/data/bfcl_v1_pool_outputs_2024-08-11", models=["gpt-4-0613"])
 """
 
