@@ -263,6 +263,7 @@ def _arguments(args: Any, where: str) -> Any:
         return {}
     except (ValueError, RecursionError) as e:
         raise bad(f"cannot be read as JSON ({type(e).__name__})", where) from None
+    parsed = _clean_surrogates(parsed)  # "\\ud800" escaped inside the arguments string: the tokenizer refuses it
     if BAD_TOKENS.search(raw):
         for inner, v in _walk(parsed):
             if isinstance(v, _Bad):

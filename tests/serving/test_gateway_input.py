@@ -271,7 +271,7 @@ HOSTILE = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size
                        max_leaves=12) | st.integers(80, 160).flatmap(nested) | st.just([USER] * 7) | st.just([TOOL] * 5)
 # Values are copied into the body (a shared one edited twice could contain itself).
 PATHS = ["model", "messages", "messages.0", "messages.0.role", "messages.0.content", "messages.0.name",
-         "messages.0.tool_calls", "messages.1", "messages.1.role", "messages.1.tool_call_id", "messages.1.content",
+         "messages.0.tool_calls", "messages.1", "messages.1.role", "messages.1.tool_calls.0.function.arguments", "messages.1.tool_call_id", "messages.1.content",
          "tools", "tools.0", "tools.0.type", "tools.0.function", "tools.0.function.name",
          "tools.0.function.description", "tools.0.function.parameters", "tools.0.function.parameters.type",
          "tools.0.function.parameters.properties", "tools.0.function.parameters.properties.city",
@@ -309,6 +309,10 @@ def set_path(body: dict, path: str, value) -> None:
        edits=st.lists(st.tuples(st.sampled_from(PATHS), HOSTILE), min_size=1, max_size=3),
        endpoint=st.sampled_from(["/v1/chat/completions", "/v1/route"]))
 @example(model="router", edits=[("tools", None), ("tools.0.type", [USER] * 7)], endpoint="/v1/chat/completions")
+@example(model="router", edits=[("messages.1.tool_calls.0.function.arguments", '{"city": "\\ud800"}')],
+         endpoint="/v1/chat/completions")
+@example(model="router", edits=[("messages.1.tool_calls.0.function.arguments", '{"\\udfff": ["\\ud800x"]}')],
+         endpoint="/v1/route")
 def test_hostile_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model, edits, endpoint):
     body = base_body(model)
     for path, value in edits:
