@@ -100,7 +100,7 @@ def bench_gateway(
                               "(a real redis-server started for the run)."),
     overrides: list[str] = typer.Argument(None, help="Gateway config overrides key=value (e.g. upstream.timeout_s=1)."),
 ) -> None:
-    from serving.gateway.bench import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
+    from evaluation.bench.gateway import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
 
     try:
         cfg = GatewayBenchConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,

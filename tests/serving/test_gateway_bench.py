@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from serving.gateway.bench import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
+from evaluation.bench.gateway import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -40,8 +40,8 @@ import numpy as np
 import yaml
 
 from data.pool import Pool, load_pool
-from data.replay_recordings import read_recordings
-from data.replay_serve import ReplayServer, build_state
+from data.replay.recordings import read_recordings
+from data.replay.serve import ReplayServer, build_state
 from serving.gateway.auth import new_key
 from serving.gateway.breaker import endpoint_of
 
