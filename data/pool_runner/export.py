@@ -5,20 +5,11 @@ switchcraft pool run ... --out runs/default/pool_outputs.parquet   (runs this at
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import platform
-import time
-from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from data.pool_runner.request import PlannedCall
 from data.pool_runner.store import CallStore, StoredCall
 from data.schema import Example, Output, write_outputs
-
-if TYPE_CHECKING:
-    from data.pool import Pool
-    from data.pool_runner.runner import PlannedCall, RunSummary
 
 
 def to_output(call: StoredCall, example: Example) -> Output:
@@ -64,41 +55,3 @@ def export_outputs(
                 outputs.append(to_output(hit, c.example))
     write_outputs(out, outputs)
     return outputs
-
-
-def write_run_record(
-    out: str | Path,
-    pool: Pool,
-    summary: RunSummary,
-    *,
-    store: str | Path,
-    n_examples: int,
-    max_usd: float | None,
-) -> Path:
-    """`<out>.json` beside the outputs: the pool (key variable names, never keys), the run's
-    counts and spend, and the versions that produced it."""
-    versions: dict[str, Any] = {"python": platform.python_version()}
-    for pkg in ("switchcraft", "httpx", "pydantic"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    record = {
-        "command": "switchcraft pool run",
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "store": str(store),
-        "examples": n_examples,
-        "max_usd": max_usd,
-        "pool": pool.model_dump(mode="json"),
-        "summary": {
-            "seconds": round(summary.seconds, 3),
-            "complete": summary.complete,
-            "budget_stop": summary.budget_stop,
-            "resent_in_flight": summary.resent_in_flight,
-            "models": {n: dataclasses.asdict(m) for n, m in summary.models.items()},
-        },
-        "versions": versions,
-    }
-    path = Path(out).with_suffix(".json")
-    path.write_text(json.dumps(record, indent=2))
-    return path

@@ -1,4 +1,5 @@
-"""Build the chat-completion request for one (example, model), and the hash that names it.
+"""Build the chat-completion request for one (example, model), and the hash that names it;
+`plan_calls` plans every call of a run.
 
 Two prompt styles, as in BFCL:
 - `native`: the tools go in the `tools` parameter (function names made
@@ -19,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from data.pool import PoolModel
+from data.pool import Pool, PoolModel
 from data.schema import Example, Tool
 
 # The function-doc prompt BFCL used for non-native models (paraphrased, same contract).
@@ -146,6 +148,29 @@ def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
         # asking a provider to keep our prompts is a separate decision.
         body["metadata"] = {"example_id": example.id}
     return body
+
+
+@dataclass
+class PlannedCall:
+    """One (example, model) call of a run: the request body and the hash that names it."""
+
+    example: Example
+    model: PoolModel
+    body: dict
+    request_hash: str
+
+
+def plan_calls(pool: Pool, examples: list[Example]) -> dict[str, list[PlannedCall]]:
+    """Every model's calls, in example order; an example listed twice is one call."""
+    out: dict[str, list[PlannedCall]] = {}
+    examples = list({ex.id: ex for ex in examples}.values())
+    for m in pool.models:
+        calls = []
+        for ex in examples:
+            body = build_request(ex, m)
+            calls.append(PlannedCall(ex, m, body, request_hash(body)))
+        out[m.name] = calls
+    return out
 
 
 def request_hash(body: dict[str, Any]) -> str:

@@ -15,38 +15,31 @@ spend, summary) only once its answer is committed to the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
+import platform
 import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from data.errors import DataError
 from data.pool import Pool, PoolModel
 from data.pool_runner.client import CallFailed, RetryPolicy, post_completion
+from data.pool_runner.export import export_outputs
 from data.pool_runner.limits import Budget, BudgetExceeded, RequestPacer
 from data.pool_runner.progress import PoolProgress
-from data.pool_runner.request import (
-    build_request,
-    estimate_input_tokens,
-    idempotency_key,
-    request_hash,
-)
+from data.pool_runner.request import PlannedCall, estimate_input_tokens, idempotency_key, plan_calls
 from data.pool_runner.store import CallStore
 from data.schema import Example, Usage
 
 POOL_SHARD = 8
-
-
-@dataclass
-class PlannedCall:
-    example: Example
-    model: PoolModel
-    body: dict
-    request_hash: str
 
 
 @dataclass
@@ -79,18 +72,6 @@ class RunSummary:
     @property
     def calls_made(self) -> int:
         return sum(m.done_now for m in self.models.values())
-
-
-def plan_calls(pool: Pool, examples: list[Example]) -> dict[str, list[PlannedCall]]:
-    out: dict[str, list[PlannedCall]] = {}
-    examples = list({ex.id: ex for ex in examples}.values())  # an example listed twice is one call
-    for m in pool.models:
-        calls = []
-        for ex in examples:
-            body = build_request(ex, m)
-            calls.append(PlannedCall(ex, m, body, request_hash(body)))
-        out[m.name] = calls
-    return out
 
 
 def api_keys(pool: Pool) -> dict[str, str | None]:
@@ -273,8 +254,6 @@ def run_pool(
     **kwargs,
 ) -> RunSummary:
     """Run (or resume) the pool; with `out`, write every stored answer of this plan as outputs.parquet."""
-    from data.pool_runner.export import export_outputs, write_run_record
-
     store = CallStore(store_path)
     try:
         summary = asyncio.run(run_pool_async(pool, examples, store, **kwargs))
@@ -291,3 +270,41 @@ def run_pool(
     finally:
         store.close()
     return summary
+
+
+def write_run_record(
+    out: str | Path,
+    pool: Pool,
+    summary: RunSummary,
+    *,
+    store: str | Path,
+    n_examples: int,
+    max_usd: float | None,
+) -> Path:
+    """`<out>.json` beside the outputs: the pool (key variable names, never keys), the run's
+    counts and spend, and the versions that produced it."""
+    versions: dict[str, Any] = {"python": platform.python_version()}
+    for pkg in ("switchcraft", "httpx", "pydantic"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    record = {
+        "command": "switchcraft pool run",
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "store": str(store),
+        "examples": n_examples,
+        "max_usd": max_usd,
+        "pool": pool.model_dump(mode="json"),
+        "summary": {
+            "seconds": round(summary.seconds, 3),
+            "complete": summary.complete,
+            "budget_stop": summary.budget_stop,
+            "resent_in_flight": summary.resent_in_flight,
+            "models": {n: dataclasses.asdict(m) for n, m in summary.models.items()},
+        },
+        "versions": versions,
+    }
+    path = Path(out).with_suffix(".json")
+    path.write_text(json.dumps(record, indent=2))
+    return path
