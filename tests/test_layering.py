@@ -1,0 +1,244 @@
+"""The stage packages import only leftwards, and no modules import each other in a circle.
+
+    .venv/bin/python -m pytest -q tests/test_layering.py
+
+Stages, left to right: data ← training ← serving ← evaluation ← switchcraft (the CLI).
+A module may import its own stage and the stages to its left, never one to its right,
+not even inside a function: a lazy import hides the dependency, it does not remove it.
+A circle is two or more modules that import each other, counting every import: a lazy one
+inside a function or under `if TYPE_CHECKING:` closes the circle just the same (it only
+moves the failure from import time to call time). A circle means a helper sits in the
+wrong file; the fix is to move it into the module that owns it.
+Every module is read with `ast`, never imported, so the check costs well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STAGES = ("data", "training", "serving", "evaluation", "switchcraft")
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module, e.g. "data.pool_runner.runner"
+    target: str  # imported module of the tree, e.g. "data.pool"
+    file: str  # the importing file, relative to the root
+    line: int
+    module_level: bool  # False inside a function body
+
+    def at(self) -> str:
+        return f"{self.file}:{self.line}" + ("" if self.module_level else ", in a function")
+
+
+def module_files(root: Path, stages: tuple[str, ...] = STAGES) -> dict[str, Path]:
+    """Dotted module name → file, for every .py file under the stage folders."""
+    modules = {}
+    for stage in stages:
+        for path in sorted((root / stage).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of `name` that is a module of the tree (None for outside ones)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+class _Collector(ast.NodeVisitor):
+    def __init__(self, module: str, is_package: bool, file: str, modules: dict[str, Path]):
+        self.module, self.file, self.modules = module, file, modules
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.depth = 0  # function bodies entered
+        self.found: list[Import] = []
+
+    def _add(self, target: str | None, node: ast.stmt) -> None:
+        if target is not None and target != self.module:
+            self.found.append(Import(self.module, target, self.file, node.lineno, self.depth == 0))
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(_resolve(alias.name, self.modules), node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            anchor = self.package.split(".")[: len(self.package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        for alias in node.names:
+            # `from data.pool import sample` imports the submodule; `from data.pool import Pool` the package.
+            submodule = f"{base}.{alias.name}"
+            self._add(submodule if submodule in self.modules else _resolve(base, self.modules), node)
+
+
+def imports_of(root: Path, stages: tuple[str, ...] = STAGES) -> list[Import]:
+    """Every import, at module level or inside a function, from one module of the tree to another."""
+    modules = module_files(root, stages)
+    found: list[Import] = []
+    for module, path in modules.items():
+        file = str(path.relative_to(root))
+        collector = _Collector(module, path.name == "__init__.py", file, modules)
+        collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=file))
+        found.extend(collector.found)
+    return found
+
+
+def upward_imports(imports: list[Import], stages: tuple[str, ...] = STAGES) -> list[str]:
+    """One line per import of a stage to the right of the importing module's stage."""
+    rank = {stage: i for i, stage in enumerate(stages)}
+    bad = []
+    for imp in imports:
+        src, dst = imp.source.split(".")[0], imp.target.split(".")[0]
+        if rank[dst] > rank[src]:
+            allowed = ", ".join(stages[: rank[src] + 1])
+            lazy = "" if imp.module_level else " inside a function"
+            bad.append(f"{imp.file}:{imp.line}: {imp.source} imports {imp.target}{lazy} ({src} may import "
+                       f"only {allowed}; move what it needs into {src} or further left)")
+    return bad
+
+
+def _components(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components (Tarjan, iterative) of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def _cycle_through(first: str, members: set[str], graph: dict[str, set[str]]) -> list[str]:
+    """A shortest path first → … → first inside one component (breadth-first)."""
+    parent: dict[str, str] = {}
+    frontier = [first]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(graph[node] & members):
+                if child == first:
+                    path = [node]
+                    while path[-1] != first:
+                        path.append(parent[path[-1]])
+                    return [*reversed(path), first]
+                if child not in parent:
+                    parent[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    raise AssertionError(f"{first} is in a component but on no cycle")
+
+
+def import_circles(imports: list[Import]) -> list[str]:
+    """One line per circle: each module with the file:line of its import of the next."""
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], Import] = {}
+    for imp in sorted(imports, key=lambda i: not i.module_level):  # name a module-level import first
+        graph.setdefault(imp.source, set()).add(imp.target)
+        graph.setdefault(imp.target, set())
+        where.setdefault((imp.source, imp.target), imp)
+    lines = []
+    for component in _components(graph):
+        cycle = _cycle_through(component[0], set(component), graph)
+        hops = " → ".join(f"{a} ({where[a, b].at()})" for a, b in zip(cycle, cycle[1:])) + f" → {cycle[0]}"
+        rest = sorted(set(component) - set(cycle))
+        also = f"; the same circle also takes in {', '.join(rest)}" if rest else ""
+        lines.append(f"import circle: {hops}{also} (move the shared code into the module that owns it)")
+    return lines
+
+
+def test_no_stage_imports_a_stage_to_its_right():
+    bad = upward_imports(imports_of(REPO))
+    assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_no_import_circle():
+    circles = import_circles(imports_of(REPO))
+    assert not circles, "\n".join(circles)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_checker_finds_an_upward_import_even_inside_a_function(tmp_path):
+    _write(tmp_path, {
+        "data/__init__.py": "",
+        "data/a.py": "import json\nfrom data import b\n\ndef f():\n    from serving.x import y\n",
+        "data/b.py": "",
+        "serving/__init__.py": "",
+        "serving/x.py": "from data.a import f\ny = 1\n",
+    })
+    bad = upward_imports(imports_of(tmp_path, ("data", "serving")), ("data", "serving"))
+    assert bad == ["data/a.py:5: data.a imports serving.x inside a function (data may import only "
+                   "data; move what it needs into data or further left)"]
+
+
+def test_checker_names_each_hop_of_a_circle_lazy_imports_included(tmp_path):
+    _write(tmp_path, {
+        "data/__init__.py": "",
+        "data/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from data.b import B\n",
+        "data/b.py": "def f():\n    from .c import C\n",
+        "data/c.py": "from data import a\n",
+        "data/d.py": "from data.a import x\n",
+        "data/pkg/__init__.py": "from data.pkg.sub import y\n",
+        "data/pkg/sub.py": "from data.pkg import z\n",
+    })
+    circles = import_circles(imports_of(tmp_path, ("data",)))
+    assert circles == [
+        "import circle: data.a (data/a.py:3) → data.b (data/b.py:2, in a function) → data.c (data/c.py:1) "
+        "→ data.a (move the shared code into the module that owns it)",
+        "import circle: data.pkg (data/pkg/__init__.py:1) → data.pkg.sub (data/pkg/sub.py:1) → data.pkg "
+        "(move the shared code into the module that owns it)",
+    ]
