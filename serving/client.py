@@ -28,7 +28,7 @@ import numpy as np
 from serving.backends import Backend, make_backend
 from serving.long_input import CappedEncoder
 from serving.policy import Constraints, CostAwarePolicy, Decision
-from serving.strategy_policy import StrategyPolicy
+from training.policy import StrategyPolicy
 from training.export import Request, RequestEncoder, pad_batch
 
 log = logging.getLogger(__name__)

@@ -5,19 +5,18 @@
     run.returned.answer.body        # the completion to return (OpenAI tool_calls)
     run.trace()                     # every call: model, role, outcome, latency, usage, cost, raw, decoded calls
 
-An agreement cascade follows serving/strategy.py's rules exactly: the two
-`first` models are called concurrently; when their decoded calls agree in
-meaning (`data.verify.agree.calls_agree` with the request's tools; two
-non-calls agree) the cheaper one's answer is returned; otherwise the
-tie-breaker, if any, is called, and when it agrees with one of the first two
-the cheaper model of that pair answers (before the tie-breaker, a resolve rule
-for *how* the two disagree, `data.verify.agree.disagreement_kind`, may answer
-with one of them at once or skip the tie-breaker); otherwise the answer comes from
-`escalate`, in order, then the rest of the decision's ranking: a model already
-called answers again at no cost, one that fails is skipped like a fallback
-(at most `max_attempts` new calls). A model that fails gives no answer and
-agrees with nothing. "Cheaper" is the decision's expected cost of the model for
-this request (`Decision.costs`); a model it does not price is never the cheaper.
+An agreement cascade takes every decision from `training.policy.rules` (the one
+copy of the cascade's rules, which the offline simulation and the replay of
+logged traffic follow too): the two `first` models are called concurrently,
+`rules.after_first` says whether the answer is in (they agree: the cheaper
+one's; a resolve rule for how they disagree: that model's), the tie-breaker is
+asked, or the cascade escalates; after the tie-breaker, `rules.after_tie_breaker`;
+on escalation the models come in `rules.escalation`'s order (`escalate`, then the
+rest of the decision's ranking). What only live calls have is here: a model
+that fails gives no answer and agrees with nothing (no kind of disagreement);
+one already called answers again at no cost; one that fails is skipped like a
+fallback (at most `max_attempts` new calls). "Cheaper" is by the decision's
+expected cost of the model for this request (`Decision.costs`).
 
 A single strategy is today's path: its model, then its fallbacks, one at a
 time (at most `max_attempts`); a request the upstream rejects (400/413/422)
@@ -29,7 +28,6 @@ model answered.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,7 +43,8 @@ from serving.gateway.answers import Answer, read_answer
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.requests import GatewayError
 from serving.gateway.upstream import ABANDONED, Attempt, Upstreams
-from serving.strategy import Strategy
+from training.policy import rules
+from training.policy.strategy import Strategy
 
 MODEL_HEADER = "x-switchcraft-model"
 
@@ -286,9 +285,6 @@ class Cascade:
         run.checks.append(check)
         return check["agree"]
 
-    def _cheaper(self, req: CascadeRequest, *models: str) -> str:
-        return min(models, key=lambda m: req.costs.get(m, math.inf))  # ties: the first named
-
     async def _agree(self, run: Run, req: CascadeRequest) -> None:
         s = run.strategy
         a, b = s.first
@@ -302,28 +298,23 @@ class Cascade:
             tg.start_soon(call_first, b)
         run.calls += [recs[a], recs[b]]
         self._count_failures(recs[a], recs[b])
-        if self._agree_check(run, recs[a], recs[b], req.tools):
-            run.verdict = "agree"
-            return self._answer(run, recs[self._cheaper(req, a, b)], "agree")
-        action = s.action_for(run.checks[-1].get("kind"))  # no kind when a first model gave no answer
-        if action in ("first", "second"):
-            run.verdict = "resolved"
-            return self._answer(run, recs[a if action == "first" else b], "resolved")
-        if s.tie_breaker is not None and action != "escalate":
+        agree = self._agree_check(run, recs[a], recs[b], req.tools)
+        # No kind when a first model gave no answer.
+        step = rules.after_first(s, agree, run.checks[-1].get("kind"), req.costs)
+        if step.do == rules.TIE_BREAKER:
             t = recs[s.tie_breaker] = await self._call(s.tie_breaker, "tie_breaker", req)
             run.calls.append(t)
             self._count_failures(t)
-            agreeing = [m for m in (a, b) if self._agree_check(run, recs[m], t, req.tools)]
-            if agreeing:
-                run.verdict = "tie_broken"
-                winner = self._cheaper(req, *(self._cheaper(req, m, t.model) for m in agreeing))
-                return self._answer(run, recs[winner], "tie_broken")
-        run.verdict = "disagree"
+            agrees = tuple(self._agree_check(run, recs[m], t, req.tools) for m in (a, b))
+            step = rules.after_tie_breaker(s, agrees, req.costs)
+        run.verdict = step.verdict
+        if step.do == rules.ANSWER:
+            return self._answer(run, recs[step.model], step.verdict)
         await self._escalate(run, req, recs)
 
     async def _escalate(self, run: Run, req: CascadeRequest, recs: dict[str, CallRecord]) -> None:
         s, new_calls = run.strategy, 0
-        for model in [*s.escalate, *(m for m in req.ranking if m not in s.escalate)]:
+        for model in rules.escalation(s, req.ranking):
             rec, reused = recs.get(model), True
             if rec is None:
                 if new_calls >= self.max_attempts:

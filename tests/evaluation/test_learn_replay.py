@@ -11,11 +11,10 @@ import numpy as np
 
 from data.pool import Pool
 from data.schema import Call, Example, Expected, Message, Output, Tool
-from evaluation.learn import replay
-from evaluation.routing_eval import RoutingData
-from evaluation.strategies import CascadeData, menu_of, simulate
-from evaluation.strategy_eval import to_strategy
-from serving.strategy import Strategy
+from evaluation.offline.routing_eval import RoutingData
+from training.policy import Strategy
+from training.policy.replay import replay
+from training.policy.simulate import CascadeData, menu_of, simulate, to_strategy
 
 TOOL = Tool(name="f", parameters={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
                                   "required": ["a"]})

@@ -10,10 +10,10 @@ import pytest
 
 from data.pool import Pool
 from data.schema import Call, Example, Expected, Message, Output, Tool
-from evaluation.routing_eval import RoutingData
-from evaluation.stats import paired_bootstrap
-from evaluation.strategies import CascadeData, menu_of, pareto_menu, simulate, spec_name
+from evaluation.offline.routing_eval import RoutingData
+from evaluation.offline.stats import paired_bootstrap
 from evaluation.strategy_eval import best_fixed_strategy, evaluate_strategy_policy, fixed_ceilings, fold_simulations
+from training.policy.simulate import CascadeData, menu_of, pareto_menu, simulate, spec_name
 
 MODELS = ["cheap_a", "cheap_b", "strong"]
 COSTS = np.array([1.0, 2.0, 10.0])
@@ -205,7 +205,8 @@ def test_held_out_labels_never_choose_the_parameters():
     """In every fold, the resolve rules, λ and the strategies run on the test rows come from the other folds:
     making the cheap model wrong on the test fold's "first_declines" rows (where a rule answers with it) moves
     none of them, though the same change on all rows would drop the rule."""
-    from evaluation.strategy_eval import _fold_split, default_menu, fit_policies
+    from evaluation.strategy_eval import _fold_split
+    from training.policy.fit import default_menu, fit_policies
 
     cd, probs = _synthetic(n=400)
     cd, declines = _with_kinds(cd)
@@ -338,7 +339,7 @@ def test_the_regressions_regularisation_is_chosen_on_inner_folds_by_a_standard_e
     """Informative router probabilities earn per-request choices (c > 0, non-zero coefficients); between grid
     values whose cross-fitted results differ by less than `noise_se` standard errors (none by default: a tie), the
     simplest (c = 0: one strategy for every request) is kept."""
-    from evaluation.strategy_eval import _simplest_within_noise, fit_policies
+    from training.policy.fit import _simplest_within_noise, fit_policies
 
     cd, probs = _synthetic()
     specs = menu_of(3)
@@ -366,8 +367,8 @@ def test_the_regressions_regularisation_is_chosen_on_inner_folds_by_a_standard_e
 
 
 def StrategyPolicy_fit_zero(cd, probs):
-    from evaluation.strategy_eval import to_strategy
-    from serving.strategy_policy import StrategyPolicy
+    from training.policy import StrategyPolicy
+    from training.policy.simulate import to_strategy
 
     specs = menu_of(3)
     sim = simulate(cd, specs, COSTS)
@@ -378,7 +379,7 @@ def StrategyPolicy_fit_zero(cd, probs):
 def test_the_report_pairs_the_policy_with_the_best_fixed_strategy_on_the_same_queries():
     from types import SimpleNamespace
 
-    from evaluation.report import STRATEGIES, policy_vs_fixed
+    from evaluation.report.evaluate import STRATEGIES, policy_vs_fixed
     from evaluation.strategy_eval import RowOutcome
 
     rng = np.random.default_rng(0)

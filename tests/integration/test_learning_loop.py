@@ -4,7 +4,7 @@ running gateway reloads it, and the next queries are scored with the verifier's 
 
     .venv/bin/python -m pytest -q tests/integration/test_learning_loop.py
 
-Small on purpose (CI): 90 requests to learn from, 60 to score. `python -m evaluation.loop` runs it at full size.
+Small on purpose (CI): 90 requests to learn from, 60 to score. `python -m evaluation.jobs.loop` runs it at full size.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from data.pool import load_pool
-from evaluation.loop import run_loop
+from evaluation.jobs.loop import run_loop
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 
 pytestmark = pytest.mark.integration

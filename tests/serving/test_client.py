@@ -92,7 +92,7 @@ def _with_strategy_policy(exported, tmp_path):  # noqa: F811
     import shutil
 
     from serving.strategy import Strategy
-    from serving.strategy_policy import StrategyPolicy
+    from training.policy import StrategyPolicy
 
     out, _ = exported
     dst = tmp_path / "router_onnx"

@@ -11,12 +11,12 @@ learns from (exploration, `explore.rate`, provides them). Steps:
 2. consensus labels (`data.consensus`): each (request, model) labelled from agreement in meaning;
 3. the last `holdout` share of requests (by time) is held out; the router is trained on the rest (the usual
    recipe, configs/train.yaml, on consensus labels, no auxiliary targets) and the strategy policy fitted on its
-   out-of-fold probabilities (`write_strategy_policy`), then exported to ONNX (`router_onnx/`). Its cost target
+   out-of-fold probabilities (`training.policy.write_strategy_policy`), then exported to ONNX (`router_onnx/`). Its cost target
    is `--budget` USD per million requests when given (recommended: consensus labels can swap two near-tied top
    models, and "20% of the best single model's cost" then moves with their price ratio; docs/consensus.md),
    else 20% of the cost of the model the consensus labels rank first;
-4. on the held-out requests, the new router's decisions are replayed on the logged answers (the gateway's
-   strategy rules: agreement in meaning, resolve rules, tie-breaker, escalation) and compared with what the
+4. on the held-out requests, the new router's decisions are replayed on the logged answers
+   (`training.policy.replay`: the gateway's cascade rules, `training.policy.rules`) and compared with what the
    router in service did: accuracy scored with consensus labels, and with the verifier's true labels where the
    caller's `metadata.example_id` names a BFCL v1 query (`--data-root`), cost from the logged calls.
 Results: `<run-dir>/learn.json` and the printed table.
@@ -35,9 +35,8 @@ import pandas as pd
 from data.errors import DataError
 from data.pool import Pool, load_pool
 from data.schema import Call, Example, Expected, Message, Output, Tool, Usage, write_examples, write_outputs
-from data.verify.agree import calls_agree, disagreement_kind
-from evaluation.stats import paired_bootstrap
-from serving.strategy import Strategy
+from evaluation.offline.stats import paired_bootstrap
+from training.policy.replay import replay
 
 
 @dataclass
@@ -96,37 +95,7 @@ def complete_rows(examples: list[Example], outputs: list[Output], pool: Pool) ->
     return [e for e in examples if by.get(e.id, set()) >= set(pool.names)]
 
 
-# ------------------------------------------------------------------------- replaying a strategy on answers
-
-def replay(strategy: Strategy, answers: dict[str, list], correct: dict[str, bool], cost: dict[str, float],
-           tools: list[Tool], price: dict[str, float]) -> tuple[bool, float]:
-    """(correct, cost) of running `strategy` on logged answers, with the gateway's rules
-    (serving/gateway/cascade.py): agreement in meaning → the cheaper answers; a resolve rule; the tie-breaker's
-    pair → its cheaper; else the first of `escalate`. Every model answered, so there are no failures to skip."""
-    if strategy.kind == "single":
-        m = strategy.first[0]
-        return correct[m], cost[m]
-
-    def cheaper(x: str, y: str) -> str:
-        return x if price.get(x, np.inf) <= price.get(y, np.inf) else y
-
-    a, b = strategy.first
-    spent = cost[a] + cost[b]
-    if calls_agree(tools, answers[a], answers[b]):
-        return correct[cheaper(a, b)], spent
-    action = strategy.action_for(disagreement_kind(tools, answers[a], answers[b]))
-    if action in ("first", "second"):
-        return correct[a if action == "first" else b], spent
-    t, asked = strategy.tie_breaker, {a, b}
-    if t is not None and action != "escalate":
-        spent += cost[t]
-        asked.add(t)
-        agreeing = [m for m in (a, b) if calls_agree(tools, answers[m], answers[t])]
-        if agreeing:
-            return correct[cheaper(cheaper(*agreeing) if len(agreeing) == 2 else agreeing[0], t)], spent
-    e = strategy.escalate[0]  # an answer in hand is reused; a tie-breaker a rule skipped was never asked
-    return correct[e], spent + (0.0 if e in asked else cost[e])
-
+# ------------------------------------------------------------------------- the comparison on held-out requests
 
 def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.DataFrame, onnx_dir: Path,
                        pool: Pool, truth: dict[tuple[str, str], bool] | None) -> dict:
@@ -176,7 +145,7 @@ def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.Da
 
 
 def _mean_ci(values, interval) -> dict:
-    """The mean and its paired-bootstrap interval (evaluation.stats.paired_bootstrap)."""
+    """The mean and its paired-bootstrap interval (evaluation.offline.stats.paired_bootstrap)."""
     return {"mean": float(np.mean(np.asarray(values, dtype=float))), "low": float(interval.low),
             "high": float(interval.high)}
 
@@ -208,13 +177,13 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
 
     from data.consensus import run_consensus_labels
     from data.schema import read_labels
-    from evaluation.routing_eval import RoutingData, oof_matrix
-    from evaluation.strategies import CascadeData
-    from evaluation.consensus_eval import menu_apart
-    from evaluation.strategy_eval import write_strategy_policy
+    from evaluation.offline.routing_eval import RoutingData, oof_matrix
+    from evaluation.offline.consensus_eval import menu_apart
     from serving.gateway.decision_log import read_log
     from training.config import load_train_config
     from training.export import export_router
+    from training.policy.fit import write_strategy_policy
+    from training.policy.simulate import CascadeData
     from training.recipe import OOF_FILE, run_training
 
     console = console or Console()

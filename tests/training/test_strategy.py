@@ -2,7 +2,7 @@
 
 import pytest
 
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 
 def test_single_and_agree_names_and_models():

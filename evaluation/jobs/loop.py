@@ -1,6 +1,6 @@
 """The whole learning loop on loopback, on replayed BFCL v1 traffic: serve → log + explore → learn → reload → score.
 
-    python -m evaluation.loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
+    python -m evaluation.jobs.loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
 
 What a user does on their own traffic (README, "Your own traffic"), run end to end against replay servers
 that answer with the recorded outputs of the pool's models:
@@ -93,7 +93,7 @@ def send_all(url: str, examples: list, concurrency: int = 4) -> list[dict]:
 def score(before: list[dict], after: list[dict], truth: dict[tuple[str, str], bool]) -> tuple[dict, dict]:
     """True accuracy and cost of the same queries served twice, with paired intervals (an unanswered request
     counts as wrong and free)."""
-    from evaluation.stats import paired_bootstrap
+    from evaluation.offline.stats import paired_bootstrap
 
     def arrays(sent: list[dict]) -> tuple[np.ndarray, np.ndarray]:
         ok = [r["status"] == 200 for r in sent]
@@ -120,9 +120,9 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
              budget_usd_per_million: float | None = None) -> LoopResult:
     from data.labels import label_outputs
     from data.recorded import import_recorded
-    from data.replay_serve import ReplayServer, build_state
+    from data.replay.serve import ReplayServer, build_state
     from data.sources import read_source
-    from evaluation.learn import learn
+    from evaluation.jobs.learn import learn
     from serving.client import RouterClient
     from serving.gateway.app import create_app
     from serving.gateway.config import ServingConfig

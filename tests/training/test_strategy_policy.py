@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from serving.strategy import Strategy
-from serving.strategy_policy import StrategyPolicy
+from training.policy import Strategy, StrategyPolicy
 
 MODELS = ["a", "b", "c"]
 MENU = [Strategy.single("a"), Strategy.agree("a", "b", escalate=("c",)), Strategy.single("c")]

@@ -1,10 +1,10 @@
 """The strategy policy: per request, which strategy (a single model or an agreement cascade) to run.
 
-    from serving.strategy_policy import StrategyPolicy
+    from training.policy import StrategyPolicy
     policy = StrategyPolicy.fit(models, menu, probs, outcome_correct, outcome_cost, lam=0.05)
     policy.choose(probs_batch)                 # index into the menu, per row (the offline evaluation)
-    policy.strategy_for(probs_row)             # a serving.strategy.Strategy (the gateway)
-    StrategyPolicy.from_json(policy.to_json())  # what router_dir/strategy_policy.json holds
+    policy.strategy_for(probs_row)             # a Strategy with its fallbacks (the gateway)
+    StrategyPolicy.from_json(policy.to_json())  # what router.json's strategy_policy holds
 
 Each strategy on the menu gets its own estimate of P(its answer is right | the
 router's probabilities): a logistic regression on the logits of the router's
@@ -13,8 +13,9 @@ cascade's success depends on several models at once: two cheap models both
 likely right means they will agree, and be right). The choice is RouterBench's
 λ rule over strategies: argmax λ·P̂(s) − cost(s), where cost(s) is the
 strategy's mean cost per query on the training rows (every call it made). The
-menu, the regressions and λ are all fitted on training rows only; `switchcraft
-reproduce` writes the deployable one (fitted on every labelled query).
+menu, the regressions and λ are all fitted on training rows only
+(`training.policy.fit`, which writes the deployable one, fitted on every
+labelled query, into `router.json`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from serving.strategy import Strategy
+from training.policy.strategy import Strategy
 
 EPS = 1e-4
 
