@@ -38,8 +38,8 @@ def reproduce(
     override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
 ) -> None:
     """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
-    from evaluation.reproduce import ReproduceOptions
-    from evaluation.reproduce import reproduce as run_reproduce
+    from evaluation.jobs.reproduce import ReproduceOptions
+    from evaluation.jobs.reproduce import reproduce as run_reproduce
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
@@ -68,7 +68,8 @@ def evaluate(
     budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
 ) -> None:
     """The oracle-gap report of a run's held-out predictions (e.g. a fine-tuning run), without retraining."""
-    from evaluation.report import evaluate_run, headline, headline_markdown
+    from evaluation.report.report import evaluate_run
+    from evaluation.report.tables import headline, headline_markdown
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")

@@ -8,8 +8,8 @@
     switchcraft tools fit-fusion                     # BM25/dense weights on training queries → runs/tools_retriever/fusion.json
     switchcraft tools value [--retriever base]       # recorded thousand-tools accuracy with and without the router → value.md
 
-Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tool_pairs`, `evaluation.tool_eval` and
-`evaluation.tool_value`.
+Thin wrappers over `serving.tools`, `training.tool_retriever`, `evaluation.tools.pairs`, `evaluation.tools.evaluate` and
+`evaluation.tools.value`.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Fine-tune the retriever on training-only query → tool pairs (MNRL, BM25 hard negatives); write train.out_dir."""
-        from evaluation.tool_pairs import heldout_texts, training_asks, training_pairs
+        from evaluation.tools.pairs import heldout_texts, training_asks, training_pairs
         from serving.tools.encoder import default_model_dir
         from training.tool_retriever import fit
 
@@ -172,9 +172,9 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Grid-search w_bm25 and rrf_k, then per-field weights, on training queries only; write <train.out_dir>/fusion[_base].json."""
-        from evaluation.tool_eval import retrievers_of
-        from evaluation.tool_fusion import fit_fusion, parse_fields, write_fusion
-        from evaluation.tool_sibling_fit import config_lines, fit_sibling_fill
+        from evaluation.tools.evaluate import retrievers_of
+        from evaluation.tools.fusion import fit_fusion, parse_fields, write_fusion
+        from evaluation.tools.sibling_fit import config_lines, fit_sibling_fill
 
         try:
             signals = parse_fields(fields)
@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Evaluate base and trained retrievers on held-out BFCL, MetaTool, Seal-Tools, StableToolBench; write the report."""
-        from evaluation.tool_eval import evaluate
+        from evaluation.tools.evaluate import evaluate
 
         try:
             cfg = _load(config, overrides)
@@ -241,7 +241,7 @@ def register(app: typer.Typer) -> None:
         overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
     ) -> None:
         """Accuracy and prompt tokens of each recorded model × category with N offered tools vs the router in front."""
-        from evaluation.tool_value import read_prices, run
+        from evaluation.tools.value import read_prices, run
 
         try:
             cfg = _load(config, overrides)
@@ -270,6 +270,6 @@ def _refresh_report(run_dir: Path) -> None:
     """Rewrite report.md with the value section when a `tools eval` already wrote its metrics there."""
     metrics = run_dir / "metrics.json"
     if metrics.exists():
-        from evaluation.tool_report import write_report
+        from evaluation.tools.report import write_report
 
         write_report(json.loads(metrics.read_text()), run_dir)

@@ -23,7 +23,7 @@ def print_by_reason(console: Console, title: str, key: str, counts: Mapping[tupl
     console.print(table)
 
 
-# The rows the first screen keeps, by name (the names evaluation/report.py gives them in metrics.json's headline).
+# The rows the first screen keeps, by name (the names evaluation/report/ gives them in metrics.json's headline).
 STRATEGY_ROWS = "switchcraft strategies"
 REFERENCE_ROWS = {"best single model": "best single", "cheapest model": "cheapest", "oracle": "oracle"}
 # Row names cut to fit a narrow column; the footnote says what the cut words were.
@@ -52,7 +52,7 @@ def print_first_screen(console: Console, headline, report: str | Path) -> None:
     savings against the best single model and the accuracy difference from it (paired; n.s. when its interval holds
     0), at the precision report.md gives them; then where the whole table is.
 
-    `headline`: the DataFrame `headline(ev)` of evaluation/report.py, or metrics.json's "headline" list."""
+    `headline`: the DataFrame `headline(ev)` of evaluation/report/tables.py, or metrics.json's "headline" list."""
     records = headline.to_dict(orient="records") if hasattr(headline, "to_dict") else list(headline)
     best = next((r for r in records if r["routing"] == "best single model"), None)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))

@@ -8,7 +8,7 @@ query, its tool's text against every other tool text in the batch (in-batch
 negatives) and the BM25-mined hard negatives of the batch (`negative`). The
 batch sampler keeps one tool text out of a batch twice, since two queries of one
 tool would be each other's false negatives. Pairs come from
-`evaluation.tool_pairs` (training data only); this module only sees texts.
+`evaluation.tools.pairs` (training data only); this module only sees texts.
 
 Optionally (`query_layers`), a shallower query encoder is distilled from the
 trained one: its first layers, trained with `MSELoss` to put the training

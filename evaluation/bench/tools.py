@@ -31,7 +31,7 @@ import numpy as np
 
 def bench_catalog(n_tools: int, data_root: str, run_dir: Path, cfg=None):
     """(catalog, tool vectors, queries, index) with the config's encoder (trained, or the base MiniLM)."""
-    from evaluation.tool_data import read_benchmark
+    from evaluation.tools.data import read_benchmark
     from serving.tools.catalog import Catalog
     from serving.tools.index import ToolIndex, checked_model_dir
 

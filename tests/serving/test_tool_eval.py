@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from evaluation.tool_data import Benchmark, Query
-from evaluation.tool_metrics import comprehensive_at, ndcg_at, recall_at
+from evaluation.tools.data import Benchmark, Query
+from evaluation.tools.metrics import comprehensive_at, ndcg_at, recall_at
 
 
 def test_base_name_strips_only_variant_suffixes():
-    from evaluation.tool_eval import base_name
+    from evaluation.tools.evaluate import base_name
 
     assert [base_name(k) for k in ("hotel_booking~3", "a~b", "x", "math.f~12")] == ["hotel_booking", "a~b", "x", "math.f"]
 
@@ -28,8 +28,8 @@ def test_metrics_by_hand():
 
 
 def test_evaluation_on_a_tiny_benchmark(cards_file, encoder, tmp_path):
-    from evaluation.tool_eval import retrieval_rows, routing_rows, security_check
-    from evaluation.tool_report import write_report
+    from evaluation.tools.evaluate import retrieval_rows, routing_rows, security_check
+    from evaluation.tools.report import write_report
     from serving.tools.catalog import Catalog
     from serving.tools.config import ToolsConfig
     from serving.tools.index import ToolIndex
@@ -72,7 +72,7 @@ def test_evaluation_on_a_tiny_benchmark(cards_file, encoder, tmp_path):
 def test_side_by_side_table_shows_each_retriever_per_domain():
     import pandas as pd
 
-    from evaluation.tool_report import side_by_side_table
+    from evaluation.tools.report import side_by_side_table
 
     rows = []
     for retriever, r5 in (("base", 0.5), ("trained", 0.75)):
@@ -87,7 +87,7 @@ def test_side_by_side_table_shows_each_retriever_per_domain():
 
 
 def test_held_out_reading_drops_training_queries_and_domains_are_reported(cards_file, encoder, tmp_path):
-    from evaluation.tool_eval import retrievers_of, retrieval_rows
+    from evaluation.tools.evaluate import retrievers_of, retrieval_rows
     from serving.tools.catalog import Catalog
     from serving.tools.config import ToolsConfig
     from serving.tools.index import ToolIndex
@@ -109,7 +109,7 @@ def test_held_out_reading_drops_training_queries_and_domains_are_reported(cards_
 
 
 def test_fusion_score_is_the_mean_of_recall_and_comprehensiveness(cards_file, encoder, tmp_path):
-    from evaluation.tool_fusion import _score
+    from evaluation.tools.fusion import _score
     from serving.tools.catalog import Catalog
     from serving.tools.index import ToolIndex
     from serving.tools.loaders import load_cards

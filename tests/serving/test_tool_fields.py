@@ -63,7 +63,7 @@ def bfcl_lexical(bfcl_catalog):
 @pytest.fixture(scope="module")
 def metatool(shared_data, encoder, tmp_path_factory):
     """MetaTool's 199 real tools embedded with the base MiniLM, and its real queries."""
-    from evaluation.tool_data import read_benchmark
+    from evaluation.tools.data import read_benchmark
 
     bench = read_benchmark("metatool", shared_data)
     index = ToolIndex.build(bench.catalog, tmp_path_factory.mktemp("index"), encoder=encoder)
@@ -248,7 +248,7 @@ def test_field_weights_in_the_config_and_their_errors(tmp_path):
 def test_no_unauthorised_exposure_with_every_field_ranking_on(metatool, index_for_tiny_catalog):
     """The filter decides before any ranking: the tiny catalog's adversarial queries, and the
     security check on MetaTool (a fifth of it locked behind a permission), with all per-field weights on."""
-    from evaluation.tool_eval import security_check
+    from evaluation.tools.evaluate import security_check
     from tests.serving.test_tool_router import ADVERSARIAL, POLICY, SUPPORT
 
     tiny = index_for_tiny_catalog
@@ -273,7 +273,7 @@ def index_for_tiny_catalog(encoder, tmp_path_factory):
 def test_the_field_search_reports_each_step_and_never_loses(shared_data, tmp_path):
     """On MetaTool's training queries (base encoder): each stage's score is the fusion's own score
     at its weights, no stage is worse than the one before, and the weights come from the grid."""
-    from evaluation.tool_fusion import FIELD_W, _score, field_search, parse_fields, training_sets
+    from evaluation.tools.fusion import FIELD_W, _score, field_search, parse_fields, training_sets
 
     cfg = ToolsConfig()
     fitted, used, build = training_sets(cfg, shared_data, tmp_path, per_bench=40, fields=("bm25",),

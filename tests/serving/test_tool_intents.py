@@ -121,8 +121,8 @@ def test_concurrent_routes_match_sequential_ones(index):  # noqa: F811
 
 def test_the_evaluation_embeds_what_routing_embeds(index, tmp_path):  # noqa: F811
     """tools eval batches and caches the embeddings; they must be the rows `route` would compute."""
-    from evaluation.tool_data import Benchmark, Query
-    from evaluation.tool_eval import intent_vectors
+    from evaluation.tools.data import Benchmark, Query
+    from evaluation.tools.evaluate import intent_vectors
 
     queries = [Query("q:0", ASKS, ["invoices.list_invoices", "weather.forecast"]),
                Query("q:1", "refund my payment", ["payments.refund_payment"]),

@@ -1,7 +1,7 @@
 """Training pairs: hard negatives are near misses but never a needed tool; the held-out split is fixed."""
 
-from evaluation.tool_data import Benchmark, Query, in_fraction
-from evaluation.tool_pairs import NegativeMiner, _fold, _pairs_of, training_asks
+from evaluation.tools.data import Benchmark, Query, in_fraction
+from evaluation.tools.pairs import NegativeMiner, _fold, _pairs_of, training_asks
 from serving.tools.cards import ToolCard, search_text
 from serving.tools.catalog import Catalog
 from training.tool_retriever import Pair, TrainDataConfig

@@ -97,8 +97,8 @@ def test_sibling_fill_never_exposes_a_hidden_sibling(parcel_index):
 
 
 def test_the_fit_turns_it_on_where_siblings_are_needed_and_off_where_they_are_not(parcel_index):
-    from evaluation.tool_data import Query
-    from evaluation.tool_sibling_fit import choose, halves, per_query_scores
+    from evaluation.tools.data import Query
+    from evaluation.tools.sibling_fit import choose, halves, per_query_scores
 
     r = _router(parcel_index)
     qs = [Query("a", REQUEST, ["suivi_colis.latest", "suivi_colis.count"]),
@@ -119,8 +119,8 @@ MORE_TRACKERS = [(f"carrier{i}", "track", f"Track a {w} parcel shipment by track
 
 
 def test_tools_eval_applies_each_catalogs_own_setting(tmp_path):
-    from evaluation.tool_data import Benchmark, Query
-    from evaluation.tool_eval import evaluate_retriever
+    from evaluation.tools.data import Benchmark, Query
+    from evaluation.tools.evaluate import evaluate_retriever
 
     cards = [ToolCard(namespace=ns, name=n, description=d, risk="read", group="shipping")
              for ns, n, d in SERVICE + MORE_TRACKERS]

@@ -1,0 +1,1 @@
+"""The oracle-gap report of a run (`switchcraft evaluate`, and the last step of `switchcraft reproduce`)."""
