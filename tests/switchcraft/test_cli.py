@@ -82,3 +82,20 @@ def test_fail_prints_the_message_whole_and_exits_with_the_code():
     res = CliRunner().invoke(cli, [])
     assert res.exit_code == 2
     assert f"error: models=[a, b] {'x' * 120}" in res.output  # brackets kept, one unbroken line
+
+
+def test_reproduce_prints_the_first_screen(monkeypatch, tmp_path):
+    """The command's wiring: the job's headline comes out as the narrow first screen, then the timings."""
+    import pandas as pd
+
+    from evaluation.jobs import reproduce as job
+    from tests.switchcraft.test_tables import METRICS
+
+    report = tmp_path / "report" / "report.md"
+    monkeypatch.setattr(job, "reproduce", lambda opts, console: job.ReproduceResult(
+        report, pd.DataFrame(METRICS["headline"]), {"train": 12.0, "evaluate": 3.4}))
+    res = CliRunner().invoke(app, ["reproduce", "--run-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "strategies, ≤ 20% cost" in res.output and "oracle" in res.output
+    assert "category prior" not in res.output  # the rest is in report.md
+    assert str(report) in res.output.replace("\n", "") and "timings (s): train 12, evaluate 3" in res.output
