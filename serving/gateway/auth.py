@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
+from serving.gateway.errors import GatewayError, bad, retry_after_headers, retry_after_ms
 from serving.tools.policy import Caller
 
 KEY_PREFIX = "sk-sc-"
@@ -164,15 +164,12 @@ class KeyStore:
 
 
 def unauthorized(reason: str, message: str) -> GatewayError:
-    e = GatewayError(401, message, type="authentication_error", headers={"www-authenticate": "Bearer"})
-    e.reason = reason  # type: ignore[attr-defined]
-    return e
+    return GatewayError(401, message, type="authentication_error", headers={"www-authenticate": "Bearer"},
+                        reason=reason)
 
 
 def forbidden(reason: str, message: str, param: str) -> GatewayError:
-    e = GatewayError(403, f"{param}: {message}", type="permission_error", param=param)
-    e.reason = reason  # type: ignore[attr-defined]
-    return e
+    return GatewayError(403, f"{param}: {message}", type="permission_error", param=param, reason=reason)
 
 
 def parse_entries(text: str, source: str) -> list[KeyEntry]:
@@ -219,8 +216,6 @@ def narrow(base: Caller, asked: Any, where: str) -> Caller:
     tenant (""), drop roles and permissions, never add any, and never change
     the environment; anything else is a 403 naming the field.
     """
-    from serving.gateway.tools import caller_from
-
     if asked is None:
         return base
     given = {"tenant": asked} if isinstance(asked, str) else asked if isinstance(asked, dict) else None
@@ -250,6 +245,22 @@ def narrow(base: Caller, asked: Any, where: str) -> Caller:
     return base.model_copy(update=update)
 
 
+def caller_from(value: Any, where: str) -> Caller:
+    """None → an anonymous caller (no tenant, no roles); "acme" → tenant acme; an object → Caller fields."""
+    if value is None:
+        return Caller()
+    if isinstance(value, str):
+        return Caller(tenant=value)
+    if isinstance(value, dict):
+        try:
+            return Caller(**value)
+        except (ValidationError, TypeError) as e:
+            first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+            field = ".".join(str(x) for x in first["loc"])
+            raise bad(first["msg"], f"{where}.{field}" if field else where) from None
+    raise bad("must be a string (tenant) or an object {tenant, roles, permissions, environment}", where)
+
+
 def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str) -> frozenset[str] | None:
     """The request's allowed models within the key's: a model the key may not use is a 403."""
     keyed = ident.limits.models
@@ -265,6 +276,5 @@ def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str)
 
 def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
     ms = retry_after_ms(wait_s)
-    e = GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error", headers=retry_after_headers(ms))
-    e.reason = reason  # type: ignore[attr-defined]
-    return e
+    return GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error",
+                        headers=retry_after_headers(ms), reason=reason)

@@ -30,7 +30,7 @@ import anyio
 from data.pool import Pool, PoolModel
 from serving.gateway.auth import Identity, too_many
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
+from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
 from serving.gateway.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
 from serving.strategy import Strategy
 

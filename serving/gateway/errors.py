@@ -1,7 +1,10 @@
-"""The gateway's last line: an unexpected exception answers 500 cleanly; every log record is one JSON line.
-A client that vanishes mid-body is a 499, one whose body is too slow a 408 (`CatchAll`).
+"""The gateway's errors: what a caller is told (`GatewayError`, an OpenAI-style error body), and its last line:
+an unexpected exception answers 500 cleanly; every log record is one JSON line. A client that vanishes mid-body
+is a 499, one whose body is too slow a 408 (`CatchAll`).
 
-    app.add_middleware(CatchAll, metrics=metrics, log=log)    # inside create_app
+    raise GatewayError(422, "switchcraft.strategy calls models the constraints exclude: …", param="switchcraft")
+    return error_response(e, request_id, meta)               # the JSON answer: body, status, headers, x-request-id
+    app.add_middleware(CatchAll, metrics=metrics, log=log)    # in create_app
     configure_json_logging("info")                            # switchcraft serve: root, uvicorn and httpx as JSON lines
 
 Starlette's own handler for `Exception` answers and then re-raises, so the
@@ -17,15 +20,58 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import traceback
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat"}
+
+
+@dataclass
+class GatewayError(Exception):
+    """An error the caller made (or an upstream failure), as an OpenAI-style error body."""
+
+    status: int
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    headers: dict[str, str] | None = None  # e.g. Retry-After on a 429 or 503, WWW-Authenticate on a 401
+    reason: str | None = None  # why a key was refused (401/403/429): the `reason` label of auth rejections
+    attempts: list[dict] | None = None  # every upstream attempt when no upstream answered: in the error body
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
+
+
+def error_response(e: GatewayError, rid: str, extra: dict | None = None) -> JSONResponse:
+    """The error's JSON answer: its body (with the upstream attempts, and `switchcraft`: the trace so far)."""
+    body = e.body()
+    if e.attempts:
+        body["error"]["attempts"] = e.attempts
+    if extra:
+        body["switchcraft"] = extra
+    return JSONResponse(body, status_code=e.status, headers={**(e.headers or {}), "x-request-id": rid})
+
+
+def bad(message: str, param: str | None = None) -> GatewayError:
+    """A 400 naming the field."""
+    return GatewayError(400, f"{param}: {message}" if param else message, param=param)
+
+
+def retry_after_ms(wait_s: float) -> int:
+    return max(1, math.ceil(wait_s * 1e3))
+
+
+def retry_after_headers(ms: int) -> dict[str, str]:
+    """Retry-After (whole seconds, rounded up) and retry-after-ms, for every 429 and 503 the gateway answers."""
+    return {"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)}
 
 
 class BodyTimeout(Exception):

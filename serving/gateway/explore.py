@@ -31,7 +31,7 @@ from serving.gateway.auth import Identity, KeyLimits
 from serving.gateway.budget import Budgets, call_worst_case_usd, charges_of, payload_size
 from serving.gateway.cascade import Cascade, CascadeRequest, Run
 from serving.gateway.record import Served
-from serving.gateway.requests import GatewayError
+from serving.gateway.errors import GatewayError
 from serving.gateway.state import Charge
 from serving.strategy import Strategy
 from serving.tools.policy import Caller

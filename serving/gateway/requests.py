@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from data.schema import Call, Message, Tool
+from serving.gateway.errors import GatewayError, bad
 from serving.policy import Constraints
 from serving.strategy import Strategy
 
@@ -34,33 +34,6 @@ NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 BAD_TOKENS = re.compile(rb"NaN|Infinity|[eE][+-]?[0-9]{3}|[0-9]{%d}" % (MAX_INT_DIGITS + 1))
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-@dataclass
-class GatewayError(Exception):
-    """An error the caller made (or an upstream failure), as an OpenAI-style error body."""
-
-    status: int
-    message: str
-    type: str = "invalid_request_error"
-    param: str | None = None
-    headers: dict[str, str] | None = None  # e.g. Retry-After on a 429 or 503, WWW-Authenticate on a 401
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
-
-
-def retry_after_ms(wait_s: float) -> int:
-    return max(1, math.ceil(wait_s * 1e3))
-
-
-def retry_after_headers(ms: int) -> dict[str, str]:
-    """Retry-After (whole seconds, rounded up) and retry-after-ms, for every 429 and 503 the gateway answers."""
-    return {"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)}
-
-
-def bad(message: str, param: str | None = None) -> GatewayError:
-    return GatewayError(400, f"{param}: {message}" if param else message, param=param)
 
 
 class _Bad:

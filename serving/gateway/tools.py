@@ -18,11 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from data.schema import Message, Tool
+from serving.gateway.auth import forbidden
 from serving.gateway.config import ToolRoutingSettings
-from serving.gateway.requests import bad
 from serving.tools.cards import RISK_ORDER
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
@@ -42,22 +40,6 @@ class ToolRouted:
                                                  "reason": e.reason} for e in d.expansions],
                 "catalog_version": d.catalog_version, "n_hidden": len(d.hidden), "schema_tokens": d.schema_tokens,
                 "timings_ms": d.timings_ms}
-
-
-def caller_from(value: Any, where: str) -> Caller:
-    """None → an anonymous caller (no tenant, no roles); "acme" → tenant acme; an object → Caller fields."""
-    if value is None:
-        return Caller()
-    if isinstance(value, str):
-        return Caller(tenant=value)
-    if isinstance(value, dict):
-        try:
-            return Caller(**value)
-        except (ValidationError, TypeError) as e:
-            first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
-            field = ".".join(str(x) for x in first["loc"])
-            raise bad(first["msg"], f"{where}.{field}" if field else where) from None
-    raise bad("must be a string (tenant) or an object {tenant, roles, permissions, environment}", where)
 
 
 def query_of(messages: list[Message]) -> str:
@@ -94,8 +76,6 @@ class GatewayTools:
         roles can fall back to the policy's default risk, which may be above the key's roles' own."""
         policy = self.router.policy
         if RISK_ORDER[policy.max_risk(who)] > RISK_ORDER[policy.max_risk(key)]:
-            from serving.gateway.auth import forbidden
-
             raise forbidden("caller", f"these roles would raise the risk of the tools shown from "
                             f"{policy.max_risk(key)} to {policy.max_risk(who)}; keep a role that limits it",
                             f"{where}.roles")

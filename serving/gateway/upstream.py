@@ -44,7 +44,7 @@ from data.pool import Pool
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError, retry_after_headers, retry_after_ms
+from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
 
 CALLER_ERRORS = {400, 413, 422}
 # Not sent: the endpoint's breaker is open, it refused us this request, or it asked for a pause (429 Retry-After).
@@ -255,7 +255,7 @@ class Upstreams:
             err = self.unavailable(a.model for a in attempts)
         else:
             err = no_answer(attempts)
-        err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
+        err.attempts = [asdict(a) for a in attempts]
         return err
 
 
@@ -283,9 +283,8 @@ def retry_after(headers: httpx.Headers) -> float | None:
 def no_answer(attempts: list[Attempt]) -> GatewayError:
     """The 502 when no upstream answered, listing every attempt."""
     tried = "; ".join(f"{a.model}: {a.outcome}" for a in attempts)
-    err = GatewayError(502, f"no upstream answered ({tried})", type="upstream_error")
-    err.attempts = [asdict(a) for a in attempts]  # type: ignore[attr-defined]
-    return err
+    return GatewayError(502, f"no upstream answered ({tried})", type="upstream_error",
+                        attempts=[asdict(a) for a in attempts])
 
 
 def _upstream_message(text: str, key: str | None = None) -> str:

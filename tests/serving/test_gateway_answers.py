@@ -17,7 +17,8 @@ from data.pool_runner.request import PROMPT_SYSTEM
 from data.pool_runner.wire import WireError
 from data.schema import Call
 from serving.gateway.answers import read_answer, upstream_body
-from serving.gateway.requests import GatewayError, check_strategy, strategy_from, to_tools
+from serving.gateway.errors import GatewayError
+from serving.gateway.requests import check_strategy, strategy_from, to_tools
 from serving.strategy import Strategy
 
 PRICES = Prices(input_per_mtok=1.0, output_per_mtok=2.0)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from data.pool import load_pool
 from serving.gateway.auth import AuthSettings, Identity, KeyLimits, KeyStore, hash_key, narrow
-from serving.gateway.requests import GatewayError
+from serving.gateway.errors import GatewayError
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401

@@ -27,7 +27,8 @@ from serving.gateway.app import create_app
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.config import ServingConfig
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError, to_schema
+from serving.gateway.errors import GatewayError
+from serving.gateway.requests import to_schema
 from serving.policy import Constraints, NoEligibleModel
 from tests.serving.test_client import _with_strategy_policy
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401

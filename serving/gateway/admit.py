@@ -1,0 +1,73 @@
+"""Admitting a request: its id, its API key (and the key's limits), its body.
+
+    rid = request_id(request)                   # the caller's x-request-id when sane, else a fresh one
+    ident = await authenticate(gw, request)     # GatewayError 401 / 429 / 503 with `connection: close`
+    body = await read_body(gw, request)         # the JSON object; 413 over max_body_bytes
+    admin_of(gw, request)                       # 401, or 403 for a key without the admin role
+
+A key is refused before its body is read, so the refusal closes the
+connection: the unread body would block it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import Request
+
+from serving.gateway.auth import Identity, forbidden
+from serving.gateway.errors import GatewayError
+from serving.gateway.parts import Gateway
+from serving.gateway.requests import parse_body
+
+DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection
+
+
+def request_id(request: Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    return given if given.isascii() and given.isprintable() and 0 < len(given) <= 128 else uuid.uuid4().hex
+
+
+async def authenticate(gw: Gateway, request: Request) -> Identity:
+    """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 / 503 otherwise."""
+    ident = None
+    try:
+        ident = gw.keys.authenticate(request.headers.get("authorization"))
+        await gw.budgets.admit(ident)
+    except GatewayError as e:
+        gw.metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=e.reason or "").inc()
+        e.headers = {**(e.headers or {}), "connection": "close"}
+        raise
+    return ident
+
+
+async def read_body(gw: Gateway, request: Request) -> dict[str, Any]:
+    """The body as a JSON object. Too large: a 413 once the rest is read and dropped (up to DRAIN_BYTES), so the
+    connection stays usable; beyond that, a 413 with `connection: close` (unread bytes would block it)."""
+    limit = gw.cfg.max_body_bytes
+    declared = request.headers.get("content-length")
+    size = int(declared) if declared and declared.isdigit() else None
+    if size is not None and size > DRAIN_BYTES:
+        raise GatewayError(413, f"request body is {size:,} bytes; the limit is {limit:,}",
+                           param="body", headers={"connection": "close"})
+    raw, seen = bytearray(), 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > DRAIN_BYTES:
+            raise GatewayError(413, f"request body exceeds the limit of {limit:,} bytes",
+                               param="body", headers={"connection": "close"})
+        if seen <= limit:
+            raw += chunk
+    if seen > limit:
+        raise GatewayError(413, f"request body is {seen:,} bytes; the limit is {limit:,}", param="body")
+    return parse_body(bytes(raw), limit, gw.cfg.max_json_depth)
+
+
+def admin_of(gw: Gateway, request: Request) -> Identity:
+    """The request's admin identity; 401 without a valid key, 403 for a key without the admin role."""
+    ident = gw.keys.authenticate(request.headers.get("authorization"))
+    if not ident.admin:
+        gw.metrics.auth_rejections.labels(key=ident.key_id, reason="admin").inc()
+        raise forbidden("admin", "this API key is not an admin key (role: admin in its entry)", "authorization")
+    return ident

@@ -1,0 +1,276 @@
+"""POST /v1/chat/completions, top to bottom: admit → plan → reserve → run → settle → respond.
+
+    response = await chat(gw, request)        # gw: serving/gateway/parts.py Gateway, built by create_app
+
+`model: "router"` (or `"router-<τ>"`) is planned by the router: its decision's
+strategy, a strategy the request gives, or router.cascade. A pool model's name
+is planned as that model alone: no silent substitution, no cascade. From the
+plan on both are one path. The worst case is reserved before any upstream
+call (serving/gateway/budget.py); the strategy runs (serving/gateway/cascade.py),
+or, for a stream, the first model of the ranking that answers, passed through
+(serving/gateway/streams.py); the real cost is settled after, a passed-through
+stream's when it ends. Every request with a hold or an upstream call is seen by
+the observers (serving/gateway/record.py), failed ones too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from data.pool import Pool
+from serving.gateway.admit import authenticate, read_body, request_id
+from serving.gateway.answers import upstream_body
+from serving.gateway.auth import Identity
+from serving.gateway.budget import StreamCharge, charges_of, payload_size, worst_case_usd
+from serving.gateway.cascade import CallRecord, CascadeRequest, Run
+from serving.gateway.errors import GatewayError, error_response
+from serving.gateway.parts import Gateway
+from serving.gateway.record import Served, notify
+from serving.gateway.requests import check_chat_fields, model_mode
+from serving.gateway.route import Asked, decide, read_asked
+from serving.gateway.state import Charge, Reservation
+from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
+from serving.gateway.upstream import Attempt, UpstreamResult
+from serving.strategy import Strategy
+
+log = logging.getLogger("switchcraft.gateway")
+FIELD = "switchcraft"  # the body's own object: allowed_models, max_cost_usd, min_probability, caller, strategy
+
+
+@dataclass
+class Plan:
+    """What a chat request runs, and the `switchcraft` trace it answers with."""
+
+    body: dict[str, Any]  # what is forwarded: the caller's body, its tools replaced by tool routing
+    asked: Asked
+    strategy: Strategy  # the plan's strategy (`ran` is what runs: a stream takes the single-model path)
+    ran: Strategy
+    source: str  # request | config | decision | model
+    ranking: list[str]
+    costs: dict[str, float]  # expected cost per model: which answer is cheaper, what an abandoned call costs
+    meta: dict[str, Any]
+    pool: Pool = field(repr=False)
+    payloads: dict[str, dict] = field(default_factory=dict)  # per model, built once
+
+    def body_for(self, model: str) -> dict:
+        if model not in self.payloads:
+            self.payloads[model] = upstream_body(self.body, self.asked.tools, self.pool.get(model))
+        return self.payloads[model]
+
+
+@dataclass
+class Outcome:
+    """What running a plan came to: the calls made (`run`), and the error when no answer came."""
+
+    run: Run | None
+    error: GatewayError | None = None
+    upstream: UpstreamResult | None = None  # a stream's upstream answer: passed through when it is not JSON
+
+
+@dataclass
+class Pending:
+    """One chat request so far: what its error answer, its settlement and its observers need."""
+
+    rid: str
+    started: float  # time.perf_counter()
+    arrived: float  # time.time()
+    ident: Identity | None = None
+    stream: bool = False
+    plan: Plan | None = None
+    res: Reservation | None = None  # the hold on the key's day
+
+
+async def chat(gw: Gateway, request: Request) -> Response:
+    at = Pending(request_id(request), time.perf_counter(), time.time())
+    try:
+        at.ident = await authenticate(gw, request)
+        body = await read_body(gw, request)
+        mode, arg = model_mode(body.get("model"), gw.pool.names)
+        check_chat_fields(body)
+        if gw.upstreams.breakers.all_open():  # nothing can answer: say so before paying for routing
+            raise gw.upstreams.unavailable(gw.pool.names)
+        at.stream = body.get("stream", False)
+        named, threshold = (None, arg) if mode == "route" else (arg, None)
+        at.plan = await plan(gw, body, named, threshold, at.ident, at.stream)
+        at.res = await reserve(gw, at)
+        out = await run(gw, at.plan, at.stream)
+    except GatewayError as e:
+        return await failed(gw, at, e, None)
+    except BaseException:
+        if at.res is not None:  # our own failure after the hold: the calls it made are unknown, the hold is charged
+            await gw.budgets.settle(at.ident, at.res, [Charge("*", "abandoned", at.res.usd)], at.rid)
+        raise
+    if out.error is not None:
+        return await failed(gw, at, out.error, out.run)
+    charged, headers = await settle(gw, at, out)
+    return respond(gw, at, out, charged, headers)
+
+
+async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | None, ident: Identity,
+               stream: bool) -> Plan:
+    """Routed (`named` None): the router's decision and its strategy. Named: that model alone; its profiled cost
+    prices an abandoned call."""
+    asked = await read_asked(gw, body, FIELD, ident, named=named)
+    if named is None:
+        routed = await decide(gw, asked, threshold, FIELD)
+        d = routed.decision
+        strategy, source, ranking, costs = d.strategy, routed.extra["strategy_source"], d.ranking, d.costs
+        meta: dict[str, Any] = {"routed": True, "chosen": d.chosen, "decision": routed.to_dict()}
+    else:
+        profiled = gw.slot.client.policy.costs
+        strategy, source, ranking = Strategy.single(named), "model", [named]
+        costs = {named: profiled[named]} if named in profiled else {}
+        meta = {"routed": False, "chosen": named}
+    if asked.tooled is not None:
+        body = {**body, "tools": asked.tooled.openai}
+        meta["tool_routing"] = asked.tooled.trace()  # once, here: not again inside `decision`
+        meta.get("decision", {}).pop("tool_routing", None)
+    ran = strategy
+    if stream:  # streams take the single-model path: the decision's ranking (or a forced single)
+        candidates = list(strategy.models) if strategy.kind == "single" else ranking
+        ran = Strategy.single(candidates[0], tuple(candidates[1:]))
+    meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
+    return Plan(body, asked, strategy, ran, source, ranking, costs, meta, gw.pool)
+
+
+async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
+    """The worst case (every model the strategy may call, at the size of its payload) held before any upstream
+    call: concurrent requests see each other's holds. 429 when the key's day has no room for it."""
+    p, st = at.plan, gw.cfg.state
+    worst = worst_case_usd(gw.pool, p.ran, p.ranking, p.body, lambda m: payload_size(p.body_for(m)),
+                           max_attempts=gw.cfg.upstream.max_attempts, chars_per_token=st.chars_per_token,
+                           default_output_tokens=st.default_output_tokens)
+    res = await gw.budgets.reserve(at.ident, worst, at.rid)
+    gw.metrics.strategies.labels(kind=p.ran.kind, source=p.source).inc()
+    return res
+
+
+async def run(gw: Gateway, p: Plan, stream: bool) -> Outcome:
+    """The strategy's run over the upstreams; a stream: the first model of `ran` that answers."""
+    if stream:
+        return await stream_single(gw, p)
+    try:
+        return Outcome(await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking,
+                                                                       p.costs)))
+    except GatewayError as e:
+        return Outcome(e.run, e)  # cascade.run's error carries the calls it made
+
+
+async def stream_single(gw: Gateway, p: Plan) -> Outcome:
+    """The first model that answers, its stream passed through; a prompt-style one answers whole, decoded."""
+    run_ = Run(p.ran)
+    try:
+        result = await gw.upstreams.call(p.body_for, list(p.ran.models), gw.cfg.upstream.max_attempts, p.costs)
+    except GatewayError as e:
+        run_.calls = [CallRecord(a["model"], "first" if i == 0 else "fallback", Attempt(**a))
+                      for i, a in enumerate(e.attempts or [])]
+        return Outcome(run_, e)
+    run_.calls = [CallRecord(a.model, "first" if i == 0 else "fallback", a) for i, a in enumerate(result.attempts)]
+    run_.returned = run_.calls[-1]
+    run_.rule = "single" if len(run_.calls) == 1 else "fallback"
+    if result.body is not None:  # a JSON answer (prompt style, or an upstream that does not stream)
+        gw.cascade.read(run_.returned, result.body, p.asked.tools)
+        if not run_.returned.ok:
+            run_.returned = None
+            return Outcome(run_, GatewayError(502, f"upstream {result.model} sent a completion without a readable "
+                                                   "message", type="upstream_error"))
+    gw.cascade.record(run_)
+    return Outcome(run_, upstream=result)
+
+
+async def settle(gw: Gateway, at: Pending, out: Outcome) -> tuple[list[Charge], dict[str, str]]:
+    """The calls' real cost on the key's day (a passed-through stream's when it ends: its usage comes last), the
+    trace in `meta`, and the answer's headers."""
+    p, run_ = at.plan, out.run
+    p.meta.update(run_.trace())
+    answer = run_.returned.answer
+    if p.asked.tooled is not None and answer is not None:  # streamed answers are not read here
+        p.meta["tool_routing"]["rejected_calls"] = gw.tools.rejected_calls(p.asked.tooled, answer.body)
+    charged = charges(gw, run_, p.payloads)
+    headers = {**run_.headers(), "x-request-id": at.rid}
+    if at.stream and answer is None:  # passed through: its own cost is known when the stream ends, and a last chunk says it
+        headers.pop("x-switchcraft-cost-usd", None)
+    else:
+        await gw.budgets.settle(at.ident, at.res, charged, at.rid)
+        headers.update(cost_headers(charged))
+    return charged, headers
+
+
+def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], headers: dict[str, str]) -> Response:
+    """The request's log line and observers, then the answer: JSON, JSON as SSE, or the upstream's own stream."""
+    p, run_, meta = at.plan, out.run, at.plan.meta
+    tooling = meta.get("tool_routing")
+    gw.finish("chat", 200, at.started, at.rid, at.ident, routed=meta["routed"], chosen=meta["chosen"],
+              answered_by=run_.returned.model, strategy=p.ran.name, verdict=run_.verdict,
+              cost_usd=sum(c.usd for c in charged), attempts=[(c.model, c.outcome) for c in run_.calls],
+              stream=at.stream, n_messages=len(p.body["messages"]), n_tools=len(p.body.get("tools") or []),
+              **({"catalog_version": tooling["catalog_version"], "n_exposed": len(tooling["exposed"])}
+                 if tooling is not None else {}))
+    observe(gw, at, 200, run_, charged)
+    answer = run_.returned.answer
+    if at.stream and answer is None:
+        settle_stream = StreamCharge(gw.budgets, gw.pool, gw.cfg.state, at.ident, at.res, charged, run_.returned,
+                                     at.rid, p.payloads.get(run_.returned.model, {}), response=out.upstream.response)
+        events = sse_passthrough(out.upstream, meta, p.asked.tools, on_end=settle_stream,
+                                 keep_usage=wants_usage(p.body))
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers,
+                                 background=BackgroundTask(settle_stream.ensure))
+    if at.stream:
+        return StreamingResponse(json_as_sse(answer.body, run_.returned.model, meta), media_type="text/event-stream",
+                                 headers=headers)
+    return JSONResponse({**answer.body, "model": run_.returned.model, "switchcraft": meta}, headers=headers)
+
+
+async def failed(gw: Gateway, at: Pending, e: GatewayError, run_: Run | None) -> JSONResponse:
+    """The error's answer, with the trace so far; a request that held money or called upstreams is settled (with
+    cost headers) and observed as well."""
+    meta = at.plan.meta if at.plan is not None else {}
+    headers: dict[str, str] = {}
+    if run_ is not None:
+        meta.update(run_.trace())
+    if at.ident is not None and (at.res is not None or run_ is not None):
+        charged = charges(gw, run_, at.plan.payloads)
+        await gw.budgets.settle(at.ident, at.res, charged, at.rid)
+        headers = cost_headers(charged)
+        observe(gw, at, e.status, run_, charged, e.message)
+    gw.finish("chat", e.status, at.started, at.rid, at.ident, error=e.message if e.status >= 500 else e.param,
+              attempts=e.attempts)
+    e.headers = {**(e.headers or {}), **headers}
+    return error_response(e, at.rid, meta or None)
+
+
+def charges(gw: Gateway, run_: Run | None, payloads: dict[str, dict]) -> list[Charge]:
+    """Every call's cost: real where the provider sent usage, else estimated; abandoned ones at their estimate."""
+    if run_ is None:
+        return []
+    sizes = {m: payload_size(p) for m, p in payloads.items()}
+    out = charges_of(run_, gw.pool, sizes, chars_per_token=gw.cfg.state.chars_per_token,
+                     default_output_tokens=gw.cfg.state.default_output_tokens)
+    for c in out:
+        if c.kind == "estimated":
+            gw.metrics.estimated_usd.labels(model=c.model).inc(c.usd)
+    return out
+
+
+def cost_headers(charged: list[Charge]) -> dict[str, str]:
+    """What the request was charged, and how much of that is an estimate (no usage from the provider)."""
+    return {"x-switchcraft-cost-usd": f"{sum(c.usd for c in charged):.8f}",
+            "x-switchcraft-cost-estimated-usd": f"{sum(c.usd for c in charged if c.estimated):.8f}"}
+
+
+def observe(gw: Gateway, at: Pending, status: int, run_: Run | None, charged: list[Charge],
+            error: str | None = None) -> None:
+    """The decision log, exploration and traces see the request (none of them blocks it)."""
+    if gw.observers:
+        p = at.plan
+        notify(gw.observers, Served(
+            at.rid, at.ident.key_id if at.ident else None, at.arrived, (time.perf_counter() - at.started) * 1e3,
+            status, gw.slot.client.version, at.stream, p.body, p.asked.messages, p.asked.tools, p.meta, run_,
+            charged, error, allowed_models=p.asked.allowed), log)
