@@ -1,6 +1,9 @@
 """Labels for the model pool: every recorded output of every pool model, verified and priced.
 
     switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
+    switchcraft label --pool configs/pools/nexusbench_2025.yaml --outputs ../shared/data/nexusbench_pool_outputs_2025-08/parquets
+
+A folder of NexusBench recordings is labelled by its harness's verdict per episode (`data.nexusbench`).
 
 For each (example, pool model): `correct` and `reason` from the verifier,
 `cost_usd` from the pool's price of that model and the output: recorded token
@@ -162,9 +165,14 @@ def run_labels(
     fix suggested when a model cannot be costed."""
     t0 = time.perf_counter()
     pool = load_pool(pool_path)
-    check_costable(pool, outputs_path, pool_path=pool_path, price_file=price_file)
-    examples = load_examples(examples_path)
-    labels = label_outputs(load_outputs(outputs_path, examples, pool), examples, pool)
+    from data.nexusbench import folder_labels, is_recordings_folder
+
+    if is_recordings_folder(outputs_path):  # NexusBench: the harness's verdict per episode, not our verifier's
+        labels, examples_path = folder_labels(outputs_path, pool, pool_path=pool_path), outputs_path
+    else:
+        check_costable(pool, outputs_path, pool_path=pool_path, price_file=price_file)
+        examples = load_examples(examples_path)
+        labels = label_outputs(load_outputs(outputs_path, examples, pool), examples, pool)
     if not labels:
         raise DataError(
             "no outputs of any pool model", path=outputs_path, hint=f"pool models: {', '.join(pool.names)}"

@@ -13,6 +13,8 @@ Layouts:
   ids `bfcl_v4:<id>`.
 - `bfcl_v3`: `<root>/<model>/BFCL_v3_<category>.json` (the 2025 prompt-mode run of
   15 models, `bfcl_v3_pool_outputs_2025-08/outputs`); example ids `bfcl_v3:<id>`.
+- `nexusbench`: `<root>/<Benchmark>_<stamp>_<model>-OpenAIFC.parquet`, one Output per
+  episode (`data.nexusbench`); example ids `nexusbench:<Benchmark>:<hash>`.
 
 Each line: `{id, result, input_token_count?, output_token_count?, latency?}`.
 `raw` keeps `result` exactly as recorded. Token counts become `Usage`; a count
@@ -49,7 +51,7 @@ from data.errors import DataError
 from data.io import iter_jsonl
 from data.schema import Call, Example, Output, Usage
 
-LAYOUTS = ("bfcl_v1", "bfcl_v3", "bfcl_v4")
+LAYOUTS = ("bfcl_v1", "bfcl_v3", "bfcl_v4", "nexusbench")
 SOURCE_PREFIX = {"bfcl_v1": "bfcl_v1", "bfcl_v3": "bfcl_v3", "bfcl_v4": "bfcl_v4"}
 V4_FILE = re.compile(r"^BFCL_v[34]_(?P<category>\w+?)_result\.json$")
 V3_FILE = re.compile(r"^BFCL_v3_(?P<category>\w+)\.json$")
@@ -96,6 +98,8 @@ def detect_layout(root: str | Path) -> str:
     root = Path(root)
     if not root.is_dir():
         raise DataError("not a folder of recorded outputs", path=root)
+    if any(root.glob("*-OpenAIFC.parquet")):
+        return "nexusbench"
     if any(V4_FILE.match(p.name) for p in root.rglob("BFCL_v*_result.json")):
         return "bfcl_v4"
     if any(d.is_dir() and any(V3_FILE.match(f.name) for f in d.glob("BFCL_v3_*.json")) for d in root.iterdir()):
@@ -178,6 +182,8 @@ def import_recorded(
     t0 = time.perf_counter()
     report = report if report is not None else ImportReport()
     layout = detect_layout(path) if layout == "auto" else layout
+    if layout == "nexusbench":
+        return _import_nexusbench(path, examples, models, report, t0)
     files = result_files(path, layout)
     if models:
         wanted = set(models)
@@ -197,6 +203,23 @@ def import_recorded(
     finally:
         if gc_was_enabled:
             gc.enable()
+    report.seconds += time.perf_counter() - t0
+    return outputs
+
+
+def _import_nexusbench(path: str | Path, examples: dict[str, Example] | None, models: list[str] | None,
+                       report: ImportReport, t0: float) -> list[Output]:
+    from data.nexusbench import EpisodeReport, read_episodes
+
+    outputs = []
+    episodes = EpisodeReport()
+    for ep in read_episodes(path, models=models, examples=examples, report=episodes):
+        if examples is not None and ep.output.example_id not in examples:
+            report.skipped[(ep.output.model, "no example for id")] += 1
+            continue
+        report.add(ep.output)
+        outputs.append(ep.output)
+    report.files += episodes.files
     report.seconds += time.perf_counter() - t0
     return outputs
 

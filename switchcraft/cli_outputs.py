@@ -2,6 +2,7 @@
 
     switchcraft import-outputs                      # BFCL v1 + v4 recorded outputs -> runs/default/outputs.parquet
     switchcraft import-outputs --source bfcl_v1 --models gpt-4o-2024-05-13,claude-3-5-sonnet-20240620
+    switchcraft import-outputs --source bfcl_v3 --examples runs/v3/examples.parquet --out runs/v3/outputs.parquet
     switchcraft decode-report --out runs/default/decode_report
 """
 
@@ -15,11 +16,12 @@ from rich.table import Table
 
 from switchcraft.console import console, err, fail
 
-SOURCES = ("bfcl_v1", "bfcl_v4")
+SOURCES = ("bfcl_v1", "bfcl_v4")  # what --source all imports
+NAMED_SOURCES = ("bfcl_v3", "nexusbench")  # the 2025 pools: imported by name only
 
 
 def import_outputs(
-    source: str = typer.Option("all", "--source", "-s", help="bfcl_v1, bfcl_v4 or all."),
+    source: str = typer.Option("all", "--source", "-s", help="bfcl_v1, bfcl_v4, bfcl_v3, nexusbench or all (bfcl_v1 + bfcl_v4)."),
     path: str = typer.Option(None, "--path", "-p", help="Folder of result files (default: configs/data.yaml outputs:)."),
     examples: Path = typer.Option(None, help="examples.parquet, for the tools in scope (default: <out_dir>/examples.parquet)."),
     out: Path = typer.Option(None, help="Output parquet (default: <out_dir>/outputs.parquet)."),
@@ -34,10 +36,10 @@ def import_outputs(
     from data.recorded import ImportReport, import_recorded
     from data.schema import read_examples, write_outputs
 
-    if source not in (*SOURCES, "all"):
-        fail(f"--source {source!r}: choose one of {', '.join(SOURCES)}, all")
+    if source not in (*SOURCES, *NAMED_SOURCES, "all"):
+        fail(f"--source {source!r}: choose one of {', '.join((*SOURCES, *NAMED_SOURCES))}, all")
     if path and source == "all":
-        fail("--path needs one --source (bfcl_v1 or bfcl_v4)")
+        fail(f"--path needs one --source ({', '.join((*SOURCES, *NAMED_SOURCES))})")
     try:
         cfg = load_data_config(config, data_root=data_root)
         out = out or Path(cfg.out_dir) / "outputs.parquet"
@@ -91,13 +93,16 @@ def import_outputs(
 
 def _print_import(report) -> None:
     table = Table(title="Recorded outputs imported")
-    for col, justify in (("model", "left"), ("outputs", "right"), ("decoded", "right"), ("decode rate", "right")):
+    errors = bool(report.no_answer)  # inference errors: a column of their own when there are any
+    cols = (("model", "left"), ("outputs", "right"), ("decoded", "right"), ("decode rate", "right"))
+    for col, justify in cols + ((("no answer", "right"),) if errors else ()):
         table.add_column(col, justify=justify)
     for model in sorted(report.outputs):
         n, d = report.outputs[model], report.decoded[model]
-        table.add_row(model, f"{n:,}", f"{d:,}", f"{d / n:.1%}")
+        table.add_row(model, f"{n:,}", f"{d:,}", f"{d / n:.1%}", *([f"{report.no_answer[model]:,}"] if errors else []))
     table.add_row("[bold]total[/]", f"[bold]{report.total():,}[/]", f"[bold]{sum(report.decoded.values()):,}[/]",
-                  f"[bold]{report.decode_rate():.1%}[/]")
+                  f"[bold]{report.decode_rate():.1%}[/]",
+                  *([f"[bold]{sum(report.no_answer.values()):,}[/]"] if errors else []))
     console.print(table)
     from switchcraft.tables import print_by_reason
 

@@ -1,8 +1,9 @@
 """BFCL v3/v4, as shipped in the PyPI package `bfcl-eval` (`bfcl_eval/data/`).
 
     switchcraft ingest --source bfcl_v4                   # path from configs/data.yaml
-    switchcraft ingest --source bfcl_v3 --path DIR        # an older release's data/ folder
     switchcraft ingest --source bfcl_v3 --path gorilla-llm/Berkeley-Function-Calling-Leaderboard   # hub, needs network
+
+`read_bfcl` reads BFCL v3 releases too (`data.sources.bfcl_v3`).
 
 `BFCL_v4_<category>.json` (or `BFCL_v3_…` in older releases) hold the
 questions, `possible_answer/` the ground truth, `multi_turn_func_doc/` the
@@ -96,8 +97,3 @@ def _single_turn(source: str, category: str, qfile: Path, afile: Path, report: I
 @ADAPTERS.register("bfcl_v4")
 def read_bfcl_v4(location: str, report: IngestReport, **options) -> Iterator[Example]:
     return read_bfcl("bfcl_v4", location, report, **options)
-
-
-@ADAPTERS.register("bfcl_v3")
-def read_bfcl_v3(location: str, report: IngestReport, **options) -> Iterator[Example]:
-    return read_bfcl("bfcl_v3", location, report, **options)

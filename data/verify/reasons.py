@@ -40,6 +40,8 @@ REASONS: dict[str, str] = {
     "value_error:array": "an array differs from every acceptable value (compared as a multiset)",
     "value_error:object": "an object differs from every acceptable value",
     "value_error:other": "a value of another kind (null, mixed types) differs from every acceptable value",
+    "episode_failed": "the benchmark's own harness judged the whole multi-step episode wrong (NexusBench labels; "
+    "our verifier does not see episodes)",
     "invalid_case": "the verify input itself is malformed (not a model error)",
 }
 
