@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 Rule = Literal["cheapest_confident", "most_probable", "lambda"]
 

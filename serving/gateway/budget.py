@@ -32,7 +32,7 @@ from serving.gateway.auth import Identity, too_many
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
 from serving.gateway.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 

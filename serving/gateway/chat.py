@@ -38,7 +38,7 @@ from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.state import Charge, Reservation
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import Attempt, UpstreamResult
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 FIELD = "switchcraft"  # the body's own object: allowed_models, max_cost_usd, min_probability, caller, strategy
@@ -88,6 +88,7 @@ class Pending:
 
 
 async def chat(gw: Gateway, request: Request) -> Response:
+    """POST /v1/chat/completions: every step below, in order; an error at any step answers with what it knows."""
     at = Pending(request_id(request), time.perf_counter(), time.time())
     try:
         at.ident = await authenticate(gw, request)

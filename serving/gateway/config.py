@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
 from serving.gateway.auth import AuthSettings
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
 
@@ -35,7 +35,7 @@ class CascadeSettings(BaseModel):
 
     @model_validator(mode="after")
     def _a_strategy(self) -> CascadeSettings:
-        self.strategy()  # the same rules as serving.strategy.Strategy (ValueError names what is wrong)
+        self.strategy()  # the same rules as training.policy.Strategy (ValueError names what is wrong)
         return self
 
     def strategy(self) -> Strategy:

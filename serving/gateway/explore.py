@@ -33,8 +33,8 @@ from serving.gateway.cascade import Cascade, CascadeRequest, Run
 from serving.gateway.record import Served
 from serving.gateway.errors import GatewayError
 from serving.gateway.state import Charge
-from serving.strategy import Strategy
 from serving.tools.policy import Caller
+from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 OPERATOR_KEY = "__explore__"

@@ -28,8 +28,8 @@ from serving.gateway.reload import RouterSlot
 from serving.gateway.state import StateStore
 from serving.gateway.tools import GatewayTools
 from serving.gateway.upstream import Upstreams
-from serving.strategy import Strategy
 from serving.tools.policy import Caller
+from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 

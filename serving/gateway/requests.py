@@ -20,7 +20,7 @@ import numpy as np
 from data.schema import Call, Message, Tool
 from serving.gateway.errors import GatewayError, bad
 from serving.policy import Constraints
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
          "function": "tool"}

@@ -31,8 +31,8 @@ from serving.gateway.parts import Gateway
 from serving.gateway.requests import check_route_fields, constraints_from, strategy_from, to_schema
 from serving.gateway.tools import ToolRouted
 from serving.policy import Constraints, Decision, NoEligibleModel
-from serving.strategy import Strategy
 from serving.tools.policy import Caller
+from training.policy import Strategy
 
 
 @dataclass

@@ -91,7 +91,7 @@ def _with_strategy_policy(exported, tmp_path):  # noqa: F811
     import json
     import shutil
 
-    from serving.strategy import Strategy
+    from training.policy import Strategy
     from training.policy import StrategyPolicy
 
     out, _ = exported

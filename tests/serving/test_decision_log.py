@@ -15,7 +15,7 @@ from serving.gateway.decision_log import DecisionLog, log_files, read_log
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.record import Served
 from serving.gateway.upstream import Attempt
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 TOOL = Tool(name="get_weather", description="Weather in a city", parameters={"type": "object", "properties": {
     "city": {"type": "string"}}})

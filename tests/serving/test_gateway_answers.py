@@ -19,7 +19,7 @@ from data.schema import Call
 from serving.gateway.answers import read_answer, upstream_body
 from serving.gateway.errors import GatewayError
 from serving.gateway.requests import check_strategy, strategy_from, to_tools
-from serving.strategy import Strategy
+from training.policy import Strategy
 
 PRICES = Prices(input_per_mtok=1.0, output_per_mtok=2.0)
 PROMPT = PoolModel(name="p", model_id="p-id", prices=PRICES, prompt_style="prompt")

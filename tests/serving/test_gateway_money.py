@@ -29,7 +29,6 @@ from serving.gateway.budget import worst_case_usd
 from serving.gateway.config import ServingConfig
 from serving.gateway.redis_local import LocalRedis
 from serving.triton import free_port
-from serving.strategy import Strategy
 from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 from tests.serving.test_gateway import (  # noqa: F401
     AUTH,
@@ -44,6 +43,7 @@ from tests.serving.test_gateway import (  # noqa: F401
     replay,
     use_keys,
 )
+from training.policy import Strategy
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
