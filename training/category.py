@@ -20,12 +20,7 @@ rate(c, model) is smoothed toward the model's overall training rate with
 `prior_rows` pseudo-rows, so a rare category does not give 0 or 1. The
 router's logit becomes (1 − weight)·(head ⊕ lexical blend) + weight·this.
 Weights live in `category.safetensors`; settings in router.json["category"].
-
-The weight and the classifier's C are chosen, not fixed (`choose_category`,
-`inner_fold_choices`): from fixed grids, by the mean log loss of the blended
-probability over the labelled (query, model) pairs of held-out rows. For a
-held-out fold only the other folds' rows (their out-of-fold logits) are
-looked at; the deployed router's pair is chosen on every out-of-fold row.
+The weight and the classifier's C are `category.weight` and `category.c` of configs/train.yaml.
 """
 
 from __future__ import annotations
@@ -42,9 +37,6 @@ from torch import nn
 
 CATEGORY_FILE = "category.safetensors"
 EPS = 1e-4
-CRITERION = "mean log loss over the labelled (query, model) pairs of out-of-fold rows"
-WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)  # the grids measured in docs/router.md (`category.weight_grid`, `c_grid`)
-C_GRID = (1.0, 10.0, 100.0)
 
 
 @dataclass
@@ -55,7 +47,6 @@ class CategoryModel:
     intercept: np.ndarray  # [n_categories]
     rates: np.ndarray  # [n_categories, n_models]: P(correct | category) on the training rows, smoothed
     weight: float = 0.5  # its share of the router's logit
-    choice: dict[str, Any] | None = None  # how weight and C were chosen (saved in router.json, read by nobody)
 
     @property
     def n_models(self) -> int:
@@ -104,7 +95,7 @@ class CategoryModel:
     # --- saving ------------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
         return {"weight": self.weight, "categories": self.categories, "n_models": self.n_models,
-                "rates": self.rates.tolist(), **({"choice": self.choice} if self.choice else {})}
+                "rates": self.rates.tolist()}
 
     def save(self, folder: str | Path) -> Path:
         from safetensors.numpy import save_file
@@ -121,7 +112,7 @@ class CategoryModel:
 
         t = load_file(str(Path(folder) / CATEGORY_FILE))
         return cls(list(settings["categories"]), t["coef_lex"], t["coef_meta"], t["intercept"], t["rates"],
-                   float(settings["weight"]), settings.get("choice"))
+                   float(settings["weight"]))
 
     def torch_branch(self) -> CategoryBranch:
         return CategoryBranch(self)
@@ -133,58 +124,9 @@ def logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-# --- choosing the weight and C ----------------------------------------------------------------------------
-
 def blend(base: np.ndarray, category: np.ndarray, weight: float) -> np.ndarray:
     """The router's logit: (1 − weight)·(head ⊕ lexical blend) + weight·(the category branch)."""
     return (1.0 - weight) * base + weight * category
-
-
-def mean_log_loss(z: np.ndarray, y: np.ndarray, mask: np.ndarray) -> float:
-    """Mean −log P(label) of sigmoid(z) over the pairs where `mask` (a label exists)."""
-    z, y = np.asarray(z, dtype=np.float64)[mask], np.asarray(y, dtype=np.float64)[mask]
-    return float(np.mean(np.logaddexp(0.0, z) - y * z)) if len(z) else float("nan")
-
-
-def choose_category(base: np.ndarray, category: dict[float, np.ndarray], y: np.ndarray, mask: np.ndarray,
-                    weights: Sequence[float]) -> tuple[float, float, float]:
-    """(C, weight, log loss): the grid pair whose blend has the lowest mean log loss on these rows.
-
-    `base` is the head ⊕ lexical blend's logits and `category[C]` the branch's logits with classifier C, all
-    out-of-fold on the same rows. Ties go to the earlier pair (C in the given order, then weight), so weight 0
-    keeps the first C.
-    """
-    best: tuple[float, float, float] | None = None
-    for c, z_cat in category.items():
-        for w in weights:
-            loss = mean_log_loss(blend(base, z_cat, w), y, mask)
-            if best is None or loss < best[2]:
-                best = (float(c), float(w), loss)
-    if best is None or not np.isfinite(best[2]):
-        raise ValueError("choosing the category branch's weight: no labelled out-of-fold pair to choose on")
-    return best
-
-
-def inner_fold_choices(base: np.ndarray, category: dict[float, np.ndarray], y: np.ndarray, mask: np.ndarray,
-                       fold: np.ndarray, weights: Sequence[float]) -> dict[int, tuple[float, float, float]]:
-    """For each held-out fold k: `choose_category` on the rows of the *other* folds only (fold ≥ 0, ≠ k).
-
-    Fold k's labels are never read. (The other folds' out-of-fold logits come from fold models that trained on
-    fold k's rows, as any out-of-fold stacking does; nothing of fold k is scored.) A fold with no other finished
-    fold to look at gets no entry: its caller keeps the configured pair.
-    """
-    fold = np.asarray(fold)
-    lab = np.asarray(mask, dtype=bool) & np.isfinite(base)
-    for z in category.values():
-        lab &= np.isfinite(z)
-    out = {}
-    for k in sorted(int(f) for f in set(fold.tolist()) if f >= 0):
-        rows = (fold >= 0) & (fold != k)
-        if (lab & rows[:, None]).any():
-            m = lab & rows[:, None]
-            out[k] = choose_category(np.where(m, base, 0.0), {c: np.where(m, z, 0.0) for c, z in category.items()},
-                                     y, m, weights)
-    return out
 
 
 class CategoryBranch(nn.Module):

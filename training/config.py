@@ -106,29 +106,9 @@ class CategorySettings(BaseModel):
 
     enabled: bool = True
     weight: float = Field(default=0.5, gt=0, le=1, description="Its share of the router's logit; the head and lexical "
-                          "blend have the rest. Used as it is only when `weight_grid` is empty (or no out-of-fold "
-                          "row exists to choose on).")
-    c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of the category classifier, when `c_grid` is empty.")
-    weight_grid: list[float] = Field(default_factory=list, description="Weights to choose from, per held-out fold on "
-                                     "the other folds' out-of-fold rows and for the saved router on all of them "
-                                     "(mean log loss); empty: `weight` as it is.")
-    c_grid: list[float] = Field(default_factory=list, description="Classifier Cs to choose from the same way (one fit "
-                                "per C per fold); the first is the fallback; empty: `c` as it is.")
+                          "blend have the rest.")
+    c: float = Field(default=1.0, gt=0, description="Inverse L2 strength of the category classifier.")
     prior_rows: float = Field(default=5.0, ge=0, description="Pseudo-rows pulling a category's rate to the model's overall rate.")
-
-    @field_validator("weight_grid")
-    @classmethod
-    def _weights_in_0_1(cls, v: list[float]) -> list[float]:
-        if any(not 0 <= w <= 1 for w in v) or len(set(v)) != len(v):
-            raise ValueError(f"weights must be distinct and in [0, 1], got {v}")
-        return v
-
-    @field_validator("c_grid")
-    @classmethod
-    def _cs_positive(cls, v: list[float]) -> list[float]:
-        if any(c <= 0 for c in v) or len(set(v)) != len(v):
-            raise ValueError(f"Cs must be distinct and > 0, got {v}")
-        return v
 
 
 class TrainConfig(BaseModel):

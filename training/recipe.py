@@ -15,9 +15,7 @@ Each model (fold or final) is the head (trained on the pool's labels plus,
 as extra targets dropped afterwards, the other recorded models' labels:
 `aux`) blended with the lexical branch (`lexical`, fitted on the same
 training rows): logit = (1 - w)·head + w·lexical; with the category branch
-(`category`, training/category.py), that blend (1 - wc)·it + wc·category. wc and the branch's C are
-chosen from `category.weight_grid` / `c_grid` after the folds: each held-out fold gets the pair chosen on
-the other folds' out-of-fold rows, the saved router the pair chosen on all of them (mean log loss).
+(`category`, training/category.py), that blend (1 - wc)·it + wc·category, wc = `category.weight`.
 Temperatures, when asked for, are fitted on the blend. docs/router.md has the held-out numbers of each part.
 """
 
@@ -26,8 +24,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +32,7 @@ import numpy as np
 from data.errors import DataError
 from data.pool import load_pool
 from data.schema import read_examples, read_labels
-from training.category import CRITERION, CategoryModel, blend, choose_category, inner_fold_choices
+from training.category import CategoryModel, blend
 from training.config import TrainConfig
 from training.dataset import RequestTable, build_table, make_loader
 from training.evaluate import held_out_metrics, oof_frame, plot_oof, write_json
@@ -92,17 +89,12 @@ class Fitted:
     lexical: LexicalModel | None
     head_logits: Callable[[np.ndarray], np.ndarray]  # rows -> [len(rows), n_models], the head alone
     lexical_logits: Callable[[np.ndarray], np.ndarray] | None  # the lexical branch alone
-    category_models: dict[float, CategoryModel] = field(default_factory=dict)  # one per C fitted; the first serves
+    category: CategoryModel | None = None
     category_inputs: Callable[[np.ndarray], tuple] | None = None  # rows -> (their TF-IDF, scaled metadata)
 
-    @property
-    def category(self) -> CategoryModel | None:
-        return next(iter(self.category_models.values()), None)
-
-    def category_logits(self, idx: np.ndarray, c: float | None = None) -> np.ndarray:
-        """The category branch alone (classifier C `c`; default: the first)."""
-        cat = self.category if c is None else self.category_models[c]
-        return cat.logits(*self.category_inputs(idx))
+    def category_logits(self, idx: np.ndarray) -> np.ndarray:
+        """The category branch alone."""
+        return self.category.logits(*self.category_inputs(idx))
 
     def logits(self, idx: np.ndarray) -> np.ndarray:
         """What the router computes for rows idx (before temperature)."""
@@ -213,11 +205,9 @@ class TrainRecipe:
         encoder.requires_grad_(not frozen)
         return model
 
-    def fit_one(self, train_idx: np.ndarray, val_idx: np.ndarray, seed: int, desc: str,
-                category: tuple[list[float], float] | None = None) -> Fitted:
-        """The head trained on train_idx (early-stopped on val_idx) and the lexical branch (train_idx, + val_idx
-        when no temperature is fitted on it); the category branch once per C in `category` ((Cs, weight); default:
-        the configured grid and weight), the first C's being `Fitted.category`."""
+    def fit_one(self, train_idx: np.ndarray, val_idx: np.ndarray, seed: int, desc: str) -> Fitted:
+        """The head trained on train_idx (early-stopped on val_idx), and the lexical and category branches
+        (train_idx, + val_idx when no temperature is fitted on it)."""
         from training.fit import balanced_pos_weight, torch_threads
 
         cfg, t = self.cfg, self.train_table
@@ -245,30 +235,23 @@ class TrainRecipe:
         # The validation rows stay out of the lexical branch only when a temperature is fitted on them.
         fit_rows = train_idx if cfg.temperature_scaling else np.concatenate([train_idx, val_idx])
         lexical = self._fit_lexical(fit_rows)
-        lex_logits, cats = None, {}
+        lex_logits, cat = None, None
         if lexical is not None:
             lex_logits = lambda idx: lexical.logits([self.table.ids[i] for i in idx])
-            cs, weight = category or (self._category_cs(), self.cfg.category.weight)
-            cats = self._fit_category(lexical, meta, fit_rows, cs, weight)
+            cat = self._fit_category(lexical, meta, fit_rows)
         inputs = lambda idx: (lexical.features([self.table.ids[i] for i in idx]), meta[idx])
         return Fitted(model, scaler, result, lexical, lambda idx: self._logits(model, meta, idx, s.batch_size), lex_logits,
-                      cats, inputs)
+                      cat, inputs)
 
-    def _category_cs(self) -> list[float]:
-        cc = self.cfg.category
-        return [float(c) for c in cc.c_grid] or [float(cc.c)]
-
-    def _fit_category(self, lexical: LexicalModel, meta: np.ndarray, rows: np.ndarray, cs: list[float],
-                      weight: float) -> dict[float, CategoryModel]:
-        """The category branch on `rows`, once per C (their categories are its targets; nothing else of a
-        category is kept)."""
+    def _fit_category(self, lexical: LexicalModel, meta: np.ndarray, rows: np.ndarray) -> CategoryModel | None:
+        """The category branch on `rows` (their categories are its targets; nothing else of a category is kept)."""
         cc, t = self.cfg.category, self.table
         if not cc.enabled or t.categories is None:
-            return {}
+            return None
         t0 = time.perf_counter()
         x, cats = lexical.features([t.ids[i] for i in rows]), [t.categories[i] for i in rows]
-        out = {c: CategoryModel.fit(x, meta[rows], cats, t.y[rows], t.mask[rows], c=c, prior_rows=cc.prior_rows,
-                                    weight=weight) for c in cs}
+        out = CategoryModel.fit(x, meta[rows], cats, t.y[rows], t.mask[rows], c=cc.c, prior_rows=cc.prior_rows,
+                                weight=cc.weight)
         self.timing["category_s"] = self.timing.get("category_s", 0.0) + time.perf_counter() - t0
         return out
 
@@ -322,7 +305,7 @@ class TrainRecipe:
         self.oof_temps = np.ones((n, len(self.models)))
         self.oof_fold = np.full(n, -1)
         self.category_accuracy: list[tuple[int, int]] = []  # (right, rows) of the category branch per test fold
-        hits: list[dict[float, tuple[int, int]]] = []  # per fold and C: (right, rows)
+        hits: list[tuple[int, int] | None] = []  # per fold: (right, rows) of the category guess
         val_parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # per fold: its validation rows' parts
         for f in range(cfg.max_folds or cfg.folds):
             t0 = time.perf_counter()
@@ -330,8 +313,8 @@ class TrainRecipe:
             tr, va = grouped_split(t.groups, np.flatnonzero(self.fold != f), cfg.val_fraction, cfg.seed + f)
             fitted = self.fit_one(tr, va, cfg.seed + f, desc=f"fold {f + 1}/{cfg.folds}")
             parts = {"head": fitted.head_logits} | ({"lexical": fitted.lexical_logits} if fitted.lexical else {})
-            parts |= {self._category_part(c): partial(fitted.category_logits, c=c) for c in fitted.category_models}
-            hits.append({c: self._category_accuracy(fitted, c, test) for c in fitted.category_models})
+            parts |= {"category": fitted.category_logits} if fitted.category is not None else {}
+            hits.append(self._category_accuracy(fitted, test) if fitted.category is not None else None)
             for name, fn in parts.items():
                 self.oof_parts.setdefault(name, np.full((n, len(self.models)), np.nan))[test] = fn(test)
             val_parts.append((va, {name: fn(va) for name, fn in parts.items()}))
@@ -345,31 +328,24 @@ class TrainRecipe:
             })
             del fitted
             gc.collect()
-        # The category branch's C and weight per held-out fold (chosen on the other folds' rows), then the blend.
-        pairs = self._choose_category()
+        # The blend of the parts at the configured weights; temperatures fitted on it.
+        wc = float(cfg.category.weight) if "category" in self.oof_parts else None
         for f, (va, vp) in enumerate(val_parts):
             test = np.flatnonzero(self.oof_fold == f)
-            c, wc = pairs.get(f, (None, None))
-            self.oof_logits[test] = self._blend(self.oof_parts, test, c, wc)
-            z_val = self._blend(vp, slice(None), c, wc)
+            self.oof_logits[test] = self._blend(self.oof_parts, test, wc)
+            z_val = self._blend(vp, slice(None), wc)
             temps = np.array([fit_temperature(z_val[t.mask[va, j], j], t.y[va, j][t.mask[va, j]])
                               for j in range(len(self.models))])
             self.oof_temps[test] = temps
             self.fold_records[f]["temperatures"] = dict(zip(self.models, temps.tolist()))
-            if c is not None:
-                self.oof_parts.setdefault("category", np.full((n, len(self.models)), np.nan))[test] = \
-                    self.oof_parts[self._category_part(c)][test]
-                self.category_accuracy.append(hits[f][c])
+            if wc is not None:
+                self.category_accuracy.append(hits[f])
         self.metrics = held_out_metrics(self, cfg.temperature_scaling)
         self.metrics["parts"] = self._parts_metrics()
         if cfg.final_fit:
             t0 = time.perf_counter()
             tr, va = grouped_split(t.groups, np.arange(n), cfg.val_fraction, cfg.seed + 1000)
-            final = self.category_choice["final"] if self.category_choice else None
-            fitted = self.fit_one(tr, va, cfg.seed + 1000, desc="final",
-                                  category=([final["c"]], final["weight"]) if final else None)
-            if fitted.category is not None:
-                fitted.category.choice = self.category_choice
+            fitted = self.fit_one(tr, va, cfg.seed + 1000, desc="final")
             z_val = fitted.logits(va)
             temps = {m: (fit_temperature(z_val[t.mask[va, j], j], t.y[va, j][t.mask[va, j]])
                          if self.metrics["per_model"][m]["temperature_helps"] else 1.0)
@@ -377,47 +353,16 @@ class TrainRecipe:
             self.final = (fitted, temps)
             self.timing["final_fit_s"] = time.perf_counter() - t0
 
-    def _category_part(self, c: float) -> str:
-        """The name of the category branch's held-out logits with classifier C (`category` when C is fixed)."""
-        return f"category_c{c:g}" if len(self._category_cs()) > 1 else "category"
-
-    def _blend(self, parts: dict[str, np.ndarray], rows, c: float | None, wc: float | None) -> np.ndarray:
-        """`Fitted.logits` from stored parts: head ⊕ lexical, then the category branch with C `c` at weight `wc`."""
+    def _blend(self, parts: dict[str, np.ndarray], rows, wc: float | None) -> np.ndarray:
+        """`Fitted.logits` from stored parts: head ⊕ lexical, then the category branch at weight `wc`."""
         z = parts["head"][rows]
         if "lexical" in parts:
             z = blend(z, parts["lexical"][rows], self.cfg.lexical.weight)
-        return z if c is None else blend(z, parts[self._category_part(c)][rows], wc)
+        return z if wc is None else blend(z, parts["category"][rows], wc)
 
-    def _choose_category(self) -> dict[int, tuple[float, float]]:
-        """(C, weight) per held-out fold, each chosen on the other folds' out-of-fold rows only; the saved router's
-        on all of them (`self.category_choice["final"]`). The configured pair where nothing is to be chosen."""
-        cc, t = self.cfg.category, self.table
-        self.category_choice: dict | None = None
-        cs = self._category_cs()
-        if self._category_part(cs[0]) not in self.oof_parts:
-            return {}
-        fallback = (cs[0], float(cc.weight))
-        if not cc.weight_grid and not cc.c_grid:  # nothing to choose: the configured pair everywhere
-            return dict.fromkeys(range(len(self.fold_records)), fallback)
-        weights = [float(w) for w in cc.weight_grid] or [float(cc.weight)]
-        base = self._blend(self.oof_parts, slice(None), None, None)
-        cands = {c: self.oof_parts[self._category_part(c)] for c in cs}
-        inner = inner_fold_choices(base, cands, t.y, t.mask, self.oof_fold, weights)
-        done = self.oof_fold >= 0
-        c, w, loss = choose_category(base[done], {c: z[done] for c, z in cands.items()}, t.y[done], t.mask[done],
-                                     weights)
-        self.category_choice = {
-            "criterion": CRITERION, "weight_grid": weights, "c_grid": cs,
-            "per_fold": [{"fold": f, "c": inner[f][0], "weight": inner[f][1], "log_loss": inner[f][2]}
-                         if f in inner else {"fold": f, "c": fallback[0], "weight": fallback[1], "log_loss": None}
-                         for f in range(len(self.fold_records))],
-            "final": {"c": c, "weight": w, "log_loss": loss},
-        }
-        return {f: inner[f][:2] if f in inner else fallback for f in range(len(self.fold_records))}
-
-    def _category_accuracy(self, fitted: Fitted, c: float, test: np.ndarray) -> tuple[int, int]:
-        """How often the category branch's (classifier C) most probable category is the test row's (a diagnostic)."""
-        t, cat = self.table, fitted.category_models[c]
+    def _category_accuracy(self, fitted: Fitted, test: np.ndarray) -> tuple[int, int]:
+        """How often the category branch's most probable category is the test row's (a diagnostic)."""
+        t, cat = self.table, fitted.category
         p = cat.category_probs(*fitted.category_inputs(test))
         guess = [cat.categories[k] for k in p.argmax(axis=1)]
         return sum(g == t.categories[i] for g, i in zip(guess, test)), len(test)
@@ -436,13 +381,9 @@ class TrainRecipe:
         out["aux_models"] = len(self.aux_models)
         out["aux_weight"] = self.cfg.aux.weight if self.aux_models else 0.0
         out["lexical_weight"] = self.cfg.lexical.weight if self.cfg.lexical.enabled else 0.0
-        final = self.category_choice["final"] if self.category_choice else None
-        out["category_weight"] = (final["weight"] if final else self.cfg.category.weight) if self.category_accuracy else 0.0
+        out["category_weight"] = self.cfg.category.weight if self.category_accuracy else 0.0
         if self.category_accuracy:
-            out["category_c"] = final["c"] if final else self._category_cs()[0]
-        if self.category_choice:
-            out["category_choice"] = self.category_choice  # per held-out fold and for the saved router
-        if self.category_accuracy:
+            out["category_c"] = float(self.cfg.category.c)
             right, rows = map(sum, zip(*self.category_accuracy))
             out["category_accuracy"] = right / rows  # held out: the branch's guess of BFCL's category
         return out
