@@ -8,6 +8,7 @@
     switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300]
     switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json] [--stages 0.3]
     switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 [--kill api.openai.com]
+    switchcraft bench overhead --router runs/default/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
@@ -34,6 +35,9 @@ def register_bench(bench_app: typer.Typer) -> None:
         bench_serve)
     bench_app.command("gateway", help="Load-test the gateway stack on loopback (replay upstreams); optionally kill an "
                                       "endpoint at request K for S seconds.")(bench_gateway)
+    bench_app.command("overhead", help="What the gateway adds: the same replay upstream called directly and through "
+                                       "the gateway (routing off and on), per concurrency and state store.")(
+        bench_overhead)
     bench_app.command("pool")(bench_pool)
     bench_app.command("train")(bench_train)
     bench_app.command("long-input")(bench_long_input)
@@ -109,6 +113,34 @@ def bench_gateway(
         if not (router / "router.json").exists():
             raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
         result = run_gateway_bench(cfg)
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def bench_overhead(
+    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+                                "export)."),
+    concurrency: list[int] = typer.Option([1, 16, 64], "--concurrency", "-c", help="Requests in flight; repeat for "
+                                          "several levels."),
+    state: list[str] = typer.Option(["memory", "sqlite", "redis"], "--state", help="State stores to measure the "
+                                    "gateway with; repeat for several."),
+    n: int = typer.Option(300, "--requests", "-n", help="Requests per cell (c = 1 sends a third)."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool (each endpoint gets a replay server)."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
+    out: Path = typer.Option(Path("runs/bench_overhead.md"), "--out", "-o", help="Markdown table (+ .json)."),
+) -> None:
+    from evaluation.bench.overhead import OverheadConfig, run_overhead, to_markdown, write_results
+
+    try:
+        cfg = OverheadConfig(router_dir=router, data_root=data_root, pool=pool, concurrency=list(concurrency),
+                             states=list(state), requests=n)
+        if not (router / "router.json").exists():
+            raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
+        with console.status("starting") as status:
+            result = run_overhead(cfg, progress=lambda what: status.update(what))
     except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
         fail(str(e))
     write_results(result, out)

@@ -53,3 +53,33 @@ def test_two_processes_share_one_real_redis(exported, shared_data, tmp_path):  #
 def test_the_run_is_bounded_and_checked(kw, fragment, tmp_path):
     with pytest.raises(ValueError, match=fragment):
         GatewayBenchConfig(router_dir=tmp_path, data_root=tmp_path, **{"requests": 10, **kw})
+
+
+def test_overhead_measures_direct_named_and_routed_on_the_same_requests(exported, shared_data, tmp_path):  # noqa: F811
+    from evaluation.bench.overhead import OverheadConfig, run_overhead, to_markdown, write_results
+
+    cfg = OverheadConfig(router_dir=exported[0], data_root=shared_data, pool=REPO / "configs" / "pool.yaml",
+                         concurrency=[1, 4], states=["memory", "sqlite"], requests=12, warmup=2)
+    result = run_overhead(cfg)
+    cells = result["cells"]
+    # direct once per concurrency, each gateway mode once per (concurrency, store); every request answered
+    assert sorted((c["mode"], c["state"], c["concurrency"]) for c in cells) == sorted(
+        [("direct", None, 1), ("direct", None, 4)]
+        + [(m, s, c) for m in ("named", "routed") for s in ("memory", "sqlite") for c in (1, 4)])
+    assert all(c["failed"] == 0 and c["ok"] == (12 if c["concurrency"] > 1 else 10) for c in cells)
+    row = next(r for r in result["rows"] if r["mode"] == "routed" and r["concurrency"] == 4 and r["state"] == "sqlite")
+    assert row["added_p50_ms"] == pytest.approx(row["p50_ms"] - row["direct_p50_ms"])
+    assert row["throughput_share"] == pytest.approx(row["rps"] / row["direct_rps"])
+    table = to_markdown(result)
+    assert table.count("\n| 4 | ") == 4 and "goal ≤ 5 ms" in table and "goal ≥ 80%" in table
+    write_results(result, tmp_path / "overhead.md")
+    assert json.loads((tmp_path / "overhead.json").read_text())["model"] == result["model"]
+
+
+def test_the_overhead_run_is_bounded_and_checked(tmp_path):
+    from evaluation.bench.overhead import OverheadConfig
+
+    for kw, fragment in [({"concurrency": [0]}, "within"), ({"states": ["postgres"]}, "memory, sqlite or redis"),
+                         ({"requests": 10**6}, "bounded")]:
+        with pytest.raises(ValueError, match=fragment):
+            OverheadConfig(router_dir=tmp_path, data_root=tmp_path, **kw)
