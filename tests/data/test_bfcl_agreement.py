@@ -180,11 +180,11 @@ def test_real_agreement_with_bfcl_checker(shared_data):
         shared_data / "bfcl_v1_checker_verdicts_2024-08-11.jsonl",
     )
     assert rep.compared == 115_730 - 71  # output relevance_239 has no verdict after the shift
-    assert rep.overall > 0.90  # 92.0% on 2026-11-30; the rest is BFCL-format strictness (docs/verifier.md)
+    assert rep.overall > 0.90  # 92.0% measured; the rest is BFCL-format strictness (docs/verifier.md)
     assert rep.rate("relevance") > 0.9  # 0.63 without the id shift
     assert rep.decoded_agree / rep.decoded_total > 0.96
     assert rep.classes["unexplained"] == 0
-    assert rep.by_cause()["our bug"] < 50  # 0 on 2026-11-30 (decoder gaps land here)
+    assert rep.by_cause()["our bug"] < 50  # 0 measured (decoder gaps land here)
     assert {CLASSES[k][0] for k in rep.classes} <= {"BFCL too strict", "BFCL too lenient", "our bug"}
 
 

@@ -18,9 +18,9 @@ TRAIN_YAML = Path(__file__).resolve().parents[2] / "configs" / "train.yaml"
 def test_shipped_config_loads_and_says_how_to_run_it():
     cfg = load_train_config(TRAIN_YAML)
     assert cfg.mode == "frozen" and cfg.packing.max_tokens == 128 and cfg.folds == 5
-    assert cfg.backbone.layers == 1  # the speed levers kept for issue 14 (docs/router.md "Speed")
+    assert cfg.backbone.layers == 1  # the speed levers in use (docs/router.md "Speed")
     assert TRAIN_YAML.read_text().startswith("# switchcraft train --config configs/train.yaml")
-    # the levers kept for issue 12 (docs/router.md): extra targets, the lexical branch, no temperatures
+    # the levers in use (docs/router.md): extra targets, the lexical branch, no temperatures
     assert cfg.aux.outputs == "auto" and cfg.aux.weight == 1.0
     assert cfg.lexical.enabled and cfg.lexical.weight == 0.5 and not cfg.temperature_scaling
 
