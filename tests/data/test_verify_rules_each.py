@@ -1,4 +1,4 @@
-"""One case for each verifier rule whose deletion no other test noticed (each would pass the rest of the suite deleted).
+"""One case for each verifier rule whose deletion no other test noticed.
 
     .venv/bin/python -m pytest -q tests/data/test_verify_rules_each.py
 
