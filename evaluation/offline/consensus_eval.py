@@ -31,7 +31,7 @@ import numpy as np
 
 from evaluation.offline.routing_eval import evaluate_router, profiled_costs
 from evaluation.offline.stats import paired_bootstrap
-from evaluation.strategy_eval import RowOutcome, _fold_split, _row_of_specs, row_of_choice
+from evaluation.offline.strategy_eval import RowOutcome, _fold_split, _row_of_specs, row_of_choice
 from training.policy.fit import best_fixed_column, default_menu, fit_policies, target_budget
 from training.policy.simulate import CascadeData, simulate
 

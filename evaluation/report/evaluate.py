@@ -30,7 +30,7 @@ from evaluation.offline.routing_eval import (
     references,
 )
 from evaluation.offline.stats import paired_bootstrap
-from evaluation.strategy_eval import (
+from evaluation.offline.strategy_eval import (
     Ceiling,
     RowOutcome,
     best_fixed_strategy,

@@ -18,7 +18,7 @@ from evaluation.offline.routing_eval import RouterResult, per_category
 from evaluation.offline.routing_metrics import gap_closed, oracle_choice, savings
 from evaluation.offline.stats import RowIntervals, paired_bootstrap
 from evaluation.report.evaluate import STRATEGIES, Evaluation, target_text
-from evaluation.strategy_eval import Ceiling, RowOutcome, row_of_choice
+from evaluation.offline.strategy_eval import Ceiling, RowOutcome, row_of_choice
 
 
 def headline_rows(ev: Evaluation) -> list[tuple[str, RowOutcome, str | None, dict | None]]:

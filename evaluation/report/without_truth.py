@@ -17,7 +17,7 @@ from data.schema import read_labels
 from evaluation.offline.consensus_eval import ANCHORED, SHARED_ERRORS, consensus_fit_rows, side_by_side
 from evaluation.offline.routing_eval import oof_matrix
 from evaluation.report.evaluate import STRATEGIES
-from evaluation.strategy_eval import RowOutcome, row_of_choice
+from evaluation.offline.strategy_eval import RowOutcome, row_of_choice
 
 
 def section_markdown(rows: list[dict], agreement: dict, best_single: RowOutcome) -> list[str]:

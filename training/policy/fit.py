@@ -10,7 +10,7 @@ regularisation `c` and λ that do best on cross-fitted predictions (inner folds 
 that choose λ are never the rows the regressions were fitted on. `write_strategy_policy` runs it on every
 labelled query (the router's out-of-fold probabilities) and writes the result into `router.json`, where
 `switchcraft export`, the Triton repository and `serving.client.RouterClient` read it. Scoring the same
-fit held-out, fold by fold, is `evaluation.strategy_eval`.
+fit held-out, fold by fold, is `evaluation.offline.strategy_eval`.
 """
 
 from __future__ import annotations

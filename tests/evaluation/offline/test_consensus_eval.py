@@ -10,7 +10,7 @@ import pytest
 
 from evaluation.offline.consensus_eval import consensus_fit_rows, hybrid, side_by_side
 from evaluation.offline.routing_eval import RoutingData
-from evaluation.strategy_eval import evaluate_strategy_policies, fold_simulations
+from evaluation.offline.strategy_eval import evaluate_strategy_policies, fold_simulations
 from training.policy.fit import default_menu
 from training.policy.simulate import CascadeData
 

@@ -1,6 +1,6 @@
 """Held-out evaluation of strategy routing: the router picks, per request, a single model or a cascade.
 
-    from evaluation.strategy_eval import evaluate_strategy_policy, best_fixed_strategy
+    from evaluation.offline.strategy_eval import evaluate_strategy_policy, best_fixed_strategy
     res = evaluate_strategy_policy(cd, probs, target="cost_fraction", cost_fraction=0.2)
     res.outcome.accuracy, res.outcome.usd_per_million, res.params      # held-out, λ per fold
 
