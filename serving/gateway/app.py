@@ -118,33 +118,20 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     gw = build_gateway(cfg, client=client, pool=pool, tool_selector=tool_selector, tools=tools, keys=keys,
                        state=state, observers=observers)
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI):
-        if gw.keys.mode == "none":
-            log.warning(json.dumps({"event": "auth", "mode": "none",
-                                    "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
-        if not gw.state.durable:
-            log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
-        hangup = _on_sighup(lambda: gw.slot.reload())
-        yield
-        if hangup:
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-        for o in reversed(gw.observers):  # flush what they hold (explorations in flight, then log records, spans)
-            if hasattr(o, "aclose"):
-                await o.aclose()
-        await gw.slot.aclose()
-        await gw.upstreams.aclose()
-        if own_state:
-            await gw.state.aclose()
-
     docs = cfg.admin.docs  # off by default: the API's shape is no business of an anonymous caller
-    app = FastAPI(title="switchcraft gateway", lifespan=lifespan, docs_url="/docs" if docs else None,
+    app = FastAPI(title="switchcraft gateway", lifespan=_lifespan(gw, own_state), docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.gateway = gw
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = gw.metrics, client, gw.tools, gw.keys
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s)
+    _routes(app, gw)
+    return app
+
+
+def _routes(app: FastAPI, gw: Gateway) -> None:
+    """One route per endpoint, each calling its request kind's handler with the parts."""
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -174,7 +161,32 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     async def admin_spend(request: Request, key: str | None = None, day: str | None = None) -> Response:
         return await admin.spend(gw, request, key, day)
 
-    return app
+
+def _lifespan(gw: Gateway, own_state: bool):
+    """Start: the warnings an operator must see. Stop: observers flushed, then the router, upstreams and state
+    (the state only when create_app opened it)."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        cfg = gw.cfg
+        if gw.keys.mode == "none":
+            log.warning(json.dumps({"event": "auth", "mode": "none",
+                                    "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))
+        if not gw.state.durable:
+            log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
+        hangup = _on_sighup(lambda: gw.slot.reload())
+        yield
+        if hangup:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        for o in reversed(gw.observers):  # flush what they hold (explorations in flight, then log records, spans)
+            if hasattr(o, "aclose"):
+                await o.aclose()
+        await gw.slot.aclose()
+        await gw.upstreams.aclose()
+        if own_state:
+            await gw.state.aclose()
+
+    return lifespan
 
 
 def _on_sighup(reload) -> bool:

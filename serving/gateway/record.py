@@ -1,6 +1,6 @@
 """One served request, as everything that learns from or watches the gateway reads it.
 
-    served = Served(request_id=rid, key_id="acme", ...)     # built by serving/gateway/app.py once a chat request ends
+    served = Served(request_id=rid, key_id="acme", ...)     # built by serving/gateway/chat.py once a chat request ends
     for observe in observers:                              # the decision log, exploration, traces
         observe(served)                                    # must not block: queue or schedule the work
 

@@ -3,7 +3,7 @@
     events = sse_passthrough(result, meta, tools)        # a native model streaming: chunks as they come
     events = json_as_sse(answer.body, model, meta)       # a prompt-style model (read whole, decoded) or a JSON upstream
 
-A stream takes the single-model path (serving/gateway/app.py): no agreement
+A stream takes the single-model path (serving/gateway/chat.py): no agreement
 check can run on calls that have not finished arriving. The first chunk
 carries the `switchcraft` trace.
 

@@ -1,0 +1,158 @@
+"""The chat path's steps in process: the gateway's parts built without a server, upstreams an httpx.MockTransport.
+
+    .venv/bin/python -m pytest -q tests/serving/test_gateway_chat.py
+
+plan (routed and named: one shape), reserve (the worst case held before any
+call), run (a failed run is an Outcome, not an exception), and the whole
+handler over httpx.ASGITransport: answer, headers, charge and ledger agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from data.pool import load_pool
+from serving.client import RouterClient
+from serving.gateway.app import build_gateway, create_app
+from serving.gateway.auth import KeyEntry, KeyLimits, KeyStore
+from serving.gateway.budget import payload_size, worst_case_usd
+from serving.gateway.chat import Pending, plan, reserve, run
+from serving.gateway.config import ServingConfig
+from serving.gateway.errors import GatewayError
+from training.policy import Strategy
+from tests.routers import REPO
+
+pytestmark = pytest.mark.integration
+POOL = load_pool(REPO / "configs" / "pool.yaml")
+ADMIN, NARROW = "sk-sc-test-chat-admin-0123456789abcdef", "sk-sc-test-chat-narrow-0123456789abcde"
+ALLOWED = sorted(POOL.names)[:3]
+OUTSIDE = sorted(POOL.names)[-1]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+
+
+def chat_body(model: str = "router", **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": TOOLS, **extra}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+class Upstream:
+    """Every pool endpoint: a completion naming get_weather (with usage), or `status` for every call."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status, self.seen = status, []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request.url.host)
+        if self.status != 200:
+            return httpx.Response(self.status, json={"error": {"message": "down"}})
+        return httpx.Response(200, json={
+            "id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "[get_weather(city='Paris')]"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}})
+
+
+def keys() -> KeyStore:
+    return KeyStore([KeyEntry(id="admin", key=ADMIN, role="admin"),
+                     KeyEntry(id="narrow", key=NARROW, limits=KeyLimits(models=ALLOWED))])
+
+
+def with_upstream(gw, upstream: Upstream):
+    gw.upstreams.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
+    return gw
+
+
+@pytest.fixture(scope="module")
+def client(exported):  # noqa: F811
+    return RouterClient.from_dir(exported[0], threads=1)
+
+
+def test_routed_and_named_requests_make_one_kind_of_plan(client):
+    gw = with_upstream(build_gateway(ServingConfig(), client=client, pool=POOL, keys=keys()), Upstream())
+    narrow = gw.keys.authenticate(f"Bearer {NARROW}")
+
+    async def plans():
+        return (await plan(gw, chat_body(), None, None, narrow, False),
+                await plan(gw, chat_body(ALLOWED[0]), ALLOWED[0], None, narrow, False),
+                await plan(gw, chat_body(switchcraft={"strategy": {"first": ALLOWED[:2], "escalate": ALLOWED[2:]}}), None, None, narrow, True))
+
+    routed, named, streamed = asyncio.run(plans())
+    assert routed.meta["routed"] is True and routed.meta["chosen"] in ALLOWED
+    assert routed.meta["decision"]["chosen"] == routed.meta["chosen"] and routed.ran == routed.strategy
+    assert named.strategy == named.ran == Strategy.single(ALLOWED[0])
+    assert (named.source, named.ranking) == ("model", [ALLOWED[0]])
+    assert named.meta == {"routed": False, "chosen": ALLOWED[0],
+                          "strategy": {**named.strategy.to_dict(), "source": "model", "ran": "single"}}
+    # Both carry the models the key allows: what exploration may call after answering.
+    assert routed.asked.allowed == named.asked.allowed == frozenset(ALLOWED)
+    # A stream runs the single-model path down the ranking, whatever the strategy.
+    assert streamed.source == "request" and streamed.strategy.kind != "single"
+    assert streamed.ran == Strategy.single(streamed.ranking[0], tuple(streamed.ranking[1:]))
+    assert streamed.meta["strategy"]["ran"] == "single"
+
+    with pytest.raises(GatewayError) as refused:
+        asyncio.run(plan(gw, chat_body(OUTSIDE), OUTSIDE, None, narrow, False))
+    assert (refused.value.status, refused.value.reason, refused.value.param) == (403, "model", "model")
+    assert 'switchcraft_auth_rejections_total{key="narrow",reason="model"} 1.0' in gw.metrics.render().decode()
+
+
+@pytest.mark.parametrize("status", [200, 500], ids=["answered", "upstream-down"])
+def test_reserve_holds_the_worst_case_and_a_failed_run_is_an_outcome(client, status):
+    upstream = Upstream(status)
+    gw = with_upstream(build_gateway(ServingConfig(), client=client, pool=POOL, keys=keys()), upstream)
+    at = Pending("r1", time.perf_counter(), time.time(), ident=gw.keys.authenticate(f"Bearer {ADMIN}"))
+
+    async def steps():
+        at.plan = await plan(gw, chat_body(), None, None, at.ident, False)
+        at.res = await reserve(gw, at)
+        held = await gw.state.day_total("admin", at.res.day)
+        assert not upstream.seen  # the hold comes before any upstream call
+        return held, await run(gw, at.plan, False)
+
+    held, out = asyncio.run(steps())
+    p, st = at.plan, gw.cfg.state
+    worst = worst_case_usd(POOL, p.ran, p.ranking, p.body, lambda m: payload_size(p.body_for(m)),
+                           max_attempts=gw.cfg.upstream.max_attempts, chars_per_token=st.chars_per_token,
+                           default_output_tokens=st.default_output_tokens)
+    assert at.res.usd == pytest.approx(worst) and held == (0.0, pytest.approx(worst))
+    if status == 200:
+        assert out.error is None and out.run.returned is not None and out.run.returned.ok
+    else:  # no exception: the error and every call made come back together
+        assert out.error is not None and out.error.status == 502 and out.run is not None
+        assert [a["outcome"] for a in out.error.attempts] == ["http_500"] * len(out.run.attempts)
+        assert len(out.run.calls) >= 1 and out.run.returned is None
+
+
+def test_chat_in_process_answers_charges_and_refuses(client):
+    upstream = Upstream()
+    app = create_app(ServingConfig(), client=client, pool=POOL, keys=keys())
+    with_upstream(app.state.gateway, upstream)
+
+    async def exchange():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+            ok = await c.post("/v1/chat/completions", json=chat_body(ALLOWED[0]), headers=bearer(NARROW))
+            refused = await c.post("/v1/chat/completions", json=chat_body(OUTSIDE), headers=bearer(NARROW))
+            spend = await c.get("/v1/admin/spend", params={"key": "narrow"}, headers=bearer(ADMIN))
+            routed = await c.post("/v1/route", json={"messages": chat_body()["messages"], "tools": TOOLS},
+                                  headers=bearer(NARROW))
+            return ok, refused, spend, routed
+
+    ok, refused, spend, routed = asyncio.run(exchange())
+    assert ok.status_code == 200, ok.text
+    assert ok.headers["x-switchcraft-model"] == ALLOWED[0] == ok.json()["model"] and len(upstream.seen) == 1
+    assert ok.json()["switchcraft"]["routed"] is False and ok.json()["switchcraft"]["strategy"]["source"] == "model"
+    charged = float(ok.headers["x-switchcraft-cost-usd"])
+    assert charged > 0 and charged == pytest.approx(spend.json()["totals"][0]["usd"])
+    assert refused.status_code == 403 and refused.json()["error"]["param"] == "model"
+    assert refused.headers["x-request-id"] and len(upstream.seen) == 1  # refused before any call
+    assert routed.status_code == 200 and routed.headers["x-switchcraft-model"] in ALLOWED
