@@ -40,8 +40,8 @@ from data.pool_runner.wire import WireError
 from data.schema import Tool
 from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.answers import Answer, read_answer
+from serving.gateway.errors import GatewayError
 from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.requests import GatewayError
 from serving.gateway.upstream import ABANDONED, Attempt, Upstreams
 from training.policy import rules
 from training.policy.strategy import Strategy
