@@ -4,6 +4,7 @@ switchcraft verify CASES.jsonl [--out FILE]
 switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
 switchcraft label --consensus [--truth LABELS.parquet]     # no ground truth: agreement among the pool (data/consensus.py)
 switchcraft verify-agreement [--run-dir runs/default]
+switchcraft verify-agreement --source bfcl_v3 --run-dir runs/v3
 """
 
 from __future__ import annotations
@@ -153,11 +154,16 @@ def agreement_command(
     run_dir: Path = typer.Option(Path("runs/default"), help="Where agreement.md and agreement.csv go."),
     config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
     data_root: str = typer.Option(None, help="Override the config's data_root."),
+    source: str = typer.Option("bfcl_v1", help="bfcl_v1 (71 models x 1,630 queries) or bfcl_v3 (the 2025 run)."),
 ) -> None:
-    """Compare our verdicts with BFCL's checker on all 71 models x 1,630 queries."""
+    """Compare our verdicts with BFCL's checker on all 71 models x 1,630 queries (or the BFCL v3 run of 2025)."""
     from data.verify.bfcl_agreement import run_agreement, write_agreement_report
 
     cfg = _data_paths(config, data_root)
+    if source == "bfcl_v3":
+        return _agreement_v3(cfg, run_dir)
+    if source != "bfcl_v1":
+        fail(f"--source {source!r}: choose bfcl_v1 or bfcl_v3")
     paths = (cfg.source_path("bfcl_v1"), cfg.output_path("bfcl_v1"), cfg.output_path("checker_verdicts"))
     if not all(paths):
         fail("the data config needs sources.bfcl_v1, outputs.bfcl_v1 and outputs.checker_verdicts")
@@ -167,6 +173,26 @@ def agreement_command(
         fail(str(e))
     md, csv_path = write_agreement_report(rep, run_dir)
     typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs")
+    for cat in sorted(rep.total):
+        typer.echo(f"  {cat:40s} {rep.rate(cat):.2%}")
+    for cause, n in rep.by_cause().items():
+        typer.echo(f"{cause}: {n:,}")
+    typer.echo(f"wrote {md} and {csv_path}")
+
+
+def _agreement_v3(cfg, run_dir: Path) -> None:
+    from data.verify.bfcl_v3_agreement import run_v3_agreement, write_v3_report
+
+    paths = (cfg.source_path("bfcl_v3"), cfg.output_path("bfcl_v3"), cfg.output_path("bfcl_v3_checker_verdicts"))
+    if not all(paths):
+        fail("the data config needs sources.bfcl_v3, outputs.bfcl_v3 and outputs.bfcl_v3_checker_verdicts")
+    try:
+        rep = run_v3_agreement(*paths)
+    except DataError as e:
+        fail(str(e))
+    md, csv_path = write_v3_report(rep, run_dir)
+    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs "
+               f"({sum(rep.no_answer.values()):,} inference errors not compared)")
     for cat in sorted(rep.total):
         typer.echo(f"  {cat:40s} {rep.rate(cat):.2%}")
     for cause, n in rep.by_cause().items():

@@ -141,6 +141,8 @@ _MEMO_TOOLS = 64
 
 
 def _tools_key(tools: list[Tool] | None) -> tuple | None:
+    if tools is None:  # unknown tools decode otherwise than no tools offered ([])
+        return ("<tools not given>",)
     if not tools:
         return ()
     if len(tools) > _MEMO_TOOLS:

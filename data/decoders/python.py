@@ -10,7 +10,7 @@ Around the calls: whitespace, code fences, special tokens, leading or trailing p
 Where the calls are, when the whole text is not a call: the code fences, then each
 `[name(` … `]` list, then each line that is one call, then two repairs of the text.
 A piece picked out of prose counts only when its calls all name tools in scope (with
-tools given): Gemma wraps the real calls in a function of its own, and prose often
+tools given, an empty list included: then no piece of prose is a call): Gemma wraps the real calls in a function of its own, and prose often
 carries example code (`print(inches_to_meters(10))`) that is no tool call.
 """
 
@@ -47,7 +47,8 @@ def sniff_python(raw: Any, ctx: Context) -> bool:
 
 def parse_python(raw: Any, ctx: Context) -> list[Call]:
     order = ctx.param_order
-    index = tool_name_index(ctx.tools) if ctx.tools else None
+    # Tools given but none offered ([]): no piece of prose names a tool in scope, so none is a call.
+    index = tool_name_index(ctx.tools) if ctx.tools is not None else None
     first_error: PyCallError | None = None
     fallback: list[Call] | None = None
     for i, (cand, whole) in enumerate(call_candidates(raw)):

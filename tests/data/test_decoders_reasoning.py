@@ -79,3 +79,13 @@ def test_unquoted_string_values_stay_malformed():
     res = decode("[Movies_3_FindMovies(directed_by=Taika Waititi, genre=Comedy, cast=dontcare)]",
                  [_tool("Movies_3_FindMovies", "directed_by", "genre", "cast")])
     assert res.calls is None and res.error.startswith("malformed:")
+
+
+def test_with_no_tool_offered_code_in_prose_is_no_call():
+    # gpt-4o-2024-08-06 on live_irrelevance_123-9-3, whose question offers no function at all ([]).
+    raw = ("None of the functions provided can be used to accomplish this task. However, you can achieve this by "
+           "using the Python `split()` method as follows:\n\n```python\ntemp = \"hello=good=\"\n"
+           "result = temp.split('=', 1)\nprint(result)\n```\n\nThis code will split the string at the first '='.")
+    assert decode(raw, []).error == "no_call: free text"
+    assert decode(raw, None).calls is not None  # tools unknown: a call line may still be one
+    assert decode("[split_string(text='hello=good=')]", []).calls[0].name == "split_string"  # a whole answer is a call
