@@ -1,7 +1,8 @@
-"""Shared test fixtures: where the real shared data lives."""
+"""Shared test fixtures: where the real shared data lives; a tiny router and its ONNX export, built once a session."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -23,3 +24,29 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"real data not found at {SHARED_DATA}; set SWITCHCRAFT_DATA_ROOT")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def bfcl_requests(shared_data) -> list:
+    from tests.routers import bfcl_sample
+
+    return [(e.messages, e.tools) for e in bfcl_sample(shared_data)]
+
+
+@pytest.fixture(scope="session")
+def tiny_router_dir(tmp_path_factory, shared_data) -> Path:
+    from tests.routers import bfcl_sample, build_tiny_router
+
+    return build_tiny_router(tmp_path_factory.mktemp("router") / "router", bfcl_sample(shared_data, 40))
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, tiny_router_dir, bfcl_requests):
+    """(onnx dir, ExportReport): fp32 + INT8, validated on real packed BFCL requests."""
+    from tests.routers import decide_with
+    from training.export import export_router
+
+    info = json.loads((tiny_router_dir / "router.json").read_text())
+    out = tmp_path_factory.mktemp("onnx") / "router_onnx"
+    report = export_router(tiny_router_dir, out, requests=bfcl_requests, int8=True, decide=decide_with(info), threads=1)
+    return out, report

@@ -15,7 +15,7 @@ import pytest
 
 from data.pool import load_pool
 from evaluation.jobs.loop import run_loop
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 
 pytestmark = pytest.mark.integration
 FAST_TRAIN = ["frozen.epochs=60", "lexical.enabled=false"]

@@ -16,7 +16,6 @@ import pytest
 
 from serving.client import RouterClient
 from serving.triton import TritonServer, write_model_repository
-from tests.serving.test_export import bfcl_requests, exported, tiny_router_dir  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
 

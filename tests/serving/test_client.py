@@ -14,7 +14,6 @@ from serving.backends import BackendError, TritonGrpcBackend, TritonHttpBackend,
 from serving.client import RouterClient, policy_from_info
 from serving.policy import Constraints, NoEligibleModel
 from serving.triton import free_port
-from tests.serving.test_export import bfcl_requests, exported, tiny_router_dir  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import typer
 from typer.testing import CliRunner
 
 from switchcraft.cli_bench import register_bench
-from tests.serving.test_export import bfcl_requests, exported, tiny_router_dir  # noqa: F401 (fixtures)
 
 
 def test_bench_serve_times_every_engine_and_lever(exported, tiny_router_dir, tmp_path, shared_data):  # noqa: F811

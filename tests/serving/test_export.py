@@ -5,94 +5,18 @@
 The router under test is built with the training stage's real code (RouterModel,
 save_router, packing, metadata scaling) around a tiny random 2-layer BERT and
 MiniLM's real WordPiece tokenizer, so packing is exactly what production does
-and the export takes seconds. Other serving tests import its fixtures.
+and the export takes seconds. The router and its export are session fixtures (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from serving.policy import choose_batch
+from tests.routers import N_REQUESTS, REPO, decide_with
 from training.metadata import FEATURE_NAMES
-
-REPO = Path(__file__).resolve().parents[2]
-N_REQUESTS = 16
-
-
-def bfcl_sample(shared_data: Path, n: int = N_REQUESTS) -> list:
-    """Every category, then an even spread: long multi-function requests and one-liners alike."""
-    from data.sources import read_source
-
-    examples = read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
-    by_cat: dict[str, list] = {}
-    for ex in examples:
-        by_cat.setdefault(ex.category, []).append(ex)
-    picked = [v[0] for v in by_cat.values()]
-    picked += examples[:: max(1, len(examples) // (n - len(picked)))][: n - len(picked)]
-    return picked[:n]
-
-
-def build_tiny_router(out: Path, examples: list) -> Path:
-    """A saved router folder (training.router.save_router) with a random tiny encoder and the real pool."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from data.pool import load_pool
-    from training.config import PackingSettings
-    from training.metadata import FEATURE_NAMES, MetadataScaler, metadata_row, request_metadata
-    from training.model import RouterModel, minilm_path
-    from training.router import save_router
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
-    torch.manual_seed(0)
-    encoder = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                                   num_attention_heads=4, intermediate_size=64, max_position_embeddings=512))
-    pool = load_pool(REPO / "configs" / "pool.yaml")
-    models = pool.names
-    model = RouterModel(encoder, len(FEATURE_NAMES), len(models), head_hidden=16, dropout=0.0)
-    with torch.no_grad():  # spread the random head so probabilities straddle the threshold
-        model.heads[0].net[-1].weight.mul_(8.0)
-    rows = np.array([metadata_row(request_metadata(e.messages, e.tools, tokenizer)) for e in examples])
-    costs = [pool.get(m).prices.input_per_mtok * 300e-6 for m in models]
-    save_router(out, model, tokenizer, {
-        "models": models, "prices": {m: pool.get(m).prices.model_dump() for m in models},
-        "cost_profile": dict(zip(models, costs)), "threshold": 0.5,
-        "temperatures": {m: (1.7 if i == 2 else 1.0) for i, m in enumerate(models)},  # the graph must apply it
-        "packing": PackingSettings(max_tokens=256).model_dump(), "metadata": MetadataScaler.fit(rows).to_json(),
-        "backbone": {"name": "tiny-bert", "pooling": "mean"},
-    })
-    return out
-
-
-def decide_with(info: dict):
-    costs = np.array([info["cost_profile"][m] for m in info["models"]])
-    return lambda p: choose_batch(p, costs, info["threshold"])
-
-
-@pytest.fixture(scope="session")
-def bfcl_requests(shared_data) -> list:
-    return [(e.messages, e.tools) for e in bfcl_sample(shared_data)]
-
-
-@pytest.fixture(scope="session")
-def tiny_router_dir(tmp_path_factory, shared_data) -> Path:
-    return build_tiny_router(tmp_path_factory.mktemp("router") / "router", bfcl_sample(shared_data, 40))
-
-
-@pytest.fixture(scope="session")
-def exported(tmp_path_factory, tiny_router_dir, bfcl_requests):
-    """(onnx dir, ExportReport): fp32 + INT8, validated on real packed BFCL requests."""
-    from training.export import export_router
-
-    info = json.loads((tiny_router_dir / "router.json").read_text())
-    out = tmp_path_factory.mktemp("onnx") / "router_onnx"
-    report = export_router(tiny_router_dir, out, requests=bfcl_requests, int8=True, decide=decide_with(info), threads=1)
-    return out, report
-
 
 # --- the tests ---------------------------------------------------------------------------------------
 def test_fp32_matches_pytorch_and_keeps_every_decision(exported, tiny_router_dir, bfcl_requests):

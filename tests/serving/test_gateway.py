@@ -29,7 +29,7 @@ from serving.client import RouterClient
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.tools.policy import Caller
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO, bfcl_sample
 
 pytestmark = pytest.mark.integration
 SECRET = "sk-test-gateway-0123456789-never-log-me"  # the pool's provider key (upstream)

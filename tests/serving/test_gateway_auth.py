@@ -23,7 +23,7 @@ from serving.gateway.auth import AuthSettings, Identity, KeyLimits, KeyStore, ha
 from serving.gateway.errors import GatewayError
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import (  # noqa: F401
     AUTH,
     KEY,

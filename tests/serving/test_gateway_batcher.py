@@ -31,7 +31,7 @@ from serving.gateway.errors import GatewayError
 from serving.gateway.requests import to_schema
 from serving.policy import Constraints, NoEligibleModel
 from tests.serving.test_client import _with_strategy_policy
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO, bfcl_sample
 from tests.serving.test_gateway import AUTH, Loopback, openai_body, use_keys
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from evaluation.bench.gateway import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from data.verify.batch import is_text
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_tools
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import JsonLines, configure_json_logging
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, post, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration

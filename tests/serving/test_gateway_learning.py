@@ -19,7 +19,7 @@ from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.decision_log import read_log
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import (  # noqa: F401
     AUTH,
     SECRET,
@@ -127,8 +127,8 @@ RESTRICTED = "sk-sc-test-learning-restricted-0123456789"
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["routed", "named-model"])
-def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client, examples, tmp_path, monkeypatch,
-                                                                   named):  # noqa: F811
+def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client, examples, tmp_path,  # noqa: F811
+                                                                   monkeypatch, named):
     allowed = sorted(POOL.names)[:2]
     use_keys(monkeypatch, {"id": "restricted", "key": RESTRICTED, "limits": {"models": allowed}})
     cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1.0, "usd_per_day": 100})

@@ -29,7 +29,7 @@ from serving.gateway.budget import worst_case_usd
 from serving.gateway.config import ServingConfig
 from serving.gateway.redis_local import LocalRedis
 from serving.triton import free_port
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import (  # noqa: F401
     AUTH,
     KEY,

@@ -28,7 +28,7 @@ from serving.gateway.app import create_app
 from serving.gateway.breaker import Breaker, Breakers
 from serving.gateway.config import BreakerSettings, ServingConfig
 from serving.gateway.upstream import retry_after
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, examples, openai_body, post, stream, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.server import uvicorn_config
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import AUTH, KEY, client, use_keys  # noqa: F401
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.config import RetrievalConfig
 from serving.tools.router import ToolRouter
 from tests.serving.conftest import CARDS_YAML, build_tiny_index
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
+from tests.routers import REPO
 from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
 from tests.serving.test_tool_router import POLICY
 

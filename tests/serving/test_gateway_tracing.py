@@ -30,7 +30,6 @@ from serving.gateway.record import Served
 from serving.gateway.state import Charge
 from serving.gateway.tracing import SPAN_NAME, Tracing
 from serving.gateway.upstream import Attempt
-from tests.serving.test_export import REPO, bfcl_requests, bfcl_sample, exported, tiny_router_dir  # noqa: F401
 from tests.serving.test_gateway import KEY, SECRET, Loopback, client, openai_body, post, use_keys  # noqa: F401
 from tests.serving.test_gateway_cascade import A, B, POOL, TOP, decoded, picked, replay, tools_of  # noqa: F401
 from training.policy import Strategy

@@ -10,7 +10,7 @@ import pytest
 
 from data.schema import Call, Message, Tool
 from serving.long_input import CUT_CHARS, CappedEncoder, cut_request, cut_text
-from tests.serving.test_export import bfcl_requests, bfcl_sample, tiny_router_dir  # noqa: F401
+from tests.routers import bfcl_sample
 from training.export import RequestEncoder
 from training.packing import pack_request
 

@@ -72,7 +72,7 @@ def test_the_torch_branch_computes_the_same_logits_and_survives_a_save(tmp_path)
 
 @pytest.fixture(scope="module")
 def category_dir(tmp_path_factory, shared_data):
-    from tests.serving.test_export import bfcl_sample, build_tiny_router
+    from tests.routers import bfcl_sample, build_tiny_router
     from training.export import RequestEncoder
     from training.lexical import LexicalModel
     from training.router import load_router, save_router
@@ -115,7 +115,7 @@ def training_blend(router_dir, requests, wc: float | None = None) -> np.ndarray:
 
 def test_pytorch_and_onnx_serve_the_training_blend_with_the_category_branch(category_dir, tmp_path):
     from serving.client import RouterClient
-    from tests.serving.test_export import decide_with
+    from tests.routers import decide_with
     from training.export import export_router
     from training.router import load_router
 
@@ -142,7 +142,7 @@ def test_pytorch_and_onnx_serve_the_training_blend_with_the_category_branch(cate
 def test_triton_serves_the_category_branch(category_dir, tmp_path):
     from serving.client import RouterClient
     from serving.triton import TritonServer, write_model_repository
-    from tests.serving.test_export import decide_with
+    from tests.routers import decide_with
     from training.export import export_router
 
     out, requests = category_dir

@@ -36,7 +36,7 @@ def test_the_configured_weight_is_saved_and_served(toy_task, tiny_backbone, tmp_
     weight is in router.json and metrics.json, and PyTorch and the ONNX graph compute the blend with it."""
     from data.schema import read_examples, write_examples
     from serving.client import RouterClient
-    from tests.serving.test_export import decide_with
+    from tests.routers import decide_with
     from tests.training.conftest import toy_overrides
     from tests.training.test_category import training_blend
     from training.config import load_train_config

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from serving.client import RouterClient
-from tests.serving.test_export import bfcl_sample, build_tiny_router, decide_with
+from tests.routers import bfcl_sample, build_tiny_router, decide_with
 from training.export import RequestEncoder, export_router
 from training.lexical import LexicalModel
 from training.router import load_router, save_router

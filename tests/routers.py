@@ -1,0 +1,67 @@
+"""A tiny router built with the training stage's real code, for the tests that need one to serve or export.
+
+The router is a random 2-layer BERT inside the real RouterModel, with MiniLM's real WordPiece tokenizer and the
+real pool, saved by training.router.save_router: packing and metadata are exactly what production does, and it
+builds in seconds. tests/conftest.py builds it (and its ONNX export) once per test session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from serving.policy import choose_batch
+
+REPO = Path(__file__).resolve().parents[1]
+N_REQUESTS = 16
+
+
+def bfcl_sample(shared_data: Path, n: int = N_REQUESTS) -> list:
+    """Every category, then an even spread: long multi-function requests and one-liners alike."""
+    from data.sources import read_source
+
+    examples = read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
+    by_cat: dict[str, list] = {}
+    for ex in examples:
+        by_cat.setdefault(ex.category, []).append(ex)
+    picked = [v[0] for v in by_cat.values()]
+    picked += examples[:: max(1, len(examples) // (n - len(picked)))][: n - len(picked)]
+    return picked[:n]
+
+
+def build_tiny_router(out: Path, examples: list) -> Path:
+    """A saved router folder (training.router.save_router) with a random tiny encoder and the real pool."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from data.pool import load_pool
+    from training.config import PackingSettings
+    from training.metadata import FEATURE_NAMES, MetadataScaler, metadata_row, request_metadata
+    from training.model import RouterModel, minilm_path
+    from training.router import save_router
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
+    torch.manual_seed(0)
+    encoder = BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=4, intermediate_size=64, max_position_embeddings=512))
+    pool = load_pool(REPO / "configs" / "pool.yaml")
+    models = pool.names
+    model = RouterModel(encoder, len(FEATURE_NAMES), len(models), head_hidden=16, dropout=0.0)
+    with torch.no_grad():  # spread the random head so probabilities straddle the threshold
+        model.heads[0].net[-1].weight.mul_(8.0)
+    rows = np.array([metadata_row(request_metadata(e.messages, e.tools, tokenizer)) for e in examples])
+    costs = [pool.get(m).prices.input_per_mtok * 300e-6 for m in models]
+    save_router(out, model, tokenizer, {
+        "models": models, "prices": {m: pool.get(m).prices.model_dump() for m in models},
+        "cost_profile": dict(zip(models, costs)), "threshold": 0.5,
+        "temperatures": {m: (1.7 if i == 2 else 1.0) for i, m in enumerate(models)},  # the graph must apply it
+        "packing": PackingSettings(max_tokens=256).model_dump(), "metadata": MetadataScaler.fit(rows).to_json(),
+        "backbone": {"name": "tiny-bert", "pooling": "mean"},
+    })
+    return out
+
+
+def decide_with(info: dict):
+    costs = np.array([info["cost_profile"][m] for m in info["models"]])
+    return lambda p: choose_batch(p, costs, info["threshold"])
