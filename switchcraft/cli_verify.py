@@ -171,8 +171,11 @@ def agreement_command(
         rep = run_agreement(*paths)
     except DataError as e:
         fail(str(e))
-    md, csv_path = write_agreement_report(rep, run_dir)
-    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs")
+    _print_agreement(rep, *write_agreement_report(rep, run_dir))
+
+
+def _print_agreement(rep, md: Path, csv_path: Path, note: str = "") -> None:
+    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs{note}")
     for cat in sorted(rep.total):
         typer.echo(f"  {cat:40s} {rep.rate(cat):.2%}")
     for cause, n in rep.by_cause().items():
@@ -190,14 +193,8 @@ def _agreement_v3(cfg, run_dir: Path) -> None:
         rep = run_v3_agreement(*paths)
     except DataError as e:
         fail(str(e))
-    md, csv_path = write_v3_report(rep, run_dir)
-    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs "
-               f"({sum(rep.no_answer.values()):,} inference errors not compared)")
-    for cat in sorted(rep.total):
-        typer.echo(f"  {cat:40s} {rep.rate(cat):.2%}")
-    for cause, n in rep.by_cause().items():
-        typer.echo(f"{cause}: {n:,}")
-    typer.echo(f"wrote {md} and {csv_path}")
+    _print_agreement(rep, *write_v3_report(rep, run_dir),
+                     note=f" ({sum(rep.no_answer.values()):,} inference errors not compared)")
 
 
 def register(app: typer.Typer) -> None:

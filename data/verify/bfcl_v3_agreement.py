@@ -33,7 +33,7 @@ from data.schema import Example, Output
 from data.sources import read_source
 from data.verify import language_of, prepare, verify
 from data.verify.batch import Checked, RecordedRow
-from data.verify.bfcl_agreement import CAUSES, LENIENT, classify, load_verdicts
+from data.verify.bfcl_agreement import CAUSES, LENIENT, AgreementReport, classify, load_verdicts
 from data.verify.bfcl_agreement import CLASSES as V1_CLASSES
 
 NO_CALL_CATEGORIES = ("irrelevance", "live_irrelevance")
@@ -59,35 +59,18 @@ CLASSES: dict[str, tuple[str, str]] = {
 
 
 @dataclass
-class V3Agreement:
-    total: Counter = field(default_factory=Counter)  # category -> pairs compared
-    agree: Counter = field(default_factory=Counter)
+class V3Agreement(AgreementReport):
+    """BFCL v1's agreement report (`total`, `agree`, `classes`, `rows`, `unmatched`, rates) with v3's counts."""
+
     no_answer: Counter = field(default_factory=Counter)  # category -> inference errors (not compared)
     no_answer_passed: Counter = field(default_factory=Counter)  # category -> of those, BFCL's valid verdicts
-    classes: Counter = field(default_factory=Counter)  # class -> disagreements
-    ours: Counter = field(default_factory=Counter)  # model -> our correct labels (all queries)
-    bfcl: Counter = field(default_factory=Counter)  # model -> BFCL's valid verdicts (all queries)
+    ours: Counter = field(default_factory=Counter)  # model -> our correct labels (queries BFCL judged)
+    bfcl: Counter = field(default_factory=Counter)  # model -> BFCL's valid verdicts
     judged: Counter = field(default_factory=Counter)  # model -> queries BFCL judged
-    rows: list[dict] = field(default_factory=list)  # every disagreement
-    unmatched: int = 0  # outputs with no BFCL verdict (grok-4 has no score files)
     seconds: float = 0.0
 
-    @property
-    def compared(self) -> int:
-        return sum(self.total.values())
-
-    @property
-    def overall(self) -> float:
-        return sum(self.agree.values()) / max(1, self.compared)
-
-    def rate(self, category: str) -> float:
-        return self.agree[category] / max(1, self.total[category])
-
     def by_cause(self) -> Counter:
-        out: Counter = Counter({c: 0 for c in CAUSES})
-        for k, n in self.classes.items():
-            out[CLASSES[k][0]] += n
-        return out
+        return Counter({cause: sum(n for k, n in self.classes.items() if CLASSES[k][0] == cause) for cause in CAUSES})
 
 
 def classify_v3(example: Example, bfcl: dict, c: Checked) -> str:
@@ -115,7 +98,7 @@ def compare_v3(outputs: list[Output], examples: dict[str, Example], verdicts: di
         ex = examples[o.example_id]
         b = verdicts.get((o.model, ex.id.split(":", 1)[1]))
         if b is None:
-            rep.unmatched += 1
+            rep.unmatched.append(f"{o.model}/{o.example_id}")  # grok-4 has no score files
             continue
         p = prepared.get(ex.id)
         if p is None:
