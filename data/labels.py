@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from data.decoders.base import is_no_answer
 from data.errors import DataError
 from data.pool import Pool, check_costable, load_pool
 from data.schema import Example, Label, Output, write_labels
@@ -77,7 +78,7 @@ def label_outputs(
         p = prepared.get(ex.id)
         if p is None:
             p = prepared[ex.id] = prepare(ex.expected, ex.tools, language=language_of(ex))
-        if pm.prompt_style == "native" and is_text(out.raw):
+        if pm.prompt_style == "native" and is_text(out.raw) and not is_no_answer(out.decode_error):
             # A native function-calling API returns calls as data; its text is no tool call,
             # whatever code the prose shows (the gateway would not execute it).
             v = verify(p, None, NATIVE_TEXT)

@@ -87,3 +87,15 @@ def test_the_importer_counts_inference_errors_per_model_and_never_decodes_them(t
     assert err.usage.input_tokens is None and err.latency_s is None
     assert ok.calls[0].arguments == {"city": "Paris"} and ok.usage.output_tokens == 9 and ok.latency_s == 1.5
     assert report.no_answer == {"m1": 1} and report.decoded == {"m1": 1}
+
+
+def test_a_native_models_inference_error_is_no_answer_not_a_text_answer():
+    from data.labels import label_outputs
+    from data.schema import Example, Message
+
+    pool = Pool.model_validate({"models": [{"name": "fc", "prompt_style": "native", "prices": {"usd_per_query": 0.01}}]})
+    ex = Example(id="t:1", source="t", category="c", messages=[Message(role="user", content="hi")], tools=[WEATHER],
+                 expected=Expected.exact([Call(name="get_weather", arguments={"city": "Paris"})]))
+    err = Output(example_id="t:1", model="fc", raw=ERROR_LINE["result"], decode_error=ERROR)
+    text = Output(example_id="t:1", model="fc", raw="It is sunny.", decode_error="no_call: free text")
+    assert [lab.reason for lab in label_outputs([err, text], {"t:1": ex}, pool)] == ["no_answer", "decode_error"]
