@@ -7,6 +7,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 RUN ?= runs/default
 STAMP := $(VENV)/.installed
+# The MCP servers the MCP gateway's tests start over stdio (node/package.json), from npm.
+NODE_STAMP := node/node_modules/.installed
 
 .PHONY: install reproduce data outputs labels train tools-train test test-fast lint bench bench-tools clean
 
@@ -24,7 +26,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --target $(VENV)/triton-stub-env/lib/python3.11/site-packages numpy==1.26.4
 	@touch $(STAMP)
 
-install: $(STAMP)
+$(NODE_STAMP): node/package.json node/package-lock.json
+	@command -v npm >/dev/null || { echo "error: npm not found; install Node.js 20+ (npm installs the MCP servers in node/package.json that the MCP gateway tests run)"; exit 1; }
+	npm ci --prefix node --no-audit --no-fund --loglevel=error
+	@touch $(NODE_STAMP)
+
+install: $(STAMP) $(NODE_STAMP)
 
 reproduce: $(STAMP)
 	$(BIN)/switchcraft reproduce --run-dir $(RUN)
@@ -62,7 +69,7 @@ bench-tools: $(STAMP)
 	$(BIN)/switchcraft bench tools --set retrieval.whole_vector=mean_of_asks --out bench_moa.json
 	$(BIN)/switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
