@@ -124,6 +124,10 @@ def result_files(root: str | Path, layout: str) -> list[tuple[str, str, Path]]:
     elif layout == "bfcl_v3":
         for d in sorted(p for p in root.iterdir() if p.is_dir()):
             out.extend((d.name, m["category"], f) for f in sorted(d.glob("BFCL_v3_*.json")) if (m := V3_FILE.match(f.name)))
+    elif layout == "nexusbench":
+        from data.sources.nexusbench import recording_files
+
+        out.extend((model, benchmark, f) for benchmark, model, f in recording_files(root))
     elif layout == "bfcl_v4":
         for f in sorted(root.rglob("BFCL_v*_result.json")):
             m = V4_FILE.match(f.name)

@@ -321,7 +321,14 @@ def _recorded_rows(recordings: Path, models: set[str], done: set[str]) -> Iterat
     from data.io import iter_jsonl
     from data.recorded import detect_layout, result_files, row_usage
 
-    for model, _, f in result_files(recordings, detect_layout(recordings)):
+    layout = detect_layout(recordings)
+    if layout == "nexusbench":  # Parquet episodes (data.nexusbench): usage summed over turns, no latency
+        from data.nexusbench import read_episodes
+
+        for ep in read_episodes(recordings, models=sorted(models & {m for m, _, _ in result_files(recordings, layout)})):
+            yield ep.output.model, ep.output.usage.known, False
+        return
+    for model, _, f in result_files(recordings, layout):
         if model not in models or model in done:
             continue
         for lineno, row in iter_jsonl(f):

@@ -141,3 +141,19 @@ def test_real_recordings(shared_data):
     assert report.no_usage == {}
     answered = [e.output for e in eps if not is_no_answer(e.output.decode_error)]
     assert all(o.usage.known and o.usage.input_tokens > 0 for o in answered)
+
+
+def test_a_recordings_folder_is_checked_like_bfcl_recordings(recordings, tmp_path):
+    from data.errors import DataError
+    from data.pool import check_costable
+    from data.recorded import check_recorded
+
+    check_recorded(["m1", "m2"], recordings)
+    with pytest.raises(DataError, match="m3"):
+        check_recorded(["m1", "m3"], recordings)
+    priced = Pool.model_validate({"models": [{"name": "one", "recorded_as": "m1",
+                                              "prices": {"input_per_mtok": 1.0, "output_per_mtok": 1.0}}]})
+    check_costable(priced, recordings)  # token counts recorded
+    by_latency = Pool.model_validate({"models": [{"name": "one", "recorded_as": "m1", "prices": {"gpu_usd_per_hour": 2.0}}]})
+    with pytest.raises(DataError, match="no latency"):
+        check_costable(by_latency, recordings)
