@@ -19,7 +19,7 @@ import numpy as np
 
 from evaluation.offline.routing_eval import profiled_costs
 from evaluation.offline.routing_metrics import Outcome, best_single_column
-from training.policy.fit import best_fixed_column, default_menu, fit_policies, simulate_all_rows
+from training.policy.fit import Target, best_fixed_column, default_menu, fit_policies, simulate_all_rows
 from training.policy.simulate import CascadeData, Simulated, Spec, pareto_menu, simulate, spec_name
 
 @dataclass

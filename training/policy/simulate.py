@@ -156,8 +156,12 @@ class Simulated:
 Run = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # correct, cost, latency, calls, escalated
 
 
-def run_rows(cd: CascadeData, strategy: Strategy, price: Mapping[str, float]) -> Run:
-    """`strategy` on every row of `cd`, vectorised: each kind of row takes the run `rules.walk` gives it."""
+CASES = 1 + 4 * (1 + len(DISAGREEMENT_KINDS))  # agree; else 1 + 4 × kind code (0: unknown) + 2 × t~a + t~b
+
+
+def run_rows(cd: CascadeData, strategy: Strategy, price: Mapping[str, float], memo: dict | None = None) -> Run:
+    """`strategy` on every row of `cd`, vectorised: each case of row (see `row_cases`) takes the run
+    `rules.walk` gives it: its calls (all paid, the first two concurrent) and whose label counts."""
     d, lat = cd.data, cd.latency
     col = {m: j for j, m in enumerate(d.models)}
     n = len(d.correct)
@@ -166,38 +170,51 @@ def run_rows(cd: CascadeData, strategy: Strategy, price: Mapping[str, float]) ->
         return d.correct[:, j], d.cost[:, j], lat[:, j], np.ones(n, int), np.zeros(n, bool)
     if strategy.resolve and cd.kinds is None:
         raise ValueError("resolve rules need the kinds of disagreement: build CascadeData with from_outputs")
-    a, b = strategy.first
-    ja, jb, t = col[a], col[b], strategy.tie_breaker
-    agreed = cd.agree[:, ja, jb]
-    kind = np.zeros(n, int) if cd.kinds is None else cd.kinds[:, ja, jb].astype(int)
-    side = (np.zeros(n, int) if t is None else 2 * cd.agree[:, col[t], ja] + cd.agree[:, col[t], jb])
-    case = np.where(agreed, 0, 1 + 4 * kind + side)  # the row's case: what `walk` would be told about it
-    paths: dict[Path, list[int]] = {}
-    for c in np.unique(case).tolist():
-        paths.setdefault(_walk_case(strategy, c, price), []).append(c)
-    ok, paid, wait = np.zeros(n, bool), np.zeros(n), np.zeros(n)
-    calls, escalated = np.zeros(n, int), np.zeros(n, bool)
-    for path, cases in paths.items():
-        here = np.isin(case, cases)
-        j = [col[m] for m in path.calls]
-        cost = d.cost[:, j[0]] + d.cost[:, j[1]]
-        took = np.maximum(lat[:, j[0]], lat[:, j[1]])
-        for x in j[2:]:  # one at a time after the first two
-            cost, took = cost + d.cost[:, x], took + lat[:, x]
-        ok = np.where(here, d.correct[:, col[path.returned]], ok)
-        paid, wait = np.where(here, cost, paid), np.where(here, took, wait)
-        calls, escalated = np.where(here, len(j), calls), np.where(here, path.escalated, escalated)
-    return ok, paid, wait, calls, escalated
+    ja, jb = col[strategy.first[0]], col[strategy.first[1]]
+    case, present = row_cases(cd, ja, jb, col.get(strategy.tie_breaker), memo)
+    returned, calls, escalated = np.zeros(CASES, int), np.zeros(CASES, int), np.zeros(CASES, bool)
+    later = np.full((2, CASES), -1)  # the third and fourth calls' columns per case (-1: none)
+    for c in present:
+        path = _walk_case(strategy, c, price)
+        returned[c], calls[c], escalated[c] = col[path.returned], len(path.calls), path.escalated
+        for k, m in enumerate(path.calls[2:]):  # one at a time after the first two
+            later[k, c] = col[m]
+    rows = np.arange(n)
+    paid, took = d.cost[:, ja] + d.cost[:, jb], np.maximum(lat[:, ja], lat[:, jb])
+    for k in range(2):
+        j = later[k][case]
+        paid = paid + np.where(j >= 0, d.cost[rows, j], 0.0)  # + 0.0 where no such call: the sum unchanged
+        took = took + np.where(j >= 0, lat[rows, j], 0.0)
+    return d.correct[rows, returned[case]], paid, took, calls[case], escalated[case]
+
+
+def row_cases(cd: CascadeData, a: int, b: int, t: int | None, memo: dict | None = None) -> tuple[np.ndarray, list[int]]:
+    """Per row, what a cascade of first models a, b (columns) and tie-breaker t can be told: 0 they agree; else
+    1 + 4 × the kind code + 2 × (t agrees with a) + (t agrees with b); and the cases that occur."""
+    key = (a, b, t)
+    if memo is not None and key in memo:
+        return memo[key]
+    n = len(cd.agree)
+    kind = np.zeros(n, int) if cd.kinds is None else cd.kinds[:, a, b].astype(int)
+    side = np.zeros(n, int) if t is None else 2 * cd.agree[:, t, a] + cd.agree[:, t, b]
+    case = np.where(cd.agree[:, a, b], 0, 1 + 4 * kind + side)
+    out = case, np.unique(case).tolist()
+    if memo is not None:
+        memo[key] = out
+    return out
 
 
 def _walk_case(strategy: Strategy, case: int, price: Mapping[str, float]) -> Path:
-    """`rules.walk` on a row of `case` (see run_rows: 0 agree; else 1 + 4 × kind code + 2 × t~a + t~b)."""
+    """`rules.walk` on a row of `case` (see `row_cases`)."""
     a, b = strategy.first
     code, side = divmod(case - 1, 4) if case else (0, 0)
-    said = {frozenset((a, b)): case == 0, frozenset((a, strategy.tie_breaker)): bool(side & 2),
-            frozenset((b, strategy.tie_breaker)): bool(side & 1)}
-    return walk(strategy, lambda x, y: said[frozenset((x, y))],
-                lambda x, y: DISAGREEMENT_KINDS[code - 1] if code else None, price)
+
+    def agree(x: str, y: str) -> bool:
+        if {x, y} == {a, b}:
+            return case == 0
+        return bool(side & 2) if a in (x, y) else bool(side & 1)  # the tie-breaker with a, with b
+
+    return walk(strategy, agree, lambda x, y: DISAGREEMENT_KINDS[code - 1] if code else None, price)
 
 
 def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
@@ -209,10 +226,11 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
     n, s = len(cd.data.correct), len(specs)
     out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int), np.zeros((n, s), bool))
     runs: dict[Strategy, Run] = {}  # the runs of the current agreement's variants (its rules share them)
+    memo: dict = {}  # row_cases per (a, b, t)
 
     def run(st: Strategy) -> Run:
         if st not in runs:
-            runs[st] = run_rows(cd, st, price)
+            runs[st] = run_rows(cd, st, price, memo)
         return runs[st]
 
     last = None
