@@ -47,7 +47,7 @@ def import_outputs(
         by_id = None
         if examples.exists():
             by_id = {e.id: e for e in read_examples(examples)}
-        else:
+        elif source not in NAMED_SOURCES:
             err.print(
                 f"[yellow]note:[/] {examples} not found: decoding without the tools in scope "
                 "(rewritten names are not mapped back; run `switchcraft ingest --all` first)",
@@ -71,7 +71,9 @@ def import_outputs(
                 if not keep:
                     continue
             src_examples = by_id
-            if by_id is not None and not any(k.startswith(src + ":") for k in by_id):
+            if src in NAMED_SOURCES and not any(k.startswith(src + ":") for k in by_id or {}):
+                src_examples = _source_examples(cfg, src)  # the questions these outputs answer, from the config
+            elif by_id is not None and not any(k.startswith(src + ":") for k in by_id):
                 err.print(
                     f"[yellow]note:[/] {examples} has no {src} examples: decoding {src} without the tools in scope "
                     f"(run `switchcraft ingest --source {src}` to map names back)",
@@ -89,6 +91,17 @@ def import_outputs(
         f"wrote {out} ({report.total():,} outputs; imported in {report.seconds:.1f} s, written in {write_s:.1f} s)",
         highlight=False,
     )
+
+
+def _source_examples(cfg, src: str) -> dict:
+    """The examples of a by-name source, read from the data config's `sources.<src>` (seconds)."""
+    from data.sources import read_source
+
+    where = cfg.source_path(src)
+    if not where or not Path(where).exists():
+        fail(f"{src}: its questions are needed to decode its outputs, and sources.{src} in the data config is {where}")
+    err.print(f"[yellow]note:[/] decoding {src} with the tools of its questions, read from {where}", highlight=False)
+    return {e.id: e for e in read_source(src, where)}
 
 
 def _print_import(report) -> None:

@@ -157,3 +157,24 @@ def test_a_recordings_folder_is_checked_like_bfcl_recordings(recordings, tmp_pat
     by_latency = Pool.model_validate({"models": [{"name": "one", "recorded_as": "m1", "prices": {"gpu_usd_per_hour": 2.0}}]})
     with pytest.raises(DataError, match="no latency"):
         check_costable(by_latency, recordings)
+
+
+def test_import_outputs_by_name_reads_the_questions_itself(recordings, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from data.schema import read_outputs
+    from switchcraft.cli import app
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "outputs.parquet"
+    args = ["import-outputs", "--source", "nexusbench", "--path", str(recordings), "--out", str(out),
+            "--examples", str(tmp_path / "none.parquet"), "--data-root", str(tmp_path), "--no-progress"]
+    # The questions come from the data config's sources.nexusbench under --data-root: absent here, so it says so.
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and "sources.nexusbench" in result.output
+    (tmp_path / "nexusbench_pool_outputs_2025-08").mkdir()
+    (tmp_path / "nexusbench_pool_outputs_2025-08" / "parquets").symlink_to(recordings)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert len(read_outputs(out)) == 4 and "no answer" in result.output
