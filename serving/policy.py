@@ -57,7 +57,7 @@ class Decision:
     excluded: dict[str, str] = field(default_factory=dict)  # model -> why it was not eligible
     # What to run: single(chosen) with the ranking as fallbacks, unless a strategy policy chose a cascade.
     strategy: Strategy | None = None
-    strategy_why: dict | None = None  # set when a strategy policy chose the strategy (serving.strategy_policy)
+    strategy_why: dict | None = None  # set when a strategy policy chose the strategy (training.policy.StrategyPolicy)
 
     def __post_init__(self) -> None:
         if self.strategy is None:
