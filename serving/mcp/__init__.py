@@ -1,0 +1,16 @@
+"""The tool router as an MCP gateway: upstream MCP servers in, one filtered and searchable MCP server out.
+
+    switchcraft mcp serve --config configs/mcp.yaml           # Streamable HTTP on /mcp and /mcp/<group>
+    switchcraft mcp serve --config configs/mcp.yaml --stdio   # one local host over stdin/stdout
+
+Modules: `config` (configs/mcp.yaml), `upstream` (one upstream server: connect, list, call, down and retried),
+`bridge` (upstream tools → namespaced tool cards, groups, the retrieval index), `gateway` (what a caller may
+list, find and call), `meta` (find_tools, call_tool), `ledger` (rate limit, call log), `server` (the SDK server:
+HTTP and stdio). docs/mcp.md is the reference.
+"""
+
+from serving.mcp.config import McpConfig, load_mcp_config
+from serving.mcp.gateway import McpGateway
+from serving.mcp.server import http_app, serve_stdio
+
+__all__ = ["McpConfig", "McpGateway", "http_app", "load_mcp_config", "serve_stdio"]
