@@ -19,6 +19,7 @@ from switchcraft import (
     cli_fetch,
     cli_ingest,
     cli_learn,
+    cli_mcp,
     cli_outputs,
     cli_pool,
     cli_reproduce,
@@ -38,7 +39,7 @@ app.add_typer(bench_app, name="bench")
 
 # The order here is the order `switchcraft --help` lists the commands in.
 for _module in (cli_ingest, cli_reproduce, cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state,
-                cli_learn, cli_tools, cli_fetch):
+                cli_learn, cli_tools, cli_mcp, cli_fetch):
     _module.register(app)
 cli_bench.register_bench(bench_app)
 
