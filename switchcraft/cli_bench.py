@@ -9,6 +9,7 @@
     switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json] [--stages 0.3]
     switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 [--kill api.openai.com]
     switchcraft bench overhead --router runs/default/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
+    switchcraft bench soak --router runs/default/router_onnx --minutes 10
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
@@ -38,6 +39,8 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("overhead", help="What the gateway adds: the same replay upstream called directly and through "
                                        "the gateway (routing off and on), per concurrency and state store.")(
         bench_overhead)
+    bench_app.command("soak", help="Mixed and hostile traffic, reloads and a Redis restart for N minutes: RSS over "
+                                   "time, 5xx, lost requests, ledger against what the upstreams billed.")(bench_soak)
     bench_app.command("pool")(bench_pool)
     bench_app.command("train")(bench_train)
     bench_app.command("long-input")(bench_long_input)
@@ -146,6 +149,32 @@ def bench_overhead(
     write_results(result, out)
     console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def bench_soak(
+    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+                                "export); reloaded from the same directory during the run."),
+    minutes: float = typer.Option(10.0, "--minutes", help="How long to run (at most 120)."),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", help="Requests in flight at once."),
+    reload_every: float = typer.Option(60.0, "--reload-every", help="Seconds between router reloads."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool (each endpoint gets a replay server)."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
+    out: Path = typer.Option(Path("runs/bench_soak.md"), "--out", "-o", help="Markdown table (+ .json, .png)."),
+) -> None:
+    from evaluation.bench.soak import SoakConfig, run_soak, to_markdown, write_results
+
+    try:
+        cfg = SoakConfig(router_dir=router, data_root=data_root, pool=pool, minutes=minutes, concurrency=concurrency,
+                         reload_every_s=reload_every)
+        if not (router / "router.json").exists():
+            raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
+        with console.status("starting") as status:
+            result = run_soak(cfg, progress=lambda what: status.update(what))
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {out}, {out.with_suffix('.json')} and {out.with_suffix('.png')}", highlight=False)
 
 
 def bench_pool(

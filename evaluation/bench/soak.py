@@ -1,0 +1,314 @@
+"""A soak of the whole gateway: mixed and hostile traffic, reloads and a Redis restart for N minutes.
+
+    switchcraft bench soak --router runs/default/router_onnx --minutes 10
+
+The stack of `switchcraft bench gateway` (replay upstreams answering with recorded BFCL v1 outputs and usage,
+`switchcraft serve` in its own process, its limits and ledger in a real Redis) under a fixed mix, at a fixed
+concurrency, until the time is up:
+
+- routed chat (`model: "router"`), a named pool model, a stream read to its end, a stream the client leaves at
+  once, and hostile bodies (lone surrogates in tool-call arguments, NaN, wrong types, unknown fields, deep
+  nesting) that must never get a 5xx (most are a 4xx naming the field; a lone surrogate is cleaned and answered);
+- a router reload every `--reload-every` seconds (the same directory: a swap under load), and a Redis restart at
+  half time (the store is down for a second; keys with limits fail closed with a 503 meanwhile).
+
+Reported: the gateway's RSS over time (flat within 10% after warm-up is the target), 5xx answers to input (target
+0), lost requests (no answer, or a 5xx that is neither the store's outage 503 nor a refusal), and the ledger
+against what the replay upstreams would have billed (each completion they served × its recorded usage × the
+pool's price): the ledger must never be below it, and above it by no more than the worst cases charged for
+streams the client left plus one reservation. Bounded: at most `--minutes` (≤ 120), every request with a
+timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
+from evaluation.bench.overhead import measured_model
+
+MIX = {"routed": 0.55, "named": 0.15, "stream": 0.1, "stream_left": 0.05, "hostile": 0.15}
+RSS_TOLERANCE = 0.10
+
+
+def hostile_variants(model: str) -> list:
+    """What a careless or hostile caller does to a real request (which keeps its `metadata.example_id`, so the
+    replay upstream can answer whatever the gateway accepts): each is a 4xx naming what is wrong, or answered —
+    never a 5xx."""
+    deep: dict = {}
+    node = deep
+    for _ in range(200):
+        node["x"] = {}
+        node = node["x"]
+
+    def surrogate_history(body: dict) -> dict:  # escaped inside earlier tool-call arguments: cleaned, answered
+        call = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "\\ud800"}'}}]}
+        return {**body, "messages": [*body["messages"], call, {"role": "tool", "tool_call_id": "c0", "content": "ok"},
+                                     body["messages"][0]]}
+
+    def nan(body: dict) -> bytes:
+        return json.dumps({**body, "temperature": float("nan")}).encode()
+
+    return [
+        surrogate_history,
+        nan,
+        lambda b: {**b, "messages": "hi"},
+        lambda b: {**b, "messages": [{"role": "wizard", "content": "hi"}]},
+        lambda b: {**b, "tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
+        lambda b: {**b, "model": "no-such-model"},
+        lambda b: {**b, "max_tokens": -5},
+        lambda b: {**b, "model": model, "tools": "all of them"},
+        lambda b: {**b, "switchcraft": {"allowed_models": ["gpt-5"]}},
+    ]
+
+
+@dataclass
+class SoakConfig:
+    router_dir: Path
+    data_root: Path
+    pool: Path = Path("configs/pool.yaml")
+    minutes: float = 10.0
+    concurrency: int = 8
+    reload_every_s: float = 60.0
+    sample_every_s: float = 5.0
+    warmup_fraction: float = 0.2  # RSS before this share of the run is warm-up, not judged
+    request_timeout_s: float = 30.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.minutes <= 120:
+            raise ValueError("--minutes must be within (0, 120]: the soak is bounded")
+        if not 1 <= self.concurrency <= 64:
+            raise ValueError("--concurrency must be within [1, 64]")
+        if self.reload_every_s <= 0 or self.sample_every_s <= 0:
+            raise ValueError("--reload-every and the sampling interval must be positive")
+
+
+@dataclass
+class Tally:
+    sent: Counter = field(default_factory=Counter)  # per kind
+    statuses: Counter = field(default_factory=Counter)  # "kind:status"
+    input_5xx: int = 0
+    lost: int = 0
+    outage_503: int = 0
+    reloads: Counter = field(default_factory=Counter)
+    rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, MB)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def one_request(http: httpx.AsyncClient, url: str, kind: str, body, tally: Tally, outage: list[bool]) -> None:
+    tally.sent[kind] += 1
+    try:
+        if kind in ("stream", "stream_left"):
+            async with http.stream("POST", url, json=body) as r:
+                status = r.status_code
+                if kind == "stream":
+                    async for _ in r.aiter_bytes():
+                        pass
+        elif isinstance(body, bytes):
+            r = await http.post(url, content=body, headers={"content-type": "application/json"})
+            status = r.status_code
+        else:
+            r = await http.post(url, json=body)
+            status = r.status_code
+    except httpx.HTTPError:
+        tally.lost += 1
+        tally.statuses[f"{kind}:error"] += 1
+        return
+    tally.statuses[f"{kind}:{status}"] += 1
+    if status == 503 and outage[0]:
+        tally.outage_503 += 1  # the store was down: a refusal the caller may retry, not a lost request
+    elif status >= 500 and kind == "hostile":
+        tally.input_5xx += 1
+    elif status >= 500:
+        tally.lost += 1
+
+
+async def soak(stack: Stack, cfg: SoakConfig, progress=None) -> Tally:
+    rng = random.Random(cfg.seed)
+    model = measured_model(stack).name
+    examples = stack.examples
+    hostile = hostile_variants(model)
+    url = stack.url + "/v1/chat/completions"
+    pid = stack.gateways[0][0].pid
+    tally, outage = Tally(), [False]
+    started = time.monotonic()
+    deadline = started + cfg.minutes * 60
+    kinds, weights = list(MIX), list(MIX.values())
+
+    def body_for(kind: str):
+        ex = examples[rng.randrange(len(examples))]
+        base = chat_body(ex)
+        if kind == "routed":
+            return base
+        if kind == "named":
+            return {**base, "model": model}
+        if kind in ("stream", "stream_left"):
+            return {**base, "model": model, "stream": True}
+        return hostile[rng.randrange(len(hostile))](base)
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        while time.monotonic() < deadline:
+            kind = rng.choices(kinds, weights)[0]
+            await one_request(http, url, kind, body_for(kind), tally, outage)
+
+    async def operator(http: httpx.AsyncClient) -> None:
+        """Samples RSS, reloads the router on a schedule, restarts Redis at half time."""
+        next_reload, restarted = started + cfg.reload_every_s, False
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            tally.rss_mb.append((now - started, rss_mb(pid)))
+            if progress is not None:
+                progress(f"{(now - started) / 60:.1f} / {cfg.minutes:g} min, {sum(tally.sent.values())} requests, "
+                         f"RSS {tally.rss_mb[-1][1]:.0f} MB")
+            if now >= next_reload:
+                r = await http.post(stack.url + "/v1/admin/reload", json={"dir": str(Path(cfg.router_dir).resolve())})
+                tally.reloads[str(r.status_code)] += 1
+                next_reload += cfg.reload_every_s
+            if not restarted and now - started >= cfg.minutes * 30 and stack.redis is not None:
+                outage[0] = True
+                await asyncio.to_thread(stack.redis.stop)
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(stack.redis.start)
+                await asyncio.sleep(2.0)  # the gateway's next store call reconnects
+                outage[0], restarted = False, True
+            await asyncio.sleep(min(cfg.sample_every_s, max(0.0, deadline - time.monotonic())))
+
+    limits = httpx.Limits(max_connections=cfg.concurrency + 2, max_keepalive_connections=cfg.concurrency + 2)
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {stack.key}"}, timeout=cfg.request_timeout_s,
+                                 limits=limits) as http:
+        await asyncio.gather(operator(http), *(worker(http) for _ in range(cfg.concurrency)))
+    tally.rss_mb.append((time.monotonic() - started, rss_mb(pid)))
+    return tally
+
+
+def billed_usd(stack: Stack) -> tuple[float, int]:
+    """What the replay upstreams would have billed: every completion served × its recorded usage × the pool's
+    price; and how many completions had no priceable usage (not included)."""
+    by_recording = {m.recording: m.name for m in stack.pool.models}
+    total, unpriced = 0.0, 0
+    for server in stack.servers.values():
+        _, completions = server.state.counts()
+        for (recording, example_id), n in completions.items():
+            rec = stack.recordings.get(recording, {}).get(example_id)
+            cost = stack.pool.cost_usd(by_recording[recording], rec.usage) if rec is not None else None
+            if cost is None:
+                unpriced += n
+            else:
+                total += n * cost
+    return total, unpriced
+
+
+def ledger(stack: Stack) -> dict:
+    r = httpx.get(stack.url + "/v1/admin/spend", params={"key": "bench"}, timeout=30,
+                  headers={"authorization": f"Bearer {stack.key}"})
+    r.raise_for_status()
+    totals = r.json()["totals"]
+    by_kind: Counter = Counter()
+    for t in totals:
+        by_kind.update(t["by_kind"])
+    return {"usd": sum(t["usd"] for t in totals), "by_kind": dict(by_kind)}
+
+
+def run_soak(cfg: SoakConfig, progress=None) -> dict:
+    stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool, requests=200,
+                                   concurrency=cfg.concurrency, state="redis",
+                                   request_timeout_s=cfg.request_timeout_s)
+    with Stack(stack_cfg) as stack:
+        tally = asyncio.run(soak(stack, cfg, progress))
+        time.sleep(1.0)  # the last streams' background settlement
+        spent, (billed, unpriced) = ledger(stack), billed_usd(stack)
+        reserve_max = stack.examples and max(
+            _worst(stack, chat_body(e)) for e in stack.examples[:50])
+    return summarise(cfg, tally, spent, billed, unpriced, reserve_max)
+
+
+def _worst(stack: Stack, body: dict) -> float:
+    """One routed request's reservation at most: every pool model at this body's size and the default cap."""
+    from serving.gateway.budget import call_worst_case_usd
+
+    size = len(json.dumps(body).encode()) * 2  # a prompt-style payload carries the functions again
+    return sum(call_worst_case_usd(stack.pool, m.name, body, size, chars_per_token=4.0, default_output_tokens=1024)
+               for m in stack.pool.models)
+
+
+def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unpriced: int, reserve_max: float) -> dict:
+    warm = [mb for t, mb in tally.rss_mb if t >= cfg.warmup_fraction * cfg.minutes * 60]
+    first, peak = (warm[0], max(warm)) if warm else (float("nan"), float("nan"))
+    abandoned = spent["by_kind"].get("abandoned", 0.0)
+    over = spent["usd"] - billed
+    return {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(cfg).items()},
+        "requests": sum(tally.sent.values()), "sent": dict(tally.sent), "statuses": dict(tally.statuses),
+        "input_5xx": tally.input_5xx, "lost": tally.lost, "outage_503": tally.outage_503,
+        "reloads": dict(tally.reloads),
+        "rss_mb": [(round(t, 1), round(mb, 1)) for t, mb in tally.rss_mb],
+        "rss_after_warmup_mb": {"first": first, "peak": peak, "growth": (peak - first) / first if first else None},
+        "ledger_usd": spent["usd"], "ledger_by_kind": spent["by_kind"], "billed_usd": billed,
+        "unpriced_completions": unpriced, "ledger_minus_billed_usd": over, "abandoned_usd": abandoned,
+        "one_reservation_usd": reserve_max,
+        "checks": {
+            "rss_flat": bool(first == first and (peak - first) / first <= RSS_TOLERANCE),
+            "no_input_5xx": tally.input_5xx == 0, "none_lost": tally.lost == 0,
+            "ledger_not_below_billed": over >= -1e-9,
+            "ledger_within_bound": over <= abandoned + reserve_max + 1e-9,
+        },
+    }
+
+
+def to_markdown(s: dict) -> str:
+    rss = s["rss_after_warmup_mb"]
+    checks = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in s["checks"].items())
+    return "\n".join([
+        f"`switchcraft bench soak` — {s['config']['minutes']:g} min at concurrency {s['config']['concurrency']}: "
+        f"{s['requests']} requests ({', '.join(f'{k} {v}' for k, v in sorted(s['sent'].items()))}), reloads "
+        f"{s['reloads']}, one Redis restart",
+        "",
+        "| RSS after warm-up, first → peak MB | 5xx to input | lost | 503 in the store outage | ledger $ | billed $ "
+        "| ledger − billed $ (abandoned streams' worst cases $) |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        f"| {rss['first']:.0f} → {rss['peak']:.0f} ({(rss['growth'] or 0):+.1%}) | {s['input_5xx']} | {s['lost']} | "
+        f"{s['outage_503']} | {s['ledger_usd']:.4f} | {s['billed_usd']:.4f} | {s['ledger_minus_billed_usd']:+.4f} "
+        f"({s['abandoned_usd']:.4f}) |",
+        "",
+        f"checks: {checks}",
+    ])
+
+
+def write_results(s: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_markdown(s) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(s, indent=1))
+    try:  # RSS over time, next to the table
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        t, mb = np.array(s["rss_mb"]).T if s["rss_mb"] else ([], [])
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot(np.asarray(t) / 60, mb)
+        ax.set_xlabel("minutes")
+        ax.set_ylabel("gateway RSS (MB)")
+        ax.set_title("switchcraft bench soak")
+        fig.tight_layout()
+        fig.savefig(out.with_suffix(".png"), dpi=120)
+        plt.close(fig)
+    except ImportError:
+        pass
