@@ -233,7 +233,7 @@ def test_a_tie_breaker_that_sides_with_one_first_model(gateway, picked):
 
 
 def test_a_tie_break_answers_with_the_cheaper_of_the_agreeing_pair_not_the_first_model(gateway, picked):
-    """Issue 24: answering with the first model that agrees with the tie-breaker passed every test."""
+    """Answering with the first model that agrees with the tie-breaker (not the cheaper of the pair) is caught."""
     make, good, _ = gateway
     ex = picked["tie_b"]  # the tie-breaker agrees with B only
     url = make({"first": [A, B], "tie_breaker": TIE, "escalate": [TOP]})

@@ -90,9 +90,9 @@ def assert_names_the_field(r: httpx.Response, body_keys: set[str] | None) -> Non
     assert top in (body_keys or set()) | {"body", "model", "messages"}, (param, body_keys)
 
 
-# --- each defect of issue 13, reproduced ----------------------------------------------------------------
+# --- hostile bodies that once reached a 500, reproduced ----------------------------------------------------------
 def test_deep_nesting_is_a_400_not_a_recursion_error(gateway):
-    for depth in (90_000, 5_000, 101):  # the issue's 100,000 is over this gateway's 200 KB body limit
+    for depth in (90_000, 5_000, 101):  # 100,000 is over this gateway's 200 KB body limit
         r = raw_post(gateway, "/v1/chat/completions",
                      b'{"model":"router","messages":' + b"[" * depth + b"]" * depth + b"}")
         assert r.status_code == 400 and f"nested {depth + 1} levels deep; the limit is 100" in r.json()["error"]["message"]
@@ -108,7 +108,7 @@ def test_deep_nesting_is_a_400_not_a_recursion_error(gateway):
 ])
 @pytest.mark.parametrize("endpoint", ["/v1/route", "/v1/chat/completions"])
 def test_an_earlier_calls_hostile_arguments_are_a_400_naming_them(gateway, endpoint, arguments, fragment):
-    """Issue 21: `{"number": <5,000 digits>}` or 100,000 `[` in an earlier assistant turn's arguments were a 500."""
+    """`{"number": <5,000 digits>}` or 100,000 `[` in an earlier assistant turn's arguments: a 400 naming them."""
     messages = [USER, {"role": "assistant", "content": None, "tool_calls": [
         {"id": "c0", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
         {"role": "tool", "tool_call_id": "c0", "content": "12"}, {"role": "user", "content": "and tomorrow?"}]

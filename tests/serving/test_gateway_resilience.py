@@ -282,7 +282,7 @@ def test_an_upstream_429_pauses_its_endpoint_and_other_endpoints_answer(gateway,
 
 
 def test_a_cascade_does_not_fan_out_over_rate_limited_endpoints(gateway, servers, examples):  # noqa: F811
-    """Issue 21: a 429 with Retry-After 7 became a 502 after 6 calls across 6 models in ~50 ms."""
+    """A 429 with Retry-After 7 stays a 429: it must not become a 502 after 6 calls across 6 models in ~50 ms."""
     a, b = servers
     url = gateway()
     a.state.faults = Faults(rate_429=1.0, retry_after_s=7, max_faults_per_call=100)
