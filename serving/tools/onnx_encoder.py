@@ -181,7 +181,7 @@ def standard_export(model_dir: str | Path, path: str | Path, int8: bool = False)
     matches transformers at every batch and length (max abs diff ~3e-6; the
     traced `dynamo=False` export still bakes the mask's shape in and is wrong at
     other shapes). It is not what serving runs: measured here, the hand-built
-    graph above is as fast or faster, fp32 and int8 (docs/tool_routing.md).
+    graph above is as fast or faster, fp32 and int8 (docs/research.md).
     Inputs `input_ids`, `attention_mask` (B, T) int64 → `states` (B, T, D).
     """
     import torch

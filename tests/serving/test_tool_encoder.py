@@ -40,7 +40,7 @@ def test_onnx_graph_matches_transformers(encoder, tmp_path):
 
 @pytest.mark.slow
 def test_standard_dynamo_export_matches_transformers_at_other_shapes(tmp_path):
-    """The standard export path (for the speed comparison in docs/tool_routing.md) is right at any shape."""
+    """The standard export path (for the speed comparison in docs/research.md) is right at any shape."""
     import onnxscript  # noqa: F401  (required: the dynamo exporter needs it)
     import onnxruntime as ort
     import torch
