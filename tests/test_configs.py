@@ -7,12 +7,13 @@ import pytest
 from data.config import load_data_config
 from data.pool import load_pool
 from serving.gateway.config import load_serving_config
+from serving.mcp.config import load_mcp_config
 from serving.tools.config import load_tools_config
 from training.config import load_train_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 LOADERS = {"data.yaml": load_data_config, "pool.yaml": load_pool, "tools.yaml": load_tools_config, "train.yaml": load_train_config,
-           "serving.yaml": load_serving_config}
+           "serving.yaml": load_serving_config, "mcp.yaml": load_mcp_config}
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
