@@ -2,8 +2,9 @@
 
     switchcraft reproduce --run-dir runs/default
     switchcraft evaluate runs/finetune --out runs/finetune/report
+    switchcraft retest --run-dir runs/default [--earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25]
 
-Wiring: `register(app)` adds `reproduce` and `evaluate`.
+Wiring: `register(app)` adds `reproduce`, `evaluate` and `retest`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from switchcraft.tables import print_first_screen
 def register(app: typer.Typer) -> None:
     app.command("reproduce")(reproduce)
     app.command("evaluate")(evaluate)
+    app.command("retest")(retest)
 
 
 def reproduce(
@@ -86,3 +88,27 @@ def evaluate(
         console.print(f"strategy policy (≤ 20% of best-single cost) written into {deploy['strategy_policy']}; "
                       "export the router to serve it", highlight=False)
     console.print(f"report: {report}", highlight=False)
+
+
+def retest(
+    run_dir: Path = typer.Option(Path("runs/default"), help="A reproduce run (its labels and pool)."),
+    data_config: Path = typer.Option(Path("configs/data.yaml"), help="Data config (outputs.bfcl_v1_earlier)."),
+    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool."),
+    earlier: str = typer.Option(None, help="The earlier run's recorded outputs (default: the data config's)."),
+    out_dir: Path = typer.Option(None, help="Where retest.md goes (default: <run-dir>/retest)."),
+    resamples: int = typer.Option(1000, help="Bootstrap resamples."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+) -> None:
+    """Test–retest: how much of the oracle is luck, from two recorded runs of the same queries."""
+    import time
+
+    from evaluation.offline.retest import run_retest
+
+    t0 = time.perf_counter()
+    try:
+        _, md = run_retest(str(run_dir), data_config=str(data_config), pool_path=str(pool), earlier=earlier,
+                           out_dir=str(out_dir) if out_dir else None, resamples=resamples, seed=seed)
+    except (DataError, UnknownNameError, FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    console.print(md.read_text(encoding="utf-8"), highlight=False, markup=False)
+    console.print(f"wrote {md.parent}/ in {time.perf_counter() - t0:.1f} s", highlight=False)

@@ -199,6 +199,34 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"wrote {path}; set retrieval.w_bm25 / rrf_k (and w_bm25_fields / w_dense_fields from `fields`) "
                    "in the tools config to use them")
 
+    @tools_app.command("fit-siblings")
+    def fit_siblings_cmd(
+        bench: list[str] = typer.Option(None, "--bench", "-b", help="Benchmark catalogs (default all)."),
+        data_root: str = typer.Option("../shared/data", help="The shared data folder."),
+        run_dir: str = typer.Option("runs/tools", help="Index and embedding cache."),
+        config: Path = typer.Option(None, help="Tools config (default configs/tools.yaml)."),
+        paired: bool = typer.Option(False, help="Held out: each catalog's configured sibling fill against off, paired "
+                                    "(catalog_retrieval in the config, or --set catalog_retrieval.<name>."
+                                    "sibling_fill.head=…)."),
+        overrides: list[str] = typer.Option(None, "--set", metavar="KEY=VALUE", help=SET_HELP),
+    ) -> None:
+        """Choose sibling fill per benchmark catalog on training queries (or, --paired, score it held out)."""
+        from evaluation.tools.sibling_fit import BENCHES, config_lines, fit_sibling_fill, paired_heldout
+
+        try:
+            cfg = _load(config, overrides)
+            benches = tuple(bench or BENCHES)
+            with _one_blas_thread():
+                if paired:
+                    typer.echo(json.dumps(paired_heldout(cfg, data_root, run_dir, cfg.encoder, cfg.query_encoder,
+                                                         benches), indent=2))
+                    return
+                out = fit_sibling_fill(cfg, data_root, run_dir, cfg.encoder, cfg.query_encoder, benches)
+        except (DataError, KeyError, FileNotFoundError, ValueError) as e:
+            fail(str(e))
+        typer.echo(json.dumps(out, indent=2, default=str))
+        typer.echo("\n".join(["catalog_retrieval:", *config_lines(out)]))
+
     @tools_app.command("eval")
     def eval_cmd(
         bench: list[str] = typer.Option(None, "--bench", "-b", help="bfcl, metatool, seal_tools, stabletoolbench (default all)."),

@@ -1,7 +1,7 @@
 """How much of the oracle is luck: test–retest agreement of our labels between two BFCL runs.
 
-    .venv/bin/python -m evaluation.offline.retest                     # runs/default/retest/retest.md
-    .venv/bin/python -m evaluation.offline.retest --run-dir runs/x --earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25
+    switchcraft retest                                      # runs/default/retest/retest.md
+    switchcraft retest --run-dir runs/x --earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25
     .venv/bin/python -m pytest -q tests/evaluation/offline/test_retest.py
 
 The earlier run (`outputs.bfcl_v1_earlier` in configs/data.yaml, BFCL's 2024-07-25
@@ -361,26 +361,3 @@ def run_retest(
     result = retest(examples, pool, labels, earlier, resamples=resamples, seed=seed)
     result.settings["labels_from"] = str(run / "labels.parquet") if have_run else cfg.output_path("bfcl_v1")
     return result, write_retest(result, out_dir or run / "retest")
-
-
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run-dir", default="runs/default")
-    ap.add_argument("--data-config", default="configs/data.yaml")
-    ap.add_argument("--pool", default="configs/pool.yaml")
-    ap.add_argument("--earlier", default=None, help=f"default: outputs.{EARLIER_KEY} in the data config")
-    ap.add_argument("--out-dir", default=None, help="default: <run-dir>/retest")
-    ap.add_argument("--resamples", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    _, md = run_retest(a.run_dir, data_config=a.data_config, pool_path=a.pool, earlier=a.earlier, out_dir=a.out_dir,
-                       resamples=a.resamples, seed=a.seed)
-    print(md.read_text(encoding="utf-8"))
-    print(f"wrote {md.parent}/ in {time.perf_counter() - t0:.1f} s")
-
-
-if __name__ == "__main__":
-    main()

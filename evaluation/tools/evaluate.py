@@ -3,7 +3,6 @@
     switchcraft tools eval                                   # all four benchmarks, base and trained → runs/tools/
     switchcraft tools eval --bench bfcl --limit 500          # a quick look
     switchcraft tools eval --retriever base                  # one retriever; the report shows every one evaluated
-    nice -n 10 python -m evaluation.tools.evaluate --bench bfcl   # the same, without the CLI
 
 Only held-out queries are evaluated (`evaluation.tools.data`: domain `in` or
 `out`; the trained retriever learns from the `train` ones), and figures are
@@ -292,22 +291,3 @@ def evaluate(benches: list[str], data_root: str, run_dir: str | Path, cfg: Tools
                "routing": [r for p in parts for r in p["routing"]]}
     write_report(results, run_dir)
     return results
-
-
-def main() -> None:  # python -m evaluation.tools.evaluate
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", action="append", help="bfcl, metatool, seal_tools, stabletoolbench (default: all)")
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--run-dir", default="runs/tools")
-    ap.add_argument("--limit", type=int, default=None)
-    a = ap.parse_args()
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(1):
-        evaluate(a.bench or ["bfcl", "metatool", "seal_tools", "stabletoolbench"], a.data_root, a.run_dir, limit=a.limit)
-
-
-if __name__ == "__main__":
-    main()

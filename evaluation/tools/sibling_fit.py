@@ -1,8 +1,8 @@
 """Choose sibling fill per benchmark catalog (off, or its head share) without looking at the rows reported.
 
     switchcraft tools fit-fusion                          # the grid, then this → fusion.json["sibling_fill"]
-    python -m evaluation.tools.sibling_fit --set encoder=null [--bench bfcl --bench stabletoolbench]
-    python -m evaluation.tools.sibling_fit --paired        # held out: the configured setting vs off, paired
+    switchcraft tools fit-siblings --set encoder=null [--bench bfcl --bench stabletoolbench]
+    switchcraft tools fit-siblings --paired               # held out: the configured setting vs off, paired
 
 Sibling fill (`serving/tools/siblings.py`) helps where a namespace is one
 service and costs recall where it is a topic, so it is set per catalog
@@ -173,36 +173,3 @@ def config_lines(result: dict) -> list[str]:
     """The `catalog_retrieval:` entries that the choices give (catalogs left off: off)."""
     return [f"  {name}: {{sibling_fill: {{head: {e['choice']}}}}}" for name, e in result.items()
             if isinstance(e.get("choice"), float)]
-
-
-def main() -> None:
-    import argparse
-    import json
-
-    from threadpoolctl import threadpool_limits
-
-    from serving.tools.config import load_tools_config
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", action="append", help=", ".join(BENCHES))
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--run-dir", default="runs/tools")
-    ap.add_argument("--config", default="configs/tools.yaml")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--paired", action="store_true", help="held out: each catalog's configured sibling fill vs off, "
-                    "paired (catalog_retrieval in the config, or --set catalog_retrieval.<name>.sibling_fill.head=…)")
-    a = ap.parse_args()
-    cfg = load_tools_config(a.config, a.overrides)
-    if a.paired:
-        with threadpool_limits(1):
-            out = paired_heldout(cfg, a.data_root, a.run_dir, cfg.encoder, cfg.query_encoder, tuple(a.bench or BENCHES))
-        print(json.dumps(out, indent=2))
-        return
-    with threadpool_limits(1):
-        out = fit_sibling_fill(cfg, a.data_root, a.run_dir, cfg.encoder, cfg.query_encoder, tuple(a.bench or BENCHES))
-    print(json.dumps(out, indent=2, default=str))
-    print("\n".join(["catalog_retrieval:", *config_lines(out)]))
-
-
-if __name__ == "__main__":
-    main()

@@ -26,7 +26,7 @@ schemas (OpenAI JSON), counted with the index's WordPiece tokenizer; without
 the router, each question's own docs plus N distractors drawn as the recordings
 drew them (uniformly, names other than its own).
 
-    python -m evaluation.tools.value --run-dir runs/tools_value
+    switchcraft tools value --run-dir runs/tools_value
 """
 
 from __future__ import annotations
