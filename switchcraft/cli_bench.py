@@ -18,9 +18,7 @@ Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
-from unittest import mock
 
 import typer
 
@@ -254,9 +252,13 @@ def bench_loop(
     out: Path = typer.Option(Path("runs/loop"), "--out", help="Work folder; loop.json is written in it."),
 ) -> None:
     """The learning loop on loopback, on replayed BFCL v1 traffic: serve → log + explore → learn → reload → score."""
-    from evaluation.jobs import loop
+    import json
 
-    argv = ["--router", str(router), "--data-root", str(data_root), "--requests", str(requests), "--score", str(score),
-            "--out", str(out)] + (["--add-model", add_model] if add_model else [])
-    with mock.patch.object(sys, "argv", ["switchcraft bench loop", *argv]):
-        loop.main()
+    from evaluation.jobs.loop import main
+
+    try:
+        res = main(router, data_root, out, requests=requests, score=score, add_model=add_model)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    console.print(json.dumps({"before": res.before, "after": res.after, "learn": res.learn}, indent=1, default=str),
+                  highlight=False, markup=False)

@@ -1,6 +1,6 @@
 """The whole learning loop on loopback, on replayed BFCL v1 traffic: serve → log + explore → learn → reload → score.
 
-    python -m evaluation.jobs.loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
+    switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
 
 What a user does on their own traffic (README, "Your own traffic"), run end to end against replay servers
 that answer with the recorded outputs of the pool's models:
@@ -200,30 +200,21 @@ def wait_quiet(app, timeout_s: float = 300.0) -> None:
     time.sleep(0.3)  # the last batch's write
 
 
-def main() -> None:  # pragma: no cover - the command; the test drives run_loop
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--router", type=Path, default=Path("runs/default/router_onnx"))
-    ap.add_argument("--data-root", type=Path, default=Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data")))
-    ap.add_argument("--requests", type=int, default=200)
-    ap.add_argument("--score", type=int, default=200)
-    ap.add_argument("--add-model", default=None, help="A model of configs/pools/*.yaml to add partway.")
-    ap.add_argument("--out", type=Path, default=Path("runs/loop"))
-    args = ap.parse_args()
-    add = None
-    if args.add_model:
-        for f in sorted(Path("configs/pools").glob("*.yaml")):
-            for m in load_pool(f).models:
-                if m.name == args.add_model:
-                    add = m
-        if add is None:
-            raise SystemExit(f"--add-model {args.add_model}: not in any configs/pools/*.yaml")
-    res = run_loop(args.router, args.data_root, args.out, requests=args.requests, score_n=args.score, add_model=add)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "loop.json").write_text(json.dumps(res.__dict__, indent=1, default=str))
-    print(json.dumps({"before": res.before, "after": res.after, "learn": res.learn}, indent=1, default=str))
+def model_to_add(name: str | None):
+    """The pool model named `name` in one of configs/pools/*.yaml (None for None)."""
+    if name is None:
+        return None
+    for f in sorted(Path("configs/pools").glob("*.yaml")):
+        for m in load_pool(f).models:
+            if m.name == name:
+                return m
+    raise ValueError(f"--add-model {name}: not in any configs/pools/*.yaml")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+def main(router: Path, data_root: Path, out: Path, *, requests: int = 200, score: int = 200,
+         add_model: str | None = None) -> LoopResult:
+    """`switchcraft bench loop`: run the loop, write loop.json into `out`."""
+    res = run_loop(router, data_root, out, requests=requests, score_n=score, add_model=model_to_add(add_model))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "loop.json").write_text(json.dumps(res.__dict__, indent=1, default=str))
+    return res

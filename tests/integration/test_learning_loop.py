@@ -4,7 +4,7 @@ running gateway reloads it, and the next queries are scored with the verifier's 
 
     .venv/bin/python -m pytest -q tests/integration/test_learning_loop.py
 
-Small on purpose (CI): 90 requests to learn from, 60 to score. `python -m evaluation.jobs.loop` runs it at full size.
+Small on purpose (CI): 90 requests to learn from, 60 to score. `switchcraft bench loop` runs it at full size.
 """
 
 from __future__ import annotations
