@@ -18,7 +18,10 @@ An episode is one routing decision (`data.sources.nexusbench`): the model runs e
 
 An episode whose first request failed (`response_0` None, `result_0` "EXCEPTION: Max Retries Reached") is no
 answer (`no_answer`, `data.decoders.is_no_answer`): labelled `no_answer`, never decoded, counted per model.
-Episodes whose later turn failed keep the harness's verdict and are counted (`EpisodeReport.later_errors`).
+An episode whose later request failed ("Max Retries Reached" as a turn's result: 777 episodes, nearly all
+DeepSeek-R1's and -V3's) was cut short by the provider, not judged on an answer: when the harness failed it,
+the label is `no_answer` (still not correct, cost as recorded); when it passed it anyway, `ok`. Counted per
+model in `EpisodeReport.later_errors`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from data.decoders import decode, is_no_answer, no_answer_error
 from data.errors import DataError
-from data.schema import Call, Label, Output, Usage
+from data.schema import Label, Output, Usage
 from data.sources.nexusbench import episode_ids, recording_files
 from data.verify.batch import NATIVE_TEXT
 
@@ -49,6 +52,7 @@ class Episode:
     output: Output
     passed: bool
     turns: int
+    interrupted: str | None = None  # "turn k: <result>" when a later request failed, else None
 
 
 @dataclass
@@ -133,7 +137,7 @@ def read_episodes(root: str | Path, *, models: list[str] | None = None, report: 
                 report.no_answer[model] += 1
             elif not ep.output.usage.known:
                 report.no_usage[model] += 1
-            if ep.turns and any(_failed(row.get(f"result_{i}")) for i in range(1, _turns_of(row))):
+            if ep.interrupted:
                 report.later_errors[model] += 1
             out.append(ep)
     report.seconds += time.perf_counter() - t0
@@ -149,7 +153,8 @@ def _recorded(v: Any) -> bool:
 
 
 def _failed(result: Any) -> bool:
-    return isinstance(result, str) and result.startswith("EXCEPTION")
+    """A turn whose request failed: the harness records "Max Retries Reached" (or "EXCEPTION: …") as its result."""
+    return isinstance(result, str) and (result.startswith("EXCEPTION") or result.startswith("Max Retries Reached"))
 
 
 def _episode(row: dict[str, Any], eid: str, model: str, path: Path, n: int, examples: dict | None) -> Episode:
@@ -177,6 +182,8 @@ def _episode(row: dict[str, Any], eid: str, model: str, path: Path, n: int, exam
         tin, tout = tin + u[0], tout + u[1]
         if u[2] is not None:
             reasoning = (reasoning or 0) + u[2]
+    failed = next((i for i in range(1, _turns_of(row)) if _failed(row.get(f"result_{i}"))), None)
+    interrupted = None if failed is None else f"turn {failed}: {row[f'result_{failed}']}"
     message = first_message(parse_response(first, path=path, row=n, col="response_0"))
     if message["tool_calls"]:
         ex = (examples or {}).get(eid)
@@ -184,15 +191,15 @@ def _episode(row: dict[str, Any], eid: str, model: str, path: Path, n: int, exam
         calls, error, decoder = res.calls, res.error, res.decoder
     else:
         calls, error, decoder = None, NATIVE_TEXT, None
-    out = Output(example_id=eid, model=model, raw=message, calls=None if calls is None else [Call(name=c.name, arguments=c.arguments) for c in calls],
-                 decode_error=error, decoder=decoder,
-                 usage=Usage(input_tokens=tin, output_tokens=tout, reasoning_tokens=reasoning if tin is not None else None))
-    return Episode(out, passed, turns)
+    usage = Usage(input_tokens=tin, output_tokens=tout, reasoning_tokens=reasoning if tin is not None else None)
+    out = Output(example_id=eid, model=model, raw=message, calls=calls, decode_error=error, decoder=decoder, usage=usage)
+    return Episode(out, passed, turns, interrupted)
 
 
 def harness_labels(episodes: list[Episode], pool) -> list[Label]:
     """One Label per episode of a pool model: the harness's verdict, `no_answer` for an episode with no first
-    answer, cost from the pool's price of the summed usage."""
+    answer or one a failed request cut short (unless the harness passed it), cost from the pool's price of the
+    summed usage."""
     by_recording = {m.recording: m for m in pool.models} | {m.name: m for m in pool.models}
     labels = []
     for ep in episodes:
@@ -202,6 +209,8 @@ def harness_labels(episodes: list[Episode], pool) -> list[Label]:
         o = ep.output
         if o.calls is None and is_no_answer(o.decode_error):
             correct, reason, detail = False, "no_answer", o.decode_error
+        elif ep.interrupted and not ep.passed:
+            correct, reason, detail = False, "no_answer", f"cut short at {ep.interrupted}"
         else:
             correct, reason, detail = ep.passed, "ok" if ep.passed else EPISODE_FAILED, f"{ep.turns} turns"
         labels.append(Label(example_id=o.example_id, model=pm.name, correct=correct, reason=reason, detail=detail,

@@ -18,8 +18,8 @@ OK = "ok"
 REASONS: dict[str, str] = {
     OK: "the output is exactly right",
     "decode_error": "a call was expected but the output could not be decoded into calls",
-    "no_answer": "the model returned no answer at all (an inference error or time-out recorded instead): a failed call, "
-    "not a wrong one, and wrong whatever was expected",
+    "no_answer": "the model returned no answer at all (an inference error or time-out recorded instead; in a multi-step "
+    "episode, a failed request cut it short): a failed call, not a wrong one, and wrong whatever was expected",
     "call_expected": "a call was expected but the output made no call",
     "no_call_expected": "no call was expected (relevance) but the output made one",
     "wrong_count": "the number of calls differs from the expected number",

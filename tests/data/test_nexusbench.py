@@ -56,7 +56,8 @@ def recordings(tmp_path) -> Path:
     in_words = {"prompt_0": OTHER, "query_0": "Weather in Rome?", "Final Accuracy": "False",
                 "response_0": response(content="'I cannot tell.'", prompt=90, completion=7), "result_0": "END"}
     write(root, "Weather_0818_m1-OpenAIFC.parquet", [two_turns, failed])
-    write(root, "Weather_0819_m2-OpenAIFC.parquet", [in_words, {**two_turns, "Final Accuracy": "False"}])
+    cut_short = {**two_turns, "Final Accuracy": "False", "response_1": "None", "result_1": "Max Retries Reached"}
+    write(root, "Weather_0819_m2-OpenAIFC.parquet", [in_words, cut_short])
     return root
 
 
@@ -70,26 +71,32 @@ def test_one_example_per_episode_with_first_messages_and_tools(recordings):
     assert paris.meta["ground_truth"] == "get_weather(city='Paris')"
 
 
+def by_city(recordings: Path, **kwargs) -> dict:
+    """(model, city asked about) -> Episode."""
+    city = {e.id: e.question.split()[-1].rstrip("?") for e in read_source("nexusbench", str(recordings))}
+    return {(e.output.model, city[e.output.example_id]): e for e in read_episodes(recordings, **kwargs)}
+
+
 def test_the_same_episode_has_one_id_whatever_the_file_order(recordings):
     eps = read_episodes(recordings)  # m1 lists Paris first, m2 Rome first
-    m1_paris = next(e for e in eps if e.output.model == "m1" and e.turns == 2).output.example_id
-    m2_paris = next(e for e in eps if e.output.model == "m2" and e.turns == 2).output.example_id
-    assert m1_paris == m2_paris and m1_paris.startswith("nexusbench:Weather:")
+    m1_first, m2_second = eps[0].output.example_id, eps[3].output.example_id
+    assert m1_first == m2_second and m1_first.startswith("nexusbench:Weather:")
     assert len({e.output.example_id for e in eps}) == 2
 
 
 def test_usage_is_summed_over_every_turn_and_the_first_turn_gives_the_calls(recordings):
     report = EpisodeReport()
-    eps = {(e.output.model, e.turns): e for e in read_episodes(recordings, report=report)}
-    ok = eps[("m1", 2)].output
+    eps = by_city(recordings, report=report)
+    ok = eps[("m1", "Paris")].output
     assert (ok.usage.input_tokens, ok.usage.output_tokens, ok.usage.reasoning_tokens) == (250, 15, 4)
     assert [(c.name, c.arguments) for c in ok.calls] == [("get_weather", {"city": "Paris"})]
     assert ok.latency_s is None  # the harness recorded none
-    words = eps[("m2", 1)].output
+    words = eps[("m2", "Rome")].output
     assert words.calls is None and words.decode_error.startswith("no_call:") and words.raw["content"] == "I cannot tell."
-    failed = eps[("m1", 0)].output
+    failed = eps[("m1", "Rome")].output
     assert failed.calls is None and is_no_answer(failed.decode_error) and failed.usage.input_tokens is None
     assert report.no_answer == {"m1": 1} and +report.passed == {"m1": 1} and report.outputs == {"m1": 2, "m2": 2}
+    assert report.later_errors == {"m2": 1} and eps[("m2", "Paris")].interrupted == "turn 1: Max Retries Reached"
 
 
 def test_harness_labels_cost_every_turn(recordings):
@@ -97,10 +104,14 @@ def test_harness_labels_cost_every_turn(recordings):
         {"name": "one", "recorded_as": "m1", "prices": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}},
         {"name": "two", "recorded_as": "m2", "prices": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}}]})
     labels = {(lab.model, lab.reason): lab for lab in harness_labels(read_episodes(recordings), pool)}
-    assert set(labels) == {("one", "ok"), ("one", "no_answer"), ("two", "episode_failed")}
+    assert set(labels) == {("one", "ok"), ("one", "no_answer"), ("two", "episode_failed"), ("two", "no_answer")}
     assert labels[("one", "ok")].cost_usd == pytest.approx((250 * 1.0 + 15 * 10.0) / 1e6)
     assert labels[("one", "no_answer")].cost_usd is None and not labels[("one", "no_answer")].correct
     assert labels[("two", "episode_failed")].correct is False
+    # A later request that failed cut the episode short: no answer, its first turn still paid for.
+    cut = labels[("two", "no_answer")]
+    assert not cut.correct and cut.detail == "cut short at turn 1: Max Retries Reached"
+    assert cut.cost_usd == pytest.approx((100 * 1.0 + 10 * 10.0) / 1e6)
 
 
 def test_label_command_path_and_importer_read_a_recordings_folder(recordings, tmp_path):
@@ -139,6 +150,8 @@ def test_real_recordings(shared_data):
     # First requests that failed ("EXCEPTION: Max Retries Reached"): no answer, not a wrong one.
     assert report.no_answer == {"togetherai-Qwen-Qwen3-235B-A22B-FP8": 65, "openai-o3-high": 2, "openai-o4-mini-high": 2}
     assert report.no_usage == {}
+    assert report.later_errors == {"deepseek-ai-DeepSeek-R1-0528": 486, "deepseek-ai-DeepSeek-V3-0324": 272,
+                                   "togetherai-Qwen-Qwen3-235B-A22B-FP8": 19}
     answered = [e.output for e in eps if not is_no_answer(e.output.decode_error)]
     assert all(o.usage.known and o.usage.input_tokens > 0 for o in answered)
 
