@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from data.errors import DataError
 from data.io import local_dir
 from data.schema import Example
 from data.sources import ADAPTERS, IngestReport
@@ -32,4 +33,7 @@ def read_bfcl_v3(location: str, report: IngestReport, **options) -> Iterator[Exa
     # The shared run folder keeps its questions in data/, beside outputs/: accept either.
     if not any(root.glob("BFCL_v3_*.json")) and any(Path(root, "data").glob("BFCL_v3_*.json")):
         root = root / "data"
+    if not any(root.glob("BFCL_v3_*.json")):  # a v4 release's files would be ingested as v3 otherwise
+        raise DataError("no BFCL_v3_<category>.json question files", path=root,
+                        hint="point --path at a BFCL v3 data/ folder, e.g. bfcl_v3_pool_outputs_2025-08/data")
     return read_bfcl(SOURCE, str(root), report, **options)

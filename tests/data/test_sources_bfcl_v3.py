@@ -60,3 +60,11 @@ def test_non_live_answers_are_v3_revisions_not_v1_labels(v3, shared_data):
     v3_loc = by_id["bfcl_v3:multiple_153"].expected.alternatives[0][0].args["location"].values
     assert by_id["bfcl_v3:multiple_153"].question == v1["bfcl_v1:multiple_function_153"].question
     assert v1_loc == ["global"] and v3_loc == ["global", "Lisbon", "Lisbon, Portugal"]
+
+
+def test_a_folder_without_v3_files_is_refused(tmp_path):
+    from data.errors import DataError
+
+    (tmp_path / "BFCL_v4_simple_python.json").write_text("")
+    with pytest.raises(DataError, match="BFCL_v3"):
+        read_source("bfcl_v3", str(tmp_path))
