@@ -1,7 +1,8 @@
 """A real MCP gateway on loopback in front of the npm reference servers (node/, `make install`), over stdio.
 
 One gateway per test module (`mcp_gateway`): uvicorn on a thread of its own, with its own event loop, which
-runs the upstream connections; tests drive it with the official SDK's client over Streamable HTTP.
+runs the upstream connections; tests drive it with the official SDK's client over Streamable HTTP. A module
+may set `MCP_AUTH = "none"` (no keys) and `MCP_UPSTREAMS` (the servers it needs, by name).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def mcp_gateway(encoder, tmp_path_factory):
+def mcp_gateway(encoder, tmp_path_factory, request):
     import uvicorn
 
     from serving.gateway.auth import KeyEntry, KeyStore
@@ -73,24 +74,27 @@ def mcp_gateway(encoder, tmp_path_factory):
     root = tmp_path_factory.mktemp("files")
     (root / "notes.txt").write_text("the launch code is 4242\n")
     work = tmp_path_factory.mktemp("mcp")
+    upstreams = [
+        {"name": "files", "command": server_bin("mcp-server-filesystem"), "args": [str(root)],
+         "tools": {p: {"permissions": ["files.write"]} for p in ("write_file", "edit_file", "move_file",
+                                                                   "create_directory")}},
+        {"name": "memory", "command": server_bin("mcp-server-memory"),
+         "env": {"MEMORY_FILE_PATH": str(work / "memory.jsonl")}, "defaults": {"permissions": ["memory.use"]}},
+        {"name": "everything", "command": server_bin("mcp-server-everything"), "args": ["stdio"], "timeout_s": 20},
+    ]
+    wanted = getattr(request.module, "MCP_UPSTREAMS", None)
     cfg = McpConfig.model_validate({
         "port": free_port(),
-        "upstreams": [
-            {"name": "files", "command": server_bin("mcp-server-filesystem"), "args": [str(root)],
-             "tools": {p: {"permissions": ["files.write"]} for p in ("write_file", "edit_file", "move_file",
-                                                                       "create_directory")}},
-            {"name": "memory", "command": server_bin("mcp-server-memory"),
-             "env": {"MEMORY_FILE_PATH": str(work / "memory.jsonl")}, "defaults": {"permissions": ["memory.use"]}},
-            {"name": "everything", "command": server_bin("mcp-server-everything"), "args": ["stdio"],
-             "timeout_s": 20},
-        ],
+        "upstreams": [u for u in upstreams if wanted is None or u["name"] in wanted],
         "retry_s": [0.2, 1.0],
         "policy": {"role_max_risk": {"admin": "irreversible"},
                    "role_permissions": {"admin": ["files.write", "memory.use"], "analyst": ["memory.use"]}},
-        "auth": {"mode": "keys"},
+        "auth": {"mode": getattr(request.module, "MCP_AUTH", "keys")},
         "log_path": str(work / "calls.jsonl"),
     })
-    keys = KeyStore([KeyEntry(id=k, key=v[0], caller=v[1]) for k, v in KEYS.items()])
+    keys = None
+    if cfg.auth.mode == "keys":
+        keys = KeyStore([KeyEntry(id=k, key=v[0], caller=v[1]) for k, v in KEYS.items()])
     gw = McpGateway.from_config(cfg, encoder=encoder, keys=keys)
     server = uvicorn.Server(uvicorn.Config(http_app(gw), host="127.0.0.1", port=cfg.port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
