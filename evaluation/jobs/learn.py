@@ -34,7 +34,8 @@ import pandas as pd
 
 from data.errors import DataError
 from data.pool import Pool, load_pool
-from data.schema import Call, Example, Expected, Message, Output, Tool, Usage, write_examples, write_outputs
+from data.logged import complete_rows, log_contracts, read_log
+from data.schema import Example, Output, write_examples, write_outputs
 from evaluation.offline.stats import paired_bootstrap
 from training.policy.replay import replay
 
@@ -50,49 +51,6 @@ class LearnResult:
     agreement: dict | None
     comparison: dict = field(default_factory=dict)
     timings_s: dict = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------- the log as offline contracts
-
-def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tuple[list[Example], list[Output]]:
-    """Examples (one per logged request with its text) and outputs (one per logged answer of a pool model)."""
-    examples, seen = [], set()
-    for r in requests:
-        if r["kind"] != "served" or not r["request"] or r["status"] != 200 or r["request_id"] in seen:
-            continue
-        seen.add(r["request_id"])
-        req = json.loads(r["request"])
-        examples.append(Example(
-            id=f"log:{r['request_id']}", source="log", category="logged",
-            messages=[Message.model_validate(m) for m in req["messages"]],
-            tools=[Tool.model_validate(t) for t in req["tools"]], expected=Expected.anything(),
-            meta={"expected_unknown": True, "ts": r["ts"], "example_id": r["example_id"],
-                  "answered_by": r["answered_by"], "cost_usd": r["cost_usd"], "router_version": r["router_version"]}))
-    if not examples:
-        raise DataError("the decision log holds no request text", hint="serve with log.requests: true (and "
-                        "explore.rate > 0, so every pool model answers some requests), then learn again")
-    ids, outputs, have = {e.id for e in examples}, [], set()
-    for a in answers:
-        eid = f"log:{a['request_id']}"
-        if eid not in ids or a["outcome"] != "ok" or a["model"] not in pool.names or (eid, a["model"]) in have:
-            continue
-        have.add((eid, a["model"]))
-        calls = [Call(name=c["name"], arguments=c.get("arguments") or {}) for c in json.loads(a["calls"] or "[]")]
-        raw = json.loads(a["raw"]) if a["raw"] else ""
-        outputs.append(Output(example_id=eid, model=a["model"], raw=raw, calls=calls or None,
-                              decode_error=None if calls else (a["decode_error"] or "no_call: no tool call"),
-                              decoder=a["decoder"], usage=Usage(input_tokens=a["input_tokens"],
-                                                                output_tokens=a["output_tokens"]),
-                              latency_s=(a["latency_ms"] or 0) / 1e3))
-    return examples, outputs
-
-
-def complete_rows(examples: list[Example], outputs: list[Output], pool: Pool) -> list[Example]:
-    """The requests every pool model answered (what the router and the strategy policy are fitted on)."""
-    by = {}
-    for o in outputs:
-        by.setdefault(o.example_id, set()).add(o.model)
-    return [e for e in examples if by.get(e.id, set()) >= set(pool.names)]
 
 
 # ------------------------------------------------------------------------- the comparison on held-out requests
@@ -179,7 +137,6 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     from data.schema import read_labels
     from evaluation.offline.routing_eval import RoutingData, oof_matrix
     from evaluation.offline.consensus_eval import menu_apart
-    from serving.gateway.decision_log import read_log
     from training.config import load_train_config
     from training.export import export_router
     from training.policy.fit import write_strategy_policy

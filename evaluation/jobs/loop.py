@@ -126,7 +126,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
     from serving.client import RouterClient
     from serving.gateway.app import create_app
     from serving.gateway.config import ServingConfig
-    from serving.gateway.decision_log import read_log
+    from data.logged import read_log
 
     work.mkdir(parents=True, exist_ok=True)
     base = load_pool(pool_path)

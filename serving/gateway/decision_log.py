@@ -2,7 +2,7 @@
 
     log = DecisionLog.from_settings(cfg.log, metrics)        # an observer of the gateway (serving/gateway/record.py)
     log(served)                                              # queued, never blocking; written by a background task
-    rows = read_log("runs/gateway/log")                      # every file, oldest first: requests and answers
+    requests, answers = read_log("runs/gateway/log")         # data/logged.py: every file, oldest first
 
 One SQLite file (`decisions.sqlite`) under `log.path`, two tables:
 - `requests`: time, request id, key id, router version, the decision's chosen model and rule, the strategy,
@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from data.logged import FILE, log_files
+
 import anyio
 
 from serving.gateway.record import Served
 
 log = logging.getLogger("switchcraft.gateway")
-FILE = "decisions.sqlite"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
   id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT NOT NULL, key_id TEXT,
@@ -194,27 +195,3 @@ class DecisionLog:
             for model, n in db.execute("SELECT model, COUNT(*) FROM answers WHERE outcome = 'ok' GROUP BY model"):
                 counts[model] = counts.get(model, 0) + n
         return counts
-
-
-def log_files(folder: str | Path) -> list[Path]:
-    """The log's files, oldest first: rotated ones by their time, then the current one."""
-    folder = Path(folder)
-    if folder.is_file():
-        return [folder]
-    files = sorted(folder.glob("decisions.*.sqlite"))
-    return files + ([folder / FILE] if (folder / FILE).exists() else [])
-
-
-def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
-    """(requests, answers) of every file of the log, oldest first, as dicts (JSON fields still strings)."""
-    files = log_files(folder)
-    if not files:
-        raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
-    requests, answers = [], []
-    for path in files:
-        db = sqlite3.connect(path)
-        db.row_factory = sqlite3.Row
-        requests += [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY id")]
-        answers += [dict(r) for r in db.execute("SELECT * FROM answers ORDER BY id")]
-        db.close()
-    return requests, answers

@@ -11,7 +11,8 @@ import json
 from data.schema import Call, Message, Tool, Usage
 from serving.gateway.answers import Answer
 from serving.gateway.cascade import CallRecord, Run
-from serving.gateway.decision_log import DecisionLog, log_files, read_log
+from data.logged import log_files, read_log
+from serving.gateway.decision_log import DecisionLog
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.record import Served
 from serving.gateway.upstream import Attempt

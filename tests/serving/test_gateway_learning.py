@@ -18,7 +18,7 @@ import pytest
 from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
-from serving.gateway.decision_log import read_log
+from data.logged import read_log
 from tests.routers import REPO
 from tests.serving.test_gateway import (  # noqa: F401
     AUTH,

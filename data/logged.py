@@ -1,0 +1,86 @@
+"""The gateway's decision log read back as the offline pipeline's own contracts.
+
+    requests, answers = read_log("runs/gateway/log")            # every file, oldest first, as dicts
+    examples, outputs = log_contracts(requests, answers, pool)  # Examples (no expected answer) and Outputs
+    rows = complete_rows(examples, outputs, pool)               # the requests every pool model answered
+
+The log itself (its two SQLite tables, rotation, the writer) is serving/gateway/decision_log.py; this module only
+reads the files it leaves, so `switchcraft learn` and anything else offline need nothing from serving.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from data.errors import DataError
+from data.pool import Pool
+from data.schema import Call, Example, Expected, Message, Output, Tool, Usage
+
+FILE = "decisions.sqlite"  # the log's current file; rotated ones are decisions.<unix ms>.sqlite
+
+
+def log_files(folder: str | Path) -> list[Path]:
+    """The log's files, oldest first: rotated ones by their time, then the current one."""
+    folder = Path(folder)
+    if folder.is_file():
+        return [folder]
+    files = sorted(folder.glob("decisions.*.sqlite"))
+    return files + ([folder / FILE] if (folder / FILE).exists() else [])
+
+
+def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
+    """(requests, answers) of every file of the log, oldest first, as dicts (JSON fields still strings)."""
+    files = log_files(folder)
+    if not files:
+        raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
+    requests, answers = [], []
+    for path in files:
+        db = sqlite3.connect(path)
+        db.row_factory = sqlite3.Row
+        requests += [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY id")]
+        answers += [dict(r) for r in db.execute("SELECT * FROM answers ORDER BY id")]
+        db.close()
+    return requests, answers
+
+
+def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tuple[list[Example], list[Output]]:
+    """Examples (one per logged request with its text) and outputs (one per logged answer of a pool model)."""
+    examples, seen = [], set()
+    for r in requests:
+        if r["kind"] != "served" or not r["request"] or r["status"] != 200 or r["request_id"] in seen:
+            continue
+        seen.add(r["request_id"])
+        req = json.loads(r["request"])
+        examples.append(Example(
+            id=f"log:{r['request_id']}", source="log", category="logged",
+            messages=[Message.model_validate(m) for m in req["messages"]],
+            tools=[Tool.model_validate(t) for t in req["tools"]], expected=Expected.anything(),
+            meta={"expected_unknown": True, "ts": r["ts"], "example_id": r["example_id"],
+                  "answered_by": r["answered_by"], "cost_usd": r["cost_usd"], "router_version": r["router_version"]}))
+    if not examples:
+        raise DataError("the decision log holds no request text", hint="serve with log.requests: true (and "
+                        "explore.rate > 0, so every pool model answers some requests), then learn again")
+    ids, outputs, have = {e.id for e in examples}, [], set()
+    for a in answers:
+        eid = f"log:{a['request_id']}"
+        if eid not in ids or a["outcome"] != "ok" or a["model"] not in pool.names or (eid, a["model"]) in have:
+            continue
+        have.add((eid, a["model"]))
+        calls = [Call(name=c["name"], arguments=c.get("arguments") or {}) for c in json.loads(a["calls"] or "[]")]
+        raw = json.loads(a["raw"]) if a["raw"] else ""
+        outputs.append(Output(example_id=eid, model=a["model"], raw=raw, calls=calls or None,
+                              decode_error=None if calls else (a["decode_error"] or "no_call: no tool call"),
+                              decoder=a["decoder"], usage=Usage(input_tokens=a["input_tokens"],
+                                                                output_tokens=a["output_tokens"]),
+                              latency_s=(a["latency_ms"] or 0) / 1e3))
+    return examples, outputs
+
+
+def complete_rows(examples: list[Example], outputs: list[Output], pool: Pool) -> list[Example]:
+    """The requests every pool model answered (what the router and the strategy policy are fitted on)."""
+    by = {}
+    for o in outputs:
+        by.setdefault(o.example_id, set()).add(o.model)
+    return [e for e in examples if by.get(e.id, set()) >= set(pool.names)]
