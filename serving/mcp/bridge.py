@@ -39,16 +39,14 @@ log = logging.getLogger("switchcraft.mcp")
 
 @dataclass(frozen=True)
 class Entry:
-    """One exposed tool: its card's row, its server, and the server's own definition."""
+    """One exposed tool: its card's row, its server, the server's own definition and the one a host sees
+    (the upstream's, under the namespaced name)."""
 
     name: str
     row: int
     upstream: str
     tool: types.Tool
-
-    def listed(self) -> types.Tool:
-        """The definition a host sees: the upstream's, under the namespaced name."""
-        return self.tool.model_copy(update={"name": self.name, "meta": None})
+    listed: types.Tool
 
 
 @dataclass
@@ -60,6 +58,15 @@ class Snapshot:
     card_upstream: np.ndarray  # per card: its upstream's position in `upstream_names`
     upstream_names: list[str]
     skipped: list[str] = field(default_factory=list)  # tools left out, with why
+    group_rows: dict[str, np.ndarray] = field(default_factory=dict)  # group → its rows, in catalog order
+    read_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # risk "read" rows
+
+    def __post_init__(self) -> None:
+        groups: dict[str, list[int]] = {}
+        for i, c in enumerate(self.catalog.cards):
+            groups.setdefault(c.group_name, []).append(i)
+        self.group_rows = {g: np.array(r, dtype=np.int64) for g, r in groups.items()}
+        self.read_rows = np.array([i for i, c in enumerate(self.catalog.cards) if c.risk == "read"], dtype=np.int64)
 
     def live(self, up: dict[str, bool]) -> np.ndarray:
         """Per card: its server is up now."""
@@ -111,7 +118,8 @@ class Bridge:
                     skipped.append(f"{up.name}: {tool.name}: listed twice")
                     continue
                 seen.add(card.exposed_name)
-                entries.append(Entry(card.exposed_name, len(cards), up.name, tool))
+                listed = tool.model_copy(update={"name": card.exposed_name, "meta": None})
+                entries.append(Entry(card.exposed_name, len(cards), up.name, tool, listed))
                 cards.append(card)
                 owners.append(u)
         for s in skipped:

@@ -112,7 +112,8 @@ class McpConfig(BaseModel):
                                          "the first, doubling up to the second.")
     find_k: int = Field(default=5, ge=1, le=50, description="find_tools' results by default (at most 50).")
     encoder: str | None = Field(default=None, description="A trained retriever folder; null: all-MiniLM-L6-v2.")
-    index_dir: str = Field(default="runs/mcp/index", description="The encoder's ONNX graphs are cached here.")
+    index_dir: str | None = Field(default="runs/mcp/index", description="The encoder's ONNX graphs are cached "
+                                  "here; null: the numpy encoder (no files written, slower queries).")
     retrieval: RetrievalConfig = Field(default_factory=lambda: RetrievalConfig(rrf_k=10, w_bm25=0.5))
     policy: AccessPolicy = Field(default_factory=AccessPolicy)
     auth: AuthSettings = Field(default_factory=AuthSettings)

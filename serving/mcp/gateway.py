@@ -17,6 +17,7 @@ the servers, then each server's own order), so a listing is deterministic.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import time
@@ -26,7 +27,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import numpy as np
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from serving.gateway.auth import Identity, KeyStore
 from serving.mcp.bridge import Bridge, Snapshot
@@ -62,7 +63,7 @@ class McpGateway:
             from serving.tools.index import checked_model_dir
             from serving.tools.onnx_encoder import OnnxQueryEncoder, load_encoder
 
-            enc_dir = f"{cfg.index_dir}/encoder"
+            enc_dir = f"{cfg.index_dir}/encoder" if cfg.index_dir else None
             encoder = load_encoder(enc_dir, checked_model_dir(cfg.encoder, "encoder"))
             if isinstance(encoder, OnnxQueryEncoder) and cfg.retrieval.query_precision == "int8":
                 query_encoder = OnnxQueryEncoder.create(encoder.base, enc_dir, threads=cfg.retrieval.query_threads,
@@ -129,23 +130,22 @@ class McpGateway:
         seen = snap.router.visible(ident.caller).visible
         return sorted({snap.catalog.cards[i].group_name for i in np.flatnonzero(seen)})
 
-    def _rows(self, ident: Identity, group: str | None, snap: Snapshot) -> list[int]:
+    def _rows(self, ident: Identity, group: str | None, snap: Snapshot) -> np.ndarray:
         """The rows an endpoint serves the caller: a group's visible tools, or /mcp's safe default set."""
         vis = self.visible(ident, snap)
-        cards = snap.catalog.cards
         if group is not None:
-            return [int(i) for i in np.flatnonzero(vis) if cards[i].group_name == group]
+            rows = snap.group_rows.get(group, np.zeros(0, dtype=np.int64))
+            return rows[vis[rows]]
         if self.cfg.default_tools is not None:
-            import fnmatch
-
-            return [int(i) for i in np.flatnonzero(vis)
-                    if any(fnmatch.fnmatchcase(cards[i].exposed_name, p) for p in self.cfg.default_tools)]
-        rows = [int(i) for i in np.flatnonzero(vis) if cards[i].risk == "read"]
+            cards, pats = snap.catalog.cards, self.cfg.default_tools
+            return np.array([i for i in np.flatnonzero(vis)
+                             if any(fnmatch.fnmatchcase(cards[i].exposed_name, p) for p in pats)], dtype=np.int64)
+        rows = snap.read_rows[vis[snap.read_rows]] if len(snap.read_rows) else snap.read_rows
         return rows[: self.cfg.max_default_tools]
 
     def list_tools(self, ident: Identity, group: str | None) -> list[types.Tool]:
         snap = self.snap
-        listed = [snap.by_row[i].listed() for i in self._rows(ident, group, snap)]
+        listed = [snap.by_row[i].listed for i in self._rows(ident, group, snap)]
         if group is None:
             return meta_tools(self.groups_for(ident), self.cfg.find_k) + listed
         return listed
@@ -182,7 +182,8 @@ class McpGateway:
                 query, k = args.get("query"), args.get("k", self.cfg.find_k)
                 if not isinstance(query, str) or not isinstance(k, int) or not 1 <= k <= 50:
                     raise McpError(INVALID_PARAMS, "find_tools takes {query: string, k?: integer 1..50}")
-                return find_tools_result(self.find(ident, query, k))
+                # Embedding the query takes milliseconds of CPU: off the event loop.
+                return find_tools_result(await anyio.to_thread.run_sync(self.find, ident, query, k))
             if group is None and name == CALL_TOOL:
                 args = arguments or {}
                 target, inner = args.get("name"), args.get("arguments") or {}
@@ -210,7 +211,7 @@ class McpGateway:
         """The entry `name` names on this endpoint, if the caller may call it there."""
         snap = self.snap
         entry = snap.entries.get(name)
-        if entry is None or entry.row not in set(self._rows(ident, group, snap)):
+        if entry is None or entry.row not in self._rows(ident, group, snap):
             raise self._refusal(ident, name, snap)
         return entry
 
@@ -228,7 +229,7 @@ class McpGateway:
         if entry is not None and snap.router.visible(ident.caller).visible[entry.row]:
             up = self.by_name[entry.upstream]
             if not up.up:
-                return McpError(-32603, f"upstream {up.name!r} is down ({up.error}); {name} is back once it is",
+                return McpError(INTERNAL_ERROR, f"upstream {up.name!r} is down ({up.error}); {name} is back once it is",
                                 {"upstream": up.name, "reason": "down"})
         return unknown_tool(name)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -48,18 +49,24 @@ class Upstream:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "up": self.up, "tools": len(self.tools), "error": self.error}
 
-    def _client_for(self) -> Client:
+    @asynccontextmanager
+    async def _connect(self) -> AsyncIterator[Client]:
+        """The SDK client of this server, entered (and its HTTP client closed with it)."""
         cfg = self.cfg
         if cfg.command is not None:
-            target: Any = StdioServerParameters(command=cfg.command, args=cfg.args, env=cfg.resolved_env(), cwd=cfg.cwd)
-        else:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
+            params = StdioServerParameters(command=cfg.command, args=cfg.args, env=cfg.resolved_env(), cwd=cfg.cwd)
+            # No response cache: a re-listing must reach the server.
+            async with Client(params, cache=None, message_handler=self._on_message) as client:
+                yield client
+            return
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
 
-            http = httpx2.AsyncClient(headers=cfg.resolved_headers(), timeout=httpx2.Timeout(cfg.timeout_s, read=None))
-            target = streamable_http_client(cfg.url, http_client=http)
-        # No response cache: a re-listing must reach the server.
-        return Client(target, cache=None, message_handler=self._on_message)
+        timeout = httpx2.Timeout(cfg.connect_timeout_s, read=None)  # a call's own limit is timeout_s
+        async with httpx2.AsyncClient(headers=cfg.resolved_headers(), timeout=timeout) as http:
+            transport = streamable_http_client(cfg.url, http_client=http)
+            async with Client(transport, cache=None, message_handler=self._on_message) as client:
+                yield client
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -75,7 +82,7 @@ class Upstream:
             try:
                 # One scope round the whole connection: its deadline bounds the handshake, then is lifted.
                 with anyio.CancelScope(deadline=anyio.current_time() + self.cfg.connect_timeout_s) as scope:
-                    async with self._client_for() as client:
+                    async with self._connect() as client:
                         scope.deadline = float("inf")
                         self._client, self._lost = client, ""
                         await self._list(client)
