@@ -1,6 +1,6 @@
 """Admitting a request: its id, its API key (and the key's limits), its body.
 
-    rid = request_id(request)                   # the caller's x-request-id when sane, else a fresh one
+    rid = request_id(request)                   # a fresh id, unique per request (the caller's is kept beside it)
     ident = await authenticate(gw, request)     # GatewayError 401 / 429 / 503 with `connection: close`
     body = await read_body(gw, request)         # the JSON object; 413 over max_body_bytes
     admin_of(gw, request)                       # 401, or 403 for a key without the admin role
@@ -11,6 +11,8 @@ connection: the unread body would block it.
 
 from __future__ import annotations
 
+import json
+import logging
 import uuid
 from typing import Any
 
@@ -21,19 +23,29 @@ from serving.gateway.errors import GatewayError
 from serving.gateway.parts import Gateway
 from serving.gateway.requests import parse_body
 
+log = logging.getLogger("switchcraft.gateway")
 DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection
 
 
 def request_id(request: Request) -> str:
-    given = request.headers.get("x-request-id", "")
-    return given if given.isascii() and given.isprintable() and 0 < len(given) <= 128 else uuid.uuid4().hex
+    """The gateway's own id for this request, unique: the decision log, the ledger and `switchcraft learn` key
+    on it. A caller's `x-client-request-id` (or `x-request-id`) is never used as the id — two callers may send
+    the same one — but kept beside it (`request.state.client_request_id`, and one log line joining the two)."""
+    rid = uuid.uuid4().hex
+    given = request.headers.get("x-client-request-id") or request.headers.get("x-request-id") or ""
+    client = given if given.isascii() and given.isprintable() and 0 < len(given) <= 128 else None
+    request.state.request_id, request.state.client_request_id = rid, client
+    if client is not None:
+        log.info(json.dumps({"event": "client_request_id", "request_id": rid, "client_request_id": client}))
+    return rid
 
 
-async def authenticate(gw: Gateway, request: Request) -> Identity:
-    """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 / 503 otherwise."""
+async def authenticate(gw: Gateway, request: Request, authorization: str | None = None) -> Identity:
+    """The request's identity (its key's), admitted by the key's limits; GatewayError 401 / 429 / 503 otherwise.
+    `authorization`: the key as another header carried it (Anthropic's x-api-key), when there is no Authorization."""
     ident = None
     try:
-        ident = gw.keys.authenticate(request.headers.get("authorization"))
+        ident = gw.keys.authenticate(request.headers.get("authorization") or authorization)
         await gw.budgets.admit(ident)
     except GatewayError as e:
         gw.metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=e.reason or "").inc()

@@ -31,7 +31,8 @@ import anyio
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat"}
+ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat", "/v1/messages": "messages",
+             "/v1/responses": "responses"}
 
 
 @dataclass
@@ -50,9 +51,10 @@ class GatewayError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.status}}
 
 
-def error_response(e: GatewayError, rid: str, extra: dict | None = None) -> JSONResponse:
-    """The error's JSON answer: its body (with the upstream attempts, and `switchcraft`: the trace so far)."""
-    body = e.body()
+def error_response(e: GatewayError, rid: str, extra: dict | None = None, shape=GatewayError.body) -> JSONResponse:
+    """The error's JSON answer: its body (with the upstream attempts, and `switchcraft`: the trace so far).
+    `shape(e)`: the error object of the caller's API (OpenAI's unless translated, serving/gateway/apis/)."""
+    body = shape(e)
     if e.attempts:
         body["error"]["attempts"] = e.attempts
     if extra:
@@ -87,8 +89,13 @@ class CatchAll:
     the key check; a slow-loris body) is a 408 with `connection: close`, counted in
     `switchcraft_client_timeouts_total{phase="body"}`."""
 
-    def __init__(self, app, metrics, log: logging.Logger, body_timeout_s: float | None = 30.0) -> None:
+    def __init__(self, app, metrics, log: logging.Logger, body_timeout_s: float | None = 30.0,
+                 shapes: dict | None = None) -> None:
         self.app, self.metrics, self.log, self.body_timeout_s = app, metrics, log, body_timeout_s
+        self.shapes = shapes or {}  # path -> the error object of the API spoken there (OpenAI's by default)
+
+    def _error(self, path: str, status: int, message: str, type_: str, param: str | None) -> dict[str, Any]:
+        return self.shapes.get(path, GatewayError.body)(GatewayError(status, message, type=type_, param=param))
 
     def _deadline(self, receive):
         """`receive` bounded: the whole body must arrive within body_timeout_s of the app's first read."""
@@ -141,8 +148,8 @@ class CatchAll:
             self.log.info(json.dumps({"event": "client_timeout", "phase": "body", "path": path, "status": 408,
                                       "request_id": rid, "ms": round((time.perf_counter() - t0) * 1e3, 2)}))
             if not started:
-                await _send_json(send, 408, {"error": {"message": f"{exc}; send it faster or retry",
-                                                       "type": "request_timeout", "param": "body", "code": 408}}, rid)
+                await _send_json(send, 408, self._error(path, 408, f"{exc}; send it faster or retry", "request_timeout",
+                                                        "body"), rid)
         except Exception as exc:  # noqa: BLE001 - the point of this class
             path = scope.get("path", "")
             rid = _request_id(scope)
@@ -154,13 +161,15 @@ class CatchAll:
                 "traceback": "".join(traceback.format_tb(exc.__traceback__)) + type(exc).__name__}))
             if started:  # bytes already went out: nothing to answer with; the server closes the connection
                 return
-            await _send_json(send, 500, {"error": {"message": f"internal error ({type(exc).__name__}); the gateway "
-                                                          f"logged it under request_id {rid}", "type": "server_error",
-                                                   "param": None, "code": 500}}, rid)
+            await _send_json(send, 500, self._error(path, 500, f"internal error ({type(exc).__name__}); the gateway "
+                                                               f"logged it under request_id {rid}", "server_error", None),
+                             rid)
 
 
 def _request_id(scope) -> str:
-    return dict(scope.get("headers") or []).get(b"x-request-id", b"").decode(errors="replace") or uuid.uuid4().hex
+    """The id the request path gave this request (admit.request_id), else a fresh one: never the caller's."""
+    rid = (scope.get("state") or {}).get("request_id")
+    return rid if isinstance(rid, str) else uuid.uuid4().hex
 
 
 async def _send_json(send, status: int, payload: dict, rid: str) -> None:

@@ -209,3 +209,24 @@ def test_reload_swaps_the_router_without_dropping_requests(pool, client, example
         metrics = httpx.get(url + "/metrics", headers=AUTH).text
     assert 'switchcraft_router_reloads_total{outcome="ok"} 1.0' in metrics
     assert 'switchcraft_router_reloads_total{outcome="failed"} 3.0' in metrics
+
+
+def test_request_ids_are_the_gateways_even_when_callers_reuse_theirs(pool, client, examples, tmp_path,  # noqa: F811
+                                                                     caplog):
+    from data.logged import log_contracts
+
+    cfg = ServingConfig(log={"path": str(tmp_path / "log"), "requests": True})
+    with caplog.at_level("INFO", logger="switchcraft.gateway"), Loopback(create_app(cfg, client=client, pool=pool)) as url:
+        answered = [post(url + "/v1/chat/completions", json=openai_body(ex), headers={"x-request-id": "job-7"},
+                         timeout=60) for ex in examples[:2]]
+        wait_for(lambda: log_has(tmp_path / "log", 2, 2))
+    assert [r.status_code for r in answered] == [200, 200]
+    ids = [r.headers["x-request-id"] for r in answered]
+    assert len(set(ids)) == 2 and "job-7" not in ids
+    requests, answers = read_log(tmp_path / "log")
+    assert sorted(r["request_id"] for r in requests) == sorted(ids)
+    # `switchcraft learn` sees two requests, each with its own answers (one caller id would have merged them).
+    examples_, outputs = log_contracts(requests, answers, pool)
+    assert len(examples_) == 2 and {o.example_id for o in outputs} == {f"log:{i}" for i in ids}
+    joined = [json.loads(r.getMessage()) for r in caplog.records if '"client_request_id"' in r.getMessage()]
+    assert sorted(j["request_id"] for j in joined) == sorted(ids) and {j["client_request_id"] for j in joined} == {"job-7"}
