@@ -50,3 +50,23 @@ def exported(tmp_path_factory, tiny_router_dir, bfcl_requests):
     out = tmp_path_factory.mktemp("onnx") / "router_onnx"
     report = export_router(tiny_router_dir, out, requests=bfcl_requests, int8=True, decide=decide_with(info), threads=1)
     return out, report
+
+
+def _cuda_available() -> bool:
+    try:
+        import onnxruntime as ort
+
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+    except ImportError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run where ONNX Runtime sees a CUDA device (onnxruntime-gpu), and are skipped, saying so,
+    everywhere else (this project's CI and development machines have none)."""
+    if _cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device for ONNX Runtime (onnxruntime-gpu); none here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -113,3 +113,20 @@ def test_gateway_batcher_through_triton_equals_single_in_process_calls(server, r
         p_batched = np.array(list(routed.decision.probabilities.values()))
         assert np.abs(p_batched - np.array(list(alone.probabilities.values()))).max() < 1e-5
         assert routed.backend == "triton-grpc"
+
+
+@pytest.mark.gpu
+def test_the_gpu_variants_graph_on_cuda_equals_the_cpu_variant(repository, exported, bfcl_requests):  # noqa: F811
+    """What the GPU repository variant serves (its model.onnx on ONNX Runtime's CUDA provider, as Triton's
+    onnxruntime backend runs it) decides as the CPU variant does, on real packed BFCL v1 requests."""
+    from training.export import RequestEncoder, ort_session
+
+    enc = RequestEncoder.from_dir(exported[0])
+    cuda = ort_session(repository / "gpu" / "router" / "1" / "model.onnx", providers=["CUDAExecutionProvider"])
+    assert cuda.get_providers()[0] == "CUDAExecutionProvider"
+    cpu = ort_session(repository / "cpu" / "router" / "1" / "model.onnx", threads=1,
+                      providers=["CPUExecutionProvider"])
+    batch = enc.batch(bfcl_requests)
+    p_cuda, p_cpu = (s.run(["probabilities"], batch)[0] for s in (cuda, cpu))
+    assert np.abs(p_cuda - p_cpu).max() <= 1e-3
+    assert (p_cuda.argmax(1) == p_cpu.argmax(1)).all()
