@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from data.schema import Example, Label
 from training.config import PackingSettings
-from training.folds import group_key
+from training.folds import group_keys
 from training.metadata import metadata_row, request_metadata
 from training.packing import PackStats, pack_request
 
@@ -79,7 +79,7 @@ def build_table(
     meta = np.array([metadata_row(request_metadata(e.messages, e.tools, tokenizer)) for e in examples])
     return RequestTable(
         example_ids=ids_, ids=[p.ids for p in packed], meta_raw=meta, y=y, mask=mask, cost=cost,
-        groups=[group_key(e) for e in examples], stats=[p.stats for p in packed], models=list(models),
+        groups=group_keys(examples), stats=[p.stats for p in packed], models=list(models),
         categories=[e.category for e in examples],
     )
 

@@ -168,9 +168,15 @@ class PoolModel(BaseModel):
         return self.recorded_as or self.name
 
 
+# The benchmarks a pool's recordings can be of: each names a source (`sources.<name>`) and its recordings
+# (`outputs.<name>`) in configs/data.yaml, which `switchcraft reproduce` ingests, imports and labels.
+Benchmark = Literal["bfcl_v1", "bfcl_v3"]
+
+
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    benchmark: Benchmark = Field(default="bfcl_v1", description="What the pool's recordings answered (reproduce's data).")
     models: list[PoolModel] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -1,14 +1,19 @@
-"""The main job: the oracle-gap tables from the real BFCL v1 recordings, end to end.
+"""The main job: the oracle-gap tables from real recordings, end to end.
 
-    switchcraft reproduce                      # runs/default/report/report.md
+    switchcraft reproduce                      # BFCL v1, the 2024 pool: runs/default/report/report.md
+    switchcraft reproduce --pool configs/pools/bfcl_v3_2025.yaml --run-dir runs/v3   # BFCL v3, the 2025 pool
     switchcraft reproduce --run-dir runs/tiny --max-examples 120 --folds 3   # a quick slice
     switchcraft reproduce --labels consensus   # also fit everything on consensus labels (no ground truth)
 
+The benchmark is the pool file's `benchmark:` (default bfcl_v1): its source (`sources.<benchmark>`) is
+ingested and its recordings (`outputs.<benchmark>`) imported, as configs/data.yaml places them.
+
 Steps (each writes into the run dir, each timed):
-ingest BFCL v1 → import the 71 models' recordings → label with our verifier →
-train the router with grouped k-fold (frozen MiniLM on a CPU; fine-tuning
-when asked) → evaluate against every baseline on the same held-out folds →
-write the report. With `--labels consensus`, also: consensus labels (`data.consensus`, no expected
+ingest the benchmark → import its recordings (BFCL v1: 71 models; v3: the 2025 run's) → label with our
+verifier → train the router with grouped k-fold (frozen MiniLM on a CPU; fine-tuning when asked; groups:
+`training.folds.group_keys`) → evaluate against every baseline on the same held-out folds → write the
+report. Test–retest needs two recorded runs of the same queries: BFCL v1 only (the report says so for
+others). With `--labels consensus`, also: consensus labels (`data.consensus`, no expected
 answers), a second router trained on them (`<run>/consensus/`), and the report's section "Without ground
 truth" (`evaluation.report.without_truth`): everything fitted on consensus labels, scored with the true ones.
 """
@@ -81,24 +86,30 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     data_cfg = load_data_config(opts.data_config)
     pool = load_pool(opts.pool)
-    check_costable(pool, data_cfg.output_path("bfcl_v1"), pool_path=opts.pool, price_file=data_cfg.output_path("prices"))
-    check_recorded([m.recording for m in pool.models], data_cfg.output_path("bfcl_v1"), pool_path=opts.pool)
+    bench = pool.benchmark
+    recordings = data_cfg.output_path(bench)
+    if recordings is None:
+        raise DataError(f"no recordings for benchmark {bench!r} (the pool's benchmark:)", path=opts.data_config,
+                        field=f"outputs.{bench}", hint=f"give outputs.{bench} in {opts.data_config}")
+    # BFCL v1's price file suggests GPU-second prices for its open-weight models.
+    price_file = data_cfg.output_path("prices") if bench == "bfcl_v1" else None
+    check_costable(pool, recordings, pool_path=opts.pool, price_file=price_file)
+    check_recorded([m.recording for m in pool.models], recordings, pool_path=opts.pool)
     if opts.labels not in ("truth", "consensus"):
         raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
 
     def _ingest():
-        res = ingest(data_cfg, ["bfcl_v1"], out=examples_path)
-        console.print(f"{res.report.total():,} BFCL v1 queries")
+        res = ingest(data_cfg, [bench], out=examples_path)
+        console.print(f"{res.report.total():,} {bench} queries")
         return res
 
     step("ingest", _ingest)
     examples = {e.id: e for e in read_examples(examples_path)}
 
     def _import():
-        where = data_cfg.output_path("bfcl_v1")
         models = None if opts.import_all_models else [m.recording for m in pool.models]
-        outputs = import_recorded(where, examples=examples, models=models, progress=opts.progress)
+        outputs = import_recorded(recordings, examples=examples, models=models, progress=opts.progress)
         write_outputs(outputs_path, outputs)
         console.print(f"{len(outputs):,} recorded outputs of {len({o.model for o in outputs})} models")
 
@@ -153,7 +164,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                                          **ev.all_rows)
             console.print(f"strategy policy (≤ 20% of best-single cost) written into {path}")
         context = {
-            "command": "switchcraft reproduce",
+            "command": "switchcraft reproduce" + ("" if opts.pool == ReproduceOptions.pool else f" --pool {opts.pool}"),
+            "benchmark": bench,
+            "pool": str(opts.pool),
             "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
                       "max_examples": train_cfg.max_examples, "macro_auc": train_metrics.get("macro_auc"),
                       "macro_ece": train_metrics.get("macro_ece")},
@@ -169,6 +182,11 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     ev, context = step("evaluate", _evaluate)
 
     def _retest():
+        if bench != "bfcl_v1":
+            context["retest_skipped"] = (f"test–retest needs two recorded runs of the same queries; {bench} has one "
+                                         "(BFCL v1 has the 2024-07-25 and 2024-08-11 runs)")
+            console.print(context["retest_skipped"], highlight=False)
+            return None
         earlier = data_cfg.output_path("bfcl_v1_earlier")
         if earlier is None or not Path(earlier).exists():
             console.print("test–retest skipped: no earlier run (outputs.bfcl_v1_earlier in configs/data.yaml)")

@@ -134,9 +134,11 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         **(extra_metrics or {}),
     }
     (out / "metrics.json").write_text(json.dumps(_clean(metrics), indent=2, allow_nan=False))
+    ctx = context or {}
+    where = (f"Benchmark {ctx['benchmark']}, pool {ctx['pool']}: " if ctx.get("benchmark") and ctx.get("pool") else "")
     lines = [
         f"# {title}", "",
-        f"{len(ev.data.example_ids):,} queries, {len(ev.data.fold_ids)} folds, pool of {len(ev.data.models)} models. "
+        f"{where}{len(ev.data.example_ids):,} queries, {len(ev.data.fold_ids)} folds, pool of {len(ev.data.models)} models. "
         "All numbers are held-out; definitions in docs/metrics.md."
         + (f" Calls without recorded usage, costed at their model's mean: {ev.data.imputed_costs}." if ev.data.imputed_costs else ""),
         "",
@@ -162,6 +164,8 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         write_retest(retest, out / "retest")
         lines += ["## How much of the oracle is luck: test–retest (BFCL's 2024-07-25 run vs 2024-08-11)", "",
                   retest_markdown(retest), "", "![retest](retest/retest.png)", ""]
+    elif ctx.get("retest_skipped"):
+        lines += ["## How much of the oracle is luck: test–retest", "", f"Not measured: {ctx['retest_skipped']}.", ""]
     if context:
         lines += ["## Run", "", "```json", json.dumps(context, indent=2, default=str), "```", ""]
     path = out / "report.md"
