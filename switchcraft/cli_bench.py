@@ -11,6 +11,7 @@
     switchcraft bench overhead --router runs/default/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
     switchcraft bench soak --router runs/default/router_onnx --minutes 10
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
+    switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 """
@@ -45,6 +46,7 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("router-ab")(bench_router_ab)
     bench_app.command("tools")(bench_tools)
     bench_app.command("loop")(bench_loop)
+    bench_app.command("mcp")(bench_mcp)
 
 
 def bench_verify(
@@ -262,3 +264,16 @@ def bench_loop(
         fail(str(e))
     console.print(json.dumps({"before": res.before, "after": res.after, "learn": res.learn}, indent=1, default=str),
                   highlight=False, markup=False)
+
+
+def bench_mcp(
+    servers: int = typer.Option(10, "--servers", help="Upstream MCP servers (one process, Streamable HTTP)."),
+    tools: int = typer.Option(1000, "--tools", help="Tools in all, split evenly (real BFCL function docs)."),
+    requests: int = typer.Option(500, "--requests", help="Requests timed per operation."),
+    data_root: str = typer.Option(str(DATA_ROOT), "--data-root", help="Shared data root (BFCL thousand_tools)."),
+    run_dir: str = typer.Option("runs/mcp", "--run-dir", help="The fleet's tools, the config and bench.json go here."),
+) -> None:
+    """What the MCP gateway adds per tools/list and tools/call (P50/P99), with N upstream servers and their tools."""
+    from evaluation.bench.mcp import main
+
+    main(servers, tools, requests, data_root, run_dir)

@@ -82,8 +82,10 @@ def tool_card(up: UpstreamConfig, tool: types.Tool, separator: str, groups: list
     if ann:
         entry["annotations"] = ann
     card = card_from_entry(entry)
-    update = {"namespace": up.name, "call_name": f"{up.name}{separator}{tool.name}", "group": up.name,
-              **up.defaults.update()}
+    # The card's name is the server's whole tool name (a dotted `math.factorial` is not split: its key must be
+    # unique within the server, whatever dots it holds).
+    update = {"name": tool.name, "namespace": up.name, "call_name": f"{up.name}{separator}{tool.name}",
+              "group": up.name, **up.defaults.update()}
     exposed = update["call_name"]
     for g in groups:
         if any(fnmatch.fnmatchcase(exposed, p) for p in g.tools):
