@@ -181,14 +181,36 @@ def spend_report(rows) -> dict:
 
 # ------------------------------------------------------------------------------------------- estimates
 
+# What one image part may cost as input, in tokens: the most either family bills for one image (OpenAI at high
+# detail: 85 + 170 per 512-px tile, at most 8 tiles after its resize = 1,445; Anthropic: about 1,600 for its
+# largest, 1.15 megapixels / 750). The payload's bytes count only the URL or the base64 text.
+IMAGE_INPUT_TOKENS = 1_600
+
+
 def output_cap(body: dict, model: PoolModel, default_output_tokens: int) -> int:
-    """The output tokens a call may produce: the request's max_(completion_)tokens, else the pool's, else the
-    configured default."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return model.max_output_tokens or default_output_tokens
+    """The output tokens a call may produce, per choice: the larger of the request's `max_completion_tokens` and
+    `max_tokens` (a provider honours one or the other; the reservation cannot know which), else the pool's, else
+    the configured default."""
+    caps = [v for v in (body.get("max_completion_tokens"), body.get("max_tokens"))
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return max(caps) if caps else model.max_output_tokens or default_output_tokens
+
+
+def choices_of(body: dict) -> int:
+    """How many answers the call asks for (`n`, 1 to 128): each is billed its own output."""
+    n = body.get("n")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+
+
+def images_in(body: dict) -> int:
+    """Image parts in the request's messages (`image_url` / `input_image` / `image` content parts)."""
+    count = 0
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            count += sum(1 for part in content if isinstance(part, dict)
+                         and part.get("type") in ("image_url", "input_image", "image"))
+    return count
 
 
 def call_estimate_usd(model: PoolModel, input_tokens: int, output_tokens: int) -> float:
@@ -215,9 +237,11 @@ def payload_size(payload: dict) -> int:
 
 def call_worst_case_usd(pool: Pool, model: str, body: dict, payload_bytes: int, *, chars_per_token: float,
                         default_output_tokens: int) -> float:
-    """One call's worst case: the model's payload size in input tokens, its output cap in output tokens."""
+    """One call's worst case: the model's payload size in input tokens plus what its images may be billed, its
+    output cap in output tokens for each of the `n` answers asked for."""
     m = pool.get(model)
-    return call_estimate_usd(m, tokens_in(payload_bytes, chars_per_token), output_cap(body, m, default_output_tokens))
+    input_tokens = tokens_in(payload_bytes, chars_per_token) + IMAGE_INPUT_TOKENS * images_in(body)
+    return call_estimate_usd(m, input_tokens, output_cap(body, m, default_output_tokens) * choices_of(body))
 
 
 def may_call(strategy: Strategy, ranking: Iterable[str], max_attempts: int, price) -> list[str]:
