@@ -5,11 +5,11 @@
 
 Endpoints: POST /v1/route (the decision only), POST /v1/chat/completions
 (OpenAI-compatible: `model: "router"` or `"router-<τ>"` routes, a pool model
-name passes through; streaming passes through), GET /healthz, /readyz, /metrics.
-Each model is asked the way it was labelled and its answer decoded into OpenAI
-`tool_calls` (serving/gateway/answers.py); the decision's strategy runs
-(serving/gateway/cascade.py: one model, or an agreement cascade); a stream takes
-the single-model path. The answering model, the strategy and the cost of every
+name passes through; streaming passes through), POST /v1/messages and /v1/responses
+(translated onto chat's path: serving/gateway/apis/), GET /healthz, /readyz, /metrics.
+Each model is asked the way it was labelled and its answer decoded into OpenAI `tool_calls`
+(serving/gateway/answers.py); the decision's strategy runs (serving/gateway/cascade.py: one
+model, or an agreement cascade); a chat stream takes the single-model path. The answering model, the strategy and the cost of every
 call are in the body (`model`, `switchcraft`) and the `x-switchcraft-*`
 headers. Logs are one JSON object per request, without message text or keys.
 
@@ -47,7 +47,8 @@ from serving.gateway.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.budget import Budgets
 from serving.gateway.cascade import Cascade
-from serving.gateway.chat import chat
+from serving.gateway.apis import anthropic_messages, openai_responses
+from serving.gateway.chat import CHAT, handler
 from serving.gateway.config import ServingConfig
 from serving.gateway.decision_log import DecisionLog
 from serving.gateway.errors import CatchAll
@@ -63,6 +64,7 @@ from serving.gateway.tools import GatewayTools
 from serving.gateway.upstream import Upstreams
 
 log = logging.getLogger("switchcraft.gateway")
+APIS = (anthropic_messages.API, openai_responses.API)  # POST /v1/messages, POST /v1/responses
 
 IN_MEMORY = ("state.path is null: limits and spend are kept in memory and forgotten when the gateway stops; "
              "set state.path (SQLite) or state.redis_url (several processes) to keep them")
@@ -78,7 +80,7 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
         tools = GatewayTools.from_settings(cfg.tools)
     metrics = GatewayMetrics()
     state = state or open_state(cfg.state)
-    budgets = Budgets(state, metrics, retry_after_s=cfg.state.unavailable_retry_after_s)
+    budgets = Budgets.from_settings(state, metrics, cfg.state)
     observers = list(observers or [])
     if cfg.otel.endpoint:  # one span per request, a child per upstream call (serving/gateway/tracing.py)
         from serving.gateway.tracing import Tracing
@@ -125,7 +127,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = gw.metrics, client, gw.tools, gw.keys
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
-    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s)
+    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s,
+                       shapes={api.path: api.error_body for api in APIS})
     _routes(app, gw)
     return app
 
@@ -133,9 +136,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
 def _routes(app: FastAPI, gw: Gateway) -> None:
     """One route per endpoint, each calling its request kind's handler with the parts."""
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await chat(gw, request)
+    for api in (CHAT, *APIS):  # one path (serving/gateway/chat.py serve); the others translate in and out
+        app.add_api_route(api.path, handler(gw, api), methods=["POST"], name=api.endpoint)
 
     @app.post("/v1/route")
     async def route(request: Request) -> Response:

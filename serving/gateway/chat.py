@@ -11,6 +11,11 @@ or, for a stream, the first model of the ranking that answers, passed through
 (serving/gateway/streams.py); the real cost is settled after, a passed-through
 stream's when it ends. Every request with a hold or an upstream call is seen by
 the observers (serving/gateway/record.py), failed ones too.
+
+POST /v1/messages and /v1/responses take this same path (`serve` with their
+`Api`, serving/gateway/apis/): their body is translated into a chat body
+first, their answer out of the chat answer last, errors in their own shape;
+their streams are the finished answer as events (the strategy runs whole).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from starlette.background import BackgroundTask
 from data.pool import Pool
 from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
+from serving.gateway.apis import Api, Inbound, Reply
 from serving.gateway.auth import Identity
 from serving.gateway.budget import StreamCharge, charges_of, payload_size, worst_case_usd
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
@@ -85,25 +91,51 @@ class Pending:
     stream: bool = False
     plan: Plan | None = None
     res: Reservation | None = None  # the hold on the key's day
+    api: Api = field(default_factory=Api)  # the API the caller speaks (Chat Completions unless translated)
+
+
+CHAT = Api()
 
 
 async def chat(gw: Gateway, request: Request) -> Response:
-    """POST /v1/chat/completions: every step below, in order; an error at any step answers with what it knows."""
-    at = Pending(request_id(request), time.perf_counter(), time.time())
+    """POST /v1/chat/completions."""
+    return await serve(gw, request, CHAT)
+
+
+def handler(gw: Gateway, api: Api):
+    """The endpoint of `api` on these parts (registered by create_app)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await serve(gw, request, api)
+
+    return endpoint
+
+
+async def serve(gw: Gateway, request: Request, api: Api) -> Response:
+    """Every step below, in order, for a request in `api`; an error at any step answers with what it knows, in
+    `api`'s error shape. Only chat passes an upstream's stream through; the others run the strategy whole."""
+    at = Pending(request_id(request), time.perf_counter(), time.time(), api=api)
+    inbound: Inbound | None = None
     try:
-        at.ident = await authenticate(gw, request)
-        body = await read_body(gw, request)
+        key = request.headers.get(api.key_header) if api.key_header else None
+        at.ident = await authenticate(gw, request, f"Bearer {key}" if key else None)
+        sent = await read_body(gw, request)
+        inbound = api.inbound(sent)
+        body = inbound.body
         mode, arg = model_mode(body.get("model"), gw.pool.names)
         check_chat_fields(body)
         if gw.upstreams.breakers.all_open():  # nothing can answer: say so before paying for routing
             raise gw.upstreams.unavailable(gw.pool.names)
-        at.stream = body.get("stream", False)
+        at.stream = inbound.stream
+        passthrough = at.stream and api.reply is None
         named, threshold = (None, arg) if mode == "route" else (arg, None)
-        at.plan = await plan(gw, body, named, threshold, at.ident, at.stream)
+        at.plan = await plan(gw, body, named, threshold, at.ident, passthrough)
+        if api.reply is not None:
+            at.plan.meta["api"] = api.endpoint
         at.res = await reserve(gw, at)
-        out = await run(gw, at.plan, at.stream)
+        out = await run(gw, at.plan, passthrough)
     except GatewayError as e:
-        return await failed(gw, at, e, None)
+        return await failed(gw, at, inbound.caller_error(e) if inbound is not None else e, None)
     except BaseException:
         if at.res is not None:  # our own failure after the hold: the calls it made are unknown, the hold is charged
             await gw.budgets.settle(at.ident, at.res, [Charge("*", "abandoned", at.res.usd)], at.rid)
@@ -111,7 +143,7 @@ async def chat(gw: Gateway, request: Request) -> Response:
     if out.error is not None:
         return await failed(gw, at, out.error, out.run)
     charged, headers = await settle(gw, at, out)
-    return respond(gw, at, out, charged, headers)
+    return respond(gw, at, out, charged, headers, sent)
 
 
 async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | None, ident: Identity,
@@ -204,11 +236,13 @@ async def settle(gw: Gateway, at: Pending, out: Outcome) -> tuple[list[Charge], 
     return charged, headers
 
 
-def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], headers: dict[str, str]) -> Response:
-    """The request's log line and observers, then the answer: JSON, JSON as SSE, or the upstream's own stream."""
+def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], headers: dict[str, str],
+            caller_body: dict | None = None) -> Response:
+    """The request's log line and observers, then the answer: JSON, JSON as SSE, the upstream's own stream, or
+    (a translated API) the answer in the caller's API. `caller_body`: the body as the caller sent it."""
     p, run_, meta = at.plan, out.run, at.plan.meta
     tooling = meta.get("tool_routing")
-    gw.finish("chat", 200, at.started, at.rid, at.ident, routed=meta["routed"], chosen=meta["chosen"],
+    gw.finish(at.api.endpoint, 200, at.started, at.rid, at.ident, routed=meta["routed"], chosen=meta["chosen"],
               answered_by=run_.returned.model, strategy=p.ran.name, verdict=run_.verdict,
               cost_usd=sum(c.usd for c in charged), attempts=[(c.model, c.outcome) for c in run_.calls],
               stream=at.stream, n_messages=len(p.body["messages"]), n_tools=len(p.body.get("tools") or []),
@@ -216,6 +250,9 @@ def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], heade
                  if tooling is not None else {}))
     observe(gw, at, 200, run_, charged)
     answer = run_.returned.answer
+    if at.api.reply is not None:
+        return at.api.reply(Reply(answer.body, run_.returned.model, meta, charged, headers, at.stream,
+                                  caller_body or {}, at.rid))
     if at.stream and answer is None:
         settle_stream = StreamCharge(gw.budgets, gw.pool, gw.cfg.state, at.ident, at.res, charged, run_.returned,
                                      at.rid, p.payloads.get(run_.returned.model, {}), response=out.upstream.response)
@@ -241,10 +278,10 @@ async def failed(gw: Gateway, at: Pending, e: GatewayError, run_: Run | None) ->
         await gw.budgets.settle(at.ident, at.res, charged, at.rid)
         headers = cost_headers(charged)
         observe(gw, at, e.status, run_, charged, e.message)
-    gw.finish("chat", e.status, at.started, at.rid, at.ident, error=e.message if e.status >= 500 else e.param,
-              attempts=e.attempts)
+    gw.finish(at.api.endpoint, e.status, at.started, at.rid, at.ident,
+              error=e.message if e.status >= 500 else e.param, attempts=e.attempts)
     e.headers = {**(e.headers or {}), **headers}
-    return error_response(e, at.rid, meta or None)
+    return error_response(e, at.rid, meta or None, at.api.error_body)
 
 
 def charges(gw: Gateway, run_: Run | None, payloads: dict[str, dict]) -> list[Charge]:

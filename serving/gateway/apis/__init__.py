@@ -1,0 +1,177 @@
+"""The APIs the gateway speaks besides Chat Completions: each a translator in front of the one chat path.
+
+    API = Api("/v1/messages", "messages", inbound=to_internal, reply=reply, error_body=error_body)  # one per module
+    inbound = api.inbound(body)             # the caller's body as the internal Chat Completions request
+    e = inbound.caller_error(e)             # an error found in the internal request, named in the caller's fields
+    response = api.reply(Reply(...))        # the chat answer, in the caller's API (JSON or its SSE events)
+
+serving/gateway/chat.py `serve` runs every API the same way (admit → plan →
+reserve → run → settle → respond): only the body going in, the answer going
+out and the error's shape differ. `Api()` with no arguments is Chat
+Completions itself. A translated API's request never streams upstream: the
+strategy runs whole (a cascade included) and the finished answer is sent as
+that API's event sequence.
+
+Modules: anthropic_messages.py (POST /v1/messages), openai_responses.py
+(POST /v1/responses).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import Response, StreamingResponse
+
+from serving.gateway.errors import GatewayError, bad
+
+MESSAGE_PATH = re.compile(r"messages\[(\d+)\](.*)")
+
+
+@dataclass
+class Inbound:
+    """A caller's body as the internal request, and how to name the internal request's fields in the caller's."""
+
+    body: dict[str, Any]  # a Chat Completions body: messages (with tool_calls / tool results), OpenAI tools
+    stream: bool  # the caller wants its answer as events
+    where: list[str] = field(default_factory=list)  # per internal message: the caller's path it came from
+    fields: list[tuple[re.Pattern, str]] = field(default_factory=list)  # internal path → the caller's (re.sub)
+    call_id: str = ".tool_call_id"  # the caller's name for the id a tool result answers
+    messages: str = "messages"  # the caller's name for the internal `messages`
+
+    def caller_path(self, path: str) -> str:
+        m = MESSAGE_PATH.fullmatch(path)
+        if m and int(m[1]) < len(self.where):
+            return self.where[int(m[1])] + (self.call_id if m[2].startswith(".tool_call_id") else "")
+        if path == "messages":
+            return self.messages
+        for pattern, caller in self.fields:
+            if m := pattern.match(path):
+                return m.expand(caller) + path[m.end():]
+        return path
+
+    def caller_error(self, e: GatewayError) -> GatewayError:
+        """`e` with its field (and the message's leading field) named as the caller wrote it."""
+        if e.param is None:
+            return e
+        param = self.caller_path(e.param)
+        if param != e.param:
+            message = e.message[len(e.param) + 2:] if e.message.startswith(e.param + ": ") else e.message
+            e.param, e.message = param, f"{param}: {message}"
+        return e
+
+
+def chat_inbound(body: dict[str, Any]) -> Inbound:
+    """Chat Completions: the body is the internal request (`stream` is checked with the other chat fields)."""
+    return Inbound(body, body.get("stream", False) is True)
+
+
+@dataclass
+class Reply:
+    """What a translated API answers from: the chat answer of the model that served, and the decision's trace."""
+
+    body: dict[str, Any]  # the chat completion (OpenAI tool_calls, caller's tool names)
+    model: str  # the pool model that served
+    meta: dict[str, Any]  # the `switchcraft` trace: decision, strategy, calls, cost
+    charged: list  # serving.gateway.state.Charge: what the key was charged
+    headers: dict[str, str]  # the x-switchcraft-* headers and x-request-id
+    stream: bool
+    request: dict[str, Any]  # the caller's own body (echoed fields: tools, tool_choice, instructions, …)
+    rid: str
+
+    def trace(self) -> dict[str, Any]:
+        """The `switchcraft` field: the trace, with what the key was charged (all calls, estimates included)."""
+        return {**self.meta, "charged_usd": round(sum(c.usd for c in self.charged), 10),
+                "charged_estimated_usd": round(sum(c.usd for c in self.charged if c.estimated), 10)}
+
+    def message(self) -> tuple[str | None, list[dict], str | None]:
+        """(text, tool calls as [{id, name, arguments (JSON string)}], finish_reason) of the first choice."""
+        choice = next(iter(self.body.get("choices") or []), None)
+        message = (choice.get("message") if isinstance(choice, dict) else None) or {}
+        content = message.get("content")
+        if isinstance(content, list):  # content parts: their text
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        calls = []
+        for tc in message.get("tool_calls") or []:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+                args = fn.get("arguments")
+                calls.append({"id": tc.get("id") if isinstance(tc.get("id"), str) else None, "name": fn["name"],
+                              "arguments": args if isinstance(args, str) else json.dumps(args or {})})
+        return (content if isinstance(content, str) and content else None), calls, \
+            choice.get("finish_reason") if isinstance(choice, dict) else None
+
+    def usage(self) -> tuple[int, int]:
+        """(input, output) tokens of the answer that was returned (0 when the provider sent none)."""
+        u = self.body.get("usage") if isinstance(self.body.get("usage"), dict) else {}
+        tokens_in, tokens_out = (u.get(k) for k in ("prompt_tokens", "completion_tokens"))
+        return (tokens_in if type(tokens_in) is int else 0), (tokens_out if type(tokens_out) is int else 0)
+
+
+@dataclass(frozen=True)
+class Api:
+    """One API the gateway speaks. The defaults are Chat Completions: the body as it is, a stream passed through
+    from the upstream, OpenAI's error object."""
+
+    path: str = "/v1/chat/completions"
+    endpoint: str = "chat"  # the `endpoint` label of switchcraft_requests_total, the `event` of the log line
+    inbound: Callable[[dict], Inbound] = chat_inbound
+    reply: Callable[[Reply], Response] | None = None  # None: chat's own answer (JSON, JSON as SSE, passed through)
+    error_body: Callable[[GatewayError], dict] = GatewayError.body
+    key_header: str | None = None  # a header that may carry the API key instead of `Authorization: Bearer`
+
+
+def arguments_object(arguments: str) -> dict:
+    """A call's JSON-string arguments as an object (what Anthropic's `input` must be); {} when they are not one."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingResponse:
+    """Events already made (a finished answer), sent as an SSE response."""
+
+    async def each() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    return StreamingResponse(each(), media_type="text/event-stream", headers=headers)
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event with its name (the Anthropic client skips events without one)."""
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
+
+
+def check_keys(value: Any, where: str, known: set[str] | None = None) -> dict:
+    """`value` must be an object (with only `known` keys, when given)."""
+    if not isinstance(value, dict):
+        raise bad(f"must be an object, not {type(value).__name__}", where)
+    if known is not None and (unknown := sorted(set(value) - known)):
+        raise bad(f"unknown field(s) {unknown[:10]}; known: {', '.join(sorted(known))}", where)
+    return value
+
+
+def kind_of(value: Any) -> str | None:
+    """A `type` or `role` field as a string, else None (an unhashable one must not reach a set lookup)."""
+    return value if isinstance(value, str) else None
+
+
+def string(value: Any, where: str, *, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise bad(f"must be a string, not {type(value).__name__}", where)
+    return value
+
+
+def copy_fields(body: dict, out: dict, names: dict[str, str]) -> None:
+    """Fields forwarded as they are, under the internal name (checked there, errors renamed back)."""
+    for caller, internal in names.items():
+        if body.get(caller) is not None:
+            out[internal] = body[caller]

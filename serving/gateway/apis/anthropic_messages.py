@@ -1,0 +1,257 @@
+"""POST /v1/messages: the Anthropic Messages API, translated to the gateway's chat request and back.
+
+    client = anthropic.Anthropic(base_url="http://127.0.0.1:8080", api_key="sk-sc-…")   # x-api-key, or auth_token
+    client.messages.create(model="router", max_tokens=1024, system=[…], messages=[…], tools=[…])
+
+In: `system` (a string or text blocks), `messages` whose content is a string or
+blocks (`text`, `tool_use` on assistant turns, `tool_result` on user turns;
+`thinking` blocks are dropped; images and documents are refused), `tools`
+(client tools: name, description, input_schema), `tool_choice` (auto, any,
+tool, none; disable_parallel_tool_use), `max_tokens`, `stop_sequences`,
+`temperature`, `top_p`, `metadata` (user_id becomes the chat `user`), `stream`,
+and the gateway's own `switchcraft` object. `cache_control`, `top_k`,
+`thinking` and server tools' settings are not forwarded. Each becomes the chat
+request the gateway routes (serving/gateway/chat.py `serve`).
+
+Out: the served answer as a Message: text as a `text` block, each call as a
+`tool_use` block (its arguments as `input`), `stop_reason` (tool_use, end_turn,
+max_tokens), `usage` of the answer returned, `model` the pool model that served,
+and `switchcraft` (the decision trace and what was charged). With `stream`, the
+finished answer as the Messages events: message_start, for each block
+content_block_start / one delta (text_delta or input_json_delta) /
+content_block_stop, message_delta (stop_reason, usage), message_stop (which
+carries `switchcraft`). Errors are Anthropic's error object,
+`{"type": "error", "error": {"type": "invalid_request_error", "message": …}}`,
+naming the caller's field (the message begins with it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from fastapi.responses import JSONResponse, Response
+
+from serving.gateway.apis import (Api, Inbound, Reply, arguments_object, check_keys, copy_fields, event_stream,
+                                  kind_of, sse, string)
+from serving.gateway.errors import GatewayError, bad
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+               403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
+               422: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal", "stop": "end_turn"}
+DROPPED_BLOCKS = {"thinking", "redacted_thinking"}  # the model's own reasoning: no chat field carries it
+FIELDS = [(re.compile(r"tools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
+          (re.compile(r"tools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
+          (re.compile(r"stop(?=$|[.\[])"), "stop_sequences"), (re.compile(r"user$"), "metadata.user_id"),
+          (re.compile(r"parallel_tool_calls$"), "tool_choice.disable_parallel_tool_use")]
+
+
+def error_body(e: GatewayError) -> dict[str, Any]:
+    """Anthropic's error object; the status decides its type. It has no `param`: the message begins with the
+    field it names."""
+    kind = ERROR_TYPES.get(e.status, "api_error" if e.status >= 500 else "invalid_request_error")
+    named = e.param is None or e.message.startswith(f"{e.param}: ")
+    return {"type": "error", "error": {"type": kind, "message": e.message if named else f"{e.param}: {e.message}"}}
+
+
+def to_internal(body: dict[str, Any]) -> Inbound:
+    """The Messages request as the gateway's chat request; GatewayError(400) naming the caller's field."""
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad("must be true or false", "stream")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise bad("is required: the most tokens the answer may have (an integer ≥ 1)", "max_tokens")
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
+                                    or not 0 <= temperature <= 1):
+        raise bad("must be a number within [0, 1]", "temperature")
+    out: dict[str, Any] = {"model": body.get("model"), "max_tokens": max_tokens}
+    where: list[str] = []
+    messages = _system(body.get("system"), where)
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise bad("is required: a non-empty list of {role, content}", "messages")
+    for i, m in enumerate(raw):
+        messages += _message(m, f"messages[{i}]", where)
+    out["messages"] = messages
+    if body.get("tools") is not None:
+        out["tools"] = _tools(body["tools"])
+    if body.get("tool_choice") is not None:
+        out.update(_tool_choice(body["tool_choice"]))
+    copy_fields(body, out, {"stop_sequences": "stop", "temperature": "temperature", "top_p": "top_p",
+                            "metadata": "metadata", "switchcraft": "switchcraft"})
+    metadata = body.get("metadata")
+    if metadata is not None:
+        check_keys(metadata, "metadata")
+        if metadata.get("user_id") is not None:
+            out["user"] = string(metadata["user_id"], "metadata.user_id")
+    top_k = body.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise bad("must be an integer ≥ 0", "top_k")
+    return Inbound(out, stream, where, FIELDS, call_id=".tool_use_id")
+
+
+def _system(system: Any, where: list[str]) -> list[dict]:
+    if system is None:
+        return []
+    if isinstance(system, list):
+        system = "\n\n".join(_text_block(b, f"system[{i}]") for i, b in enumerate(system))
+    elif not isinstance(system, str):
+        raise bad(f"must be a string or a list of text blocks, not {type(system).__name__}", "system")
+    where.append("system")
+    return [{"role": "system", "content": system}]
+
+
+def _text_block(block: Any, at: str) -> str:
+    check_keys(block, at)
+    if block.get("type") != "text":
+        raise bad(f"must be a text block ({{\"type\": \"text\", \"text\": …}}), not {str(block.get('type'))[:40]!r}",
+                  f"{at}.type")
+    return string(block.get("text"), f"{at}.text")
+
+
+def _message(m: Any, at: str, where: list[str]) -> list[dict]:
+    """One Messages turn as chat messages: an assistant's text and tool_use blocks as one message with
+    tool_calls; a user's tool_result blocks as tool messages (first), then its text as a user message."""
+    check_keys(m, at)
+    role = m.get("role")
+    if role not in ("user", "assistant"):
+        raise bad(f"role {str(role)[:40]!r} is not 'user' or 'assistant' (the system prompt goes in `system`)",
+                  f"{at}.role")
+    content = m.get("content")
+    if isinstance(content, str):
+        where.append(at)
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise bad(f"must be a string or a list of content blocks, not {type(content).__name__}", f"{at}.content")
+    texts, calls, results = [], [], []
+    for j, block in enumerate(content):
+        here = f"{at}.content[{j}]"
+        kind = kind_of(check_keys(block, here).get("type"))
+        if kind == "text":
+            texts.append(_text_block(block, here))
+        elif kind == "tool_use" and role == "assistant":
+            calls.append(_tool_use(block, here))
+        elif kind == "tool_result" and role == "user":
+            where.append(here)
+            results.append({"role": "tool", "tool_call_id": string(block.get("tool_use_id"), f"{here}.tool_use_id"),
+                            "content": _result_text(block.get("content"), f"{here}.content")})
+        elif kind in DROPPED_BLOCKS and role == "assistant":
+            continue
+        else:
+            raise bad(f"a {str(kind)[:40]!r} block is not translated on a {role} turn (text, "
+                      f"{'tool_use, thinking' if role == 'assistant' else 'tool_result'} are)", f"{here}.type")
+    out = results
+    if role == "assistant" and (texts or calls):
+        where.append(at)
+        out.append({"role": "assistant", "content": "\n".join(texts) if texts else None,
+                    **({"tool_calls": calls} if calls else {})})
+    elif role == "user" and (texts or not results):
+        where.append(at)
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def _tool_use(block: dict, at: str) -> dict:
+    name = string(block.get("name"), f"{at}.name")
+    call_id = string(block.get("id"), f"{at}.id")
+    arguments = block.get("input", {})
+    if not isinstance(arguments, dict):
+        raise bad(f"must be an object (the call's arguments), not {type(arguments).__name__}", f"{at}.input")
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def _result_text(content: Any, at: str) -> str:
+    """A tool_result's content: a string, or text blocks (joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad(f"must be a string or a list of text blocks, not {type(content).__name__}", at)
+    return "\n".join(_text_block(b, f"{at}[{i}]") for i, b in enumerate(content))
+
+
+def _tools(tools: Any) -> list[dict]:
+    if not isinstance(tools, list):
+        raise bad("must be a list of tools {name, description, input_schema}", "tools")
+    out = []
+    for i, t in enumerate(tools):
+        at = f"tools[{i}]"
+        check_keys(t, at)
+        if t.get("type") not in (None, "custom"):
+            raise bad(f"server tool {str(t.get('type'))[:40]!r} is not translated; only client tools "
+                      "{name, description, input_schema} are", f"{at}.type")
+        if "input_schema" not in t:
+            raise bad("is required: the tool's parameters as a JSON Schema object", f"{at}.input_schema")
+        fn = {"name": t.get("name"), "parameters": t["input_schema"]}
+        if t.get("description") is not None:
+            fn["description"] = t["description"]
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _tool_choice(choice: Any) -> dict[str, Any]:
+    check_keys(choice, "tool_choice", {"type", "name", "disable_parallel_tool_use"})
+    kind = choice.get("type")
+    out: dict[str, Any] = {}
+    if kind in ("auto", "none"):
+        out["tool_choice"] = kind
+    elif kind == "any":
+        out["tool_choice"] = "required"
+    elif kind == "tool":
+        out["tool_choice"] = {"type": "function",
+                              "function": {"name": string(choice.get("name"), "tool_choice.name")}}
+    else:
+        raise bad(f"type {str(kind)[:40]!r} is not one of auto, any, tool, none", "tool_choice.type")
+    parallel = choice.get("disable_parallel_tool_use")
+    if parallel is not None:
+        if not isinstance(parallel, bool):
+            raise bad("must be true or false", "tool_choice.disable_parallel_tool_use")
+        out["parallel_tool_calls"] = not parallel
+    return out
+
+
+def message(reply: Reply) -> dict[str, Any]:
+    """The served answer as an Anthropic Message."""
+    text, calls, finish = reply.message()
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks += [{"type": "tool_use", "id": c["id"] or f"toolu_{uuid.uuid4().hex[:24]}", "name": c["name"],
+                "input": arguments_object(c["arguments"])} for c in calls]
+    stop = "tool_use" if calls else STOP_REASONS.get(finish, "end_turn")
+    tokens_in, tokens_out = reply.usage()
+    return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": reply.model,
+            "content": blocks, "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}, "switchcraft": reply.trace()}
+
+
+def events(msg: dict[str, Any]):
+    """A finished Message as the Messages stream: each block started, sent in one delta, stopped."""
+    trace = msg.pop("switchcraft")
+    start = {**msg, "content": [], "stop_reason": None, "usage": {**msg["usage"], "output_tokens": 0}}
+    yield sse("message_start", {"type": "message_start", "message": start})
+    for i, block in enumerate(msg["content"]):
+        if block["type"] == "text":
+            opened, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        else:
+            opened = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+        yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": opened})
+        yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
+        yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
+    yield sse("message_delta", {"type": "message_delta", "usage": msg["usage"],
+                                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None}})
+    yield sse("message_stop", {"type": "message_stop", "switchcraft": trace})
+
+
+def reply(r: Reply) -> Response:
+    msg = message(r)
+    return event_stream(events(msg), r.headers) if r.stream else JSONResponse(msg, headers=r.headers)
+
+
+API = Api("/v1/messages", "messages", inbound=to_internal, reply=reply, error_body=error_body, key_header="x-api-key")
