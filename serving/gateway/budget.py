@@ -18,6 +18,7 @@ take them, are logged and counted as lost.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -43,8 +44,16 @@ def limited(ident: Identity) -> bool:
 
 class Budgets:
     def __init__(self, store: StateStore, metrics: GatewayMetrics, *, retry_after_s: float = 2.0,
-                 clock=time.time) -> None:
+                 settle_retry_s: float = 600.0, clock=time.time) -> None:
         self.store, self.metrics, self.retry_after_s, self.clock = store, metrics, retry_after_s, clock
+        self.settle_retry_s = settle_retry_s
+        self.retrying: set[asyncio.Task] = set()
+
+    @classmethod
+    def from_settings(cls, store: StateStore, metrics: GatewayMetrics, settings) -> Budgets:
+        """With the serving config's `state:` settings (serving.gateway.config.StateSettings)."""
+        return cls(store, metrics, retry_after_s=settings.unavailable_retry_after_s,
+                   settle_retry_s=settings.settle_retry_s)
 
     def _unavailable(self, op: str, e: StateUnavailable) -> GatewayError:
         self.metrics.state_errors.labels(op=op).inc()
@@ -103,10 +112,39 @@ class Budgets:
                 await self.store.settle(res, charges, now=self.clock())
             except StateUnavailable as e:
                 self.metrics.state_errors.labels(op="settle").inc()
-                self.metrics.unrecorded_usd.inc(total)
                 log.error(json.dumps({"event": "charge_not_recorded", "key": ident.key_id, "request_id": request_id,
                                       "usd": total, "reserved_usd": res.usd, "error": str(e),
-                                      "note": "the reservation stays held and is charged as expired"}))
+                                      "note": f"retried for {self.settle_retry_s:g} s, then the reservation is "
+                                              "charged as expired"}))
+                if self.settle_retry_s > 0:
+                    task = asyncio.get_running_loop().create_task(self._settle_later(ident, res, charges, request_id))
+                    self.retrying.add(task)
+                    task.add_done_callback(self.retrying.discard)
+                else:
+                    self.metrics.unrecorded_usd.inc(total)
+
+    async def _settle_later(self, ident: Identity, res: Reservation, charges: list[Charge], request_id: str) -> None:
+        """A charge the store could not take, retried until the store is back (then at its real cost, and the
+        hold released), for `settle_retry_s`: a hold caught in an outage must not become a worst-case charge."""
+        deadline, wait = time.monotonic() + self.settle_retry_s, 0.25
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+            wait = min(wait * 2, 10.0)
+            try:
+                await self.store.settle(res, charges, now=self.clock())
+            except StateUnavailable:
+                continue
+            self.metrics.settle_retries.labels(outcome="settled").inc()
+            log.info(json.dumps({"event": "charge_recorded_late", "key": ident.key_id, "request_id": request_id,
+                                 "usd": sum(c.usd for c in charges)}))
+            return
+        self.metrics.settle_retries.labels(outcome="gave_up").inc()
+        self.metrics.unrecorded_usd.inc(sum(c.usd for c in charges))
+
+    async def aclose(self) -> None:
+        """Stop retrying (those holds are then charged as expired by the store)."""
+        for task in list(self.retrying):
+            task.cancel()
 
 
 class StreamCharge:

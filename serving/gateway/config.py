@@ -126,6 +126,9 @@ class StateSettings(BaseModel):
     unavailable_retry_after_s: float = Field(default=2.0, gt=0, description="Retry-After of that 503.")
     reservation_ttl_s: float = Field(default=3600.0, ge=60, description="A reservation its process never settled "
                                      "(it died) is charged at its reserved amount after this long.")
+    settle_retry_s: float = Field(default=600.0, ge=0, description="A charge the store could not take (it was "
+                                  "down) is retried in the background for this long, then settled at the real cost; "
+                                  "beyond it (or 0) the hold is charged as expired. Below reservation_ttl_s.")
     chars_per_token: float = Field(default=3.0, gt=0, description="Bytes of request per input token when a "
                                    "reservation or an estimate is priced (3 over-counts typical English and JSON).")
     default_output_tokens: int = Field(default=4096, ge=1, description="Output tokens a reservation assumes when "

@@ -92,6 +92,9 @@ class GatewayMetrics:
                                      registry=r)
         self.explore_cost = Counter("switchcraft_explore_cost_usd", "What exploration cost (the operator's budget, "
                                     "never a caller's)", registry=r)
+        self.settle_retries = Counter("switchcraft_settle_retries", "Charges the store could not take when the call "
+                                      "ended, retried in the background, by outcome (settled | gave_up)",
+                                      ["outcome"], registry=r)
         self.explore_below_target = Gauge("switchcraft_explore_models_below_target", "Explored pool models with "
                                           "fewer logged answers than explore.min_answers", registry=r)
         self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed)",
