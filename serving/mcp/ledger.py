@@ -13,6 +13,7 @@ appended; a host's arguments and results are never written.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -44,7 +45,7 @@ class Ledger:
             while window and window[0] <= now - 60.0:
                 window.popleft()
             if len(window) >= limit:
-                wait_ms = int((window[0] + 60.0 - now) * 1000) + 1
+                wait_ms = math.ceil((window[0] + 60.0 - now) * 1000)
                 raise McpError(RATE_LIMITED, f"rate limit: key {ident.key_id!r} may make {limit} calls a minute "
                                f"(limits.requests_per_minute); retry after {wait_ms} ms",
                                {"reason": "rate_limited", "retry_after_ms": wait_ms})
