@@ -135,20 +135,11 @@ def bench_overhead(
     data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
     out: Path = typer.Option(Path("runs/bench_overhead.md"), "--out", "-o", help="Markdown table (+ .json)."),
 ) -> None:
-    from evaluation.bench.overhead import OverheadConfig, run_overhead, to_markdown, write_results
+    from evaluation.bench import overhead
 
-    try:
-        cfg = OverheadConfig(router_dir=router, data_root=data_root, pool=pool, concurrency=list(concurrency),
-                             states=list(state), requests=n)
-        if not (router / "router.json").exists():
-            raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
-        with console.status("starting") as status:
-            result = run_overhead(cfg, progress=lambda what: status.update(what))
-    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
-        fail(str(e))
-    write_results(result, out)
-    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
-    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+    _run_loopback_bench(overhead, router, out, lambda: overhead.OverheadConfig(
+        router_dir=router, data_root=data_root, pool=pool, concurrency=list(concurrency), states=list(state),
+        requests=n), overhead.run_overhead)
 
 
 def bench_soak(
@@ -161,20 +152,28 @@ def bench_soak(
     data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
     out: Path = typer.Option(Path("runs/bench_soak.md"), "--out", "-o", help="Markdown table (+ .json, .png)."),
 ) -> None:
-    from evaluation.bench.soak import SoakConfig, run_soak, to_markdown, write_results
+    from evaluation.bench import soak
 
+    _run_loopback_bench(soak, router, out, lambda: soak.SoakConfig(
+        router_dir=router, data_root=data_root, pool=pool, minutes=minutes, concurrency=concurrency,
+        reload_every_s=reload_every), soak.run_soak)
+
+
+def _run_loopback_bench(module, router: Path, out: Path, make_config, run) -> None:
+    """Check the exported router, run the bench with a progress line, write and print its table (the
+    benchmark module's to_markdown / write_results)."""
     try:
-        cfg = SoakConfig(router_dir=router, data_root=data_root, pool=pool, minutes=minutes, concurrency=concurrency,
-                         reload_every_s=reload_every)
+        cfg = make_config()
         if not (router / "router.json").exists():
             raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
         with console.status("starting") as status:
-            result = run_soak(cfg, progress=lambda what: status.update(what))
+            result = run(cfg, progress=lambda what: status.update(what))
     except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
         fail(str(e))
-    write_results(result, out)
-    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
-    console.print(f"wrote {out}, {out.with_suffix('.json')} and {out.with_suffix('.png')}", highlight=False)
+    module.write_results(result, out)
+    console.print(module.to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {out} (and its .json{', .png' if out.with_suffix('.png').exists() else ''})",
+                  highlight=False)
 
 
 def bench_pool(
