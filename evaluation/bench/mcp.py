@@ -3,7 +3,7 @@
     switchcraft bench mcp                                  # 10 upstream servers, 1,000 tools → runs/mcp/bench.json
     switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp
 
-Three processes on loopback: the upstream fleet (evaluation/bench/mcp_fleet.py: N Streamable HTTP servers, the
+Three processes on loopback: the upstream fleet (evaluation/bench/_mcp_fleet.py: N Streamable HTTP servers, the
 tools split evenly, every call answered at once), the gateway (`switchcraft mcp serve` in front of all N, keys
 off, the call log on as in service, the base MiniLM encoder with int8 queries) and this client. The tools are
 real: the first 1,000 distinct BFCL function docs (thousand_tools), as MCP definitions. One client, one request
@@ -123,7 +123,7 @@ def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: st
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     procs = []
     try:
-        fleet = subprocess.Popen([sys.executable, "-m", "evaluation.bench.mcp_fleet", "--tools",
+        fleet = subprocess.Popen([sys.executable, "-m", "evaluation.bench._mcp_fleet", "--tools",
                                   str(work / "bench_tools.json"), "--servers", str(servers), "--port", str(fleet_port)],
                                  env=env, stderr=subprocess.DEVNULL)
         procs.append(fleet)

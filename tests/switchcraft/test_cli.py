@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from switchcraft.cli import app
 
 PACKAGE = Path(__file__).resolve().parents[2] / "switchcraft"
-BENCHES = {"verify", "serve", "gateway", "overhead", "soak", "pool", "train", "long-input", "router-ab", "tools", "loop"}
+BENCHES = {"verify", "serve", "gateway", "overhead", "soak", "mcp", "pool", "train", "long-input", "router-ab", "tools", "loop"}
 
 
 def _commands(group, path=()):
@@ -32,7 +32,7 @@ COMMANDS = list(_commands(typer.main.get_command(app)))
 def test_the_tree_has_every_area():
     top = {c[0] for c in COMMANDS}
     assert {"ingest", "reproduce", "evaluate", "import-outputs", "decode-report", "verify", "label", "verify-agreement",
-            "train", "export", "serve", "gateway-key", "spend", "learn", "data", "bench", "pool", "tools", "retest"} == top
+            "train", "export", "serve", "gateway-key", "spend", "learn", "data", "bench", "pool", "tools", "retest", "mcp"} == top
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)

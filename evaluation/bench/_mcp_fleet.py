@@ -1,6 +1,6 @@
-"""A fleet of upstream MCP servers for `switchcraft bench mcp`: N servers on one loopback port, T tools each.
+"""A fleet of upstream MCP servers, a process `switchcraft bench mcp` starts: N servers on one loopback port, T tools each.
 
-    python -m evaluation.bench.mcp_fleet --tools tools.json --servers 10 --port 8300   (the bench starts it)
+    python -m evaluation.bench._mcp_fleet --tools tools.json --servers 10 --port 8300   (the bench starts it)
 
 Server i answers Streamable HTTP (stateless, JSON responses) at `/s<i>/mcp`, lists its slice of the tool file
 (MCP tool definitions: name, description, inputSchema) and answers every tools/call at once with one short
