@@ -183,7 +183,9 @@ def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: st
 def main(servers: int, tools: int, requests: int, data_root: str, run_dir: str) -> None:
     from rich.table import Table
 
-    from switchcraft.console import console
+    from rich.console import Console
+
+    console = Console()
 
     r = run(servers, tools, requests, data_root, run_dir)
     t = Table(title=f"MCP gateway, {r['servers']} upstream servers, {r['tools']} tools "
