@@ -27,7 +27,7 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.serving.test_gateway import AUTH, KEY, SECRET, Loopback, client, use_keys  # noqa: F401
 from tests.serving.test_gateway_cascade import A, B, POOL, TOP, decoded, picked, replay  # noqa: F401
-from tests.serving.test_gateway_input import HOSTILE, gateway, set_path, upstream  # noqa: F401
+from tests.serving.test_gateway_input import HOSTILE, gateway, post_edited, upstream  # noqa: F401
 
 pytestmark = pytest.mark.integration
 ERROR_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
@@ -294,11 +294,5 @@ def assert_anthropic_error(r: httpx.Response, body_keys: set[str]) -> None:
 @example(model="router", edits=[("tools.0.input_schema", None)])
 def test_hostile_messages_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model, edits):  # noqa: F811
     body = base_body(model)
-    for path, value in edits:
-        try:
-            set_path(body, path, json.loads(json.dumps(value, allow_nan=True)))
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            pass
-    r = httpx.post(gateway + "/v1/messages", content=json.dumps(body, allow_nan=True).encode(), timeout=60,
-                   headers={**AUTH, "content-type": "application/json"})
+    r = post_edited(gateway + "/v1/messages", body, edits)
     assert_anthropic_error(r, set(body) if isinstance(body, dict) else set())

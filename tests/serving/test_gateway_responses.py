@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.serving.test_gateway import AUTH, KEY, client  # noqa: F401
 from tests.serving.test_gateway_cascade import A, B, TOP, picked, replay  # noqa: F401
-from tests.serving.test_gateway_input import HOSTILE, assert_names_the_field, gateway, set_path, upstream  # noqa: F401
+from tests.serving.test_gateway_input import HOSTILE, assert_names_the_field, gateway, post_edited, upstream  # noqa: F401
 from tests.serving.test_gateway_messages import agrees_with_ledger, expected, ledger, served  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -215,11 +215,5 @@ PATHS = ["model", "instructions", "max_output_tokens", "temperature", "top_p", "
 @example(model="router", edits=[("input.0.role", ["user"])])
 def test_hostile_responses_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model, edits):  # noqa: F811
     body = base_body(model)
-    for path, value in edits:
-        try:
-            set_path(body, path, json.loads(json.dumps(value, allow_nan=True)))
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            pass
-    r = httpx.post(gateway + "/v1/responses", content=json.dumps(body, allow_nan=True).encode(), timeout=60,
-                   headers={**AUTH, "content-type": "application/json"})
+    r = post_edited(gateway + "/v1/responses", body, edits)
     assert_names_the_field(r, set(body) if isinstance(body, dict) else set())
