@@ -240,12 +240,15 @@ def run_soak(cfg: SoakConfig, progress=None) -> dict:
 
 
 def _worst(stack: Stack, body: dict) -> float:
-    """One routed request's reservation at most: every pool model at this body's size and the default cap."""
+    """An upper bound of one routed request's reservation: every pool model at twice this body's size (a
+    prompt-style payload carries the functions again), priced with the gateway's own estimate settings."""
     from serving.gateway.budget import call_worst_case_usd
+    from serving.gateway.config import StateSettings
 
-    size = len(json.dumps(body).encode()) * 2  # a prompt-style payload carries the functions again
-    return sum(call_worst_case_usd(stack.pool, m.name, body, size, chars_per_token=4.0, default_output_tokens=1024)
-               for m in stack.pool.models)
+    state = StateSettings()  # the bench's gateway runs with the default estimate settings
+    size = len(json.dumps(body).encode()) * 2
+    return sum(call_worst_case_usd(stack.pool, m.name, body, size, chars_per_token=state.chars_per_token,
+                                   default_output_tokens=state.default_output_tokens) for m in stack.pool.models)
 
 
 def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unpriced: int, reserve_max: float) -> dict:
