@@ -3,6 +3,7 @@
     cascade = Cascade(upstreams, pool, metrics, max_attempts=3)
     run = await cascade.run(strategy, CascadeRequest(body_for, tools, ranking, costs))
     run.returned.answer.body        # the completion to return (OpenAI tool_calls)
+    run.error                       # when no answer came (`returned` None): the caller's error (502/503/429, 4xx)
     run.trace()                     # every call: model, role, outcome, latency, usage, cost, raw, decoded calls
 
 An agreement cascade takes every decision from `training.policy.rules` (the one
@@ -111,6 +112,7 @@ class Run:
     returned: CallRecord | None = None
     rule: str | None = None  # why that answer: single | fallback | agree | tie_broken | resolved | escalate
     reused: bool = False  # the returned answer came from a call made earlier in the cascade
+    error: GatewayError | None = None  # why no answer came (what the caller is told); None when one did
 
     @property
     def cost_usd(self) -> float:
@@ -162,17 +164,18 @@ class Cascade:
         self.hedge_after_s = hedge_after_s
 
     async def run(self, strategy: Strategy, req: CascadeRequest) -> Run:
-        """The strategy's answer; a GatewayError carrying `.run` (the calls made) when none came."""
+        """The strategy's run: every call made, and its answer (`returned`) or, when none came, `error`.
+
+        Returned either way, never raised: the calls of a run without an answer are charged, logged and traced
+        like any other, so the caller always gets them with the error."""
         run = Run(strategy)
         try:
             if strategy.kind == "single":
                 await self._single(run, req)
             else:
                 await self._agree(run, req)
-        except GatewayError as e:
-            e.run = run  # type: ignore[attr-defined]
-            self.record(run)
-            raise
+        except GatewayError as e:  # raised by the steps below: no answer, or the upstream refused the request
+            run.error = e
         self.record(run)
         return run
 
@@ -218,7 +221,7 @@ class Cascade:
             sent += sum(rec.sent for rec in recs)
             for rec in recs:
                 if rec.rejected is not None:
-                    rec.rejected.attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
+                    rec.rejected.attempts = [asdict(x) for x in run.attempts]
                     raise rec.rejected
             answered = [r for r in recs if r.ok]
             if answered:
@@ -236,7 +239,7 @@ class Cascade:
             run.calls.append(rec)
             sent += rec.sent
             if rec.rejected is not None:
-                rec.rejected.attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
+                rec.rejected.attempts = [asdict(x) for x in run.attempts]
                 raise rec.rejected
             if rec.ok:
                 return self._answer(run, rec, "single" if len(run.calls) == 1 else "fallback")
@@ -330,7 +333,7 @@ class Cascade:
             return self._answer(run, answered[0], "escalate", True)
         rejected = [r.rejected for r in run.calls if r.rejected is not None]
         if rejected:
-            rejected[0].attempts = [asdict(x) for x in run.attempts]  # type: ignore[attr-defined]
+            rejected[0].attempts = [asdict(x) for x in run.attempts]
             raise rejected[0]
         raise self.upstreams.no_answer(run.attempts)
 

@@ -189,11 +189,8 @@ async def run(gw: Gateway, p: Plan, stream: bool) -> Outcome:
     """The strategy's run over the upstreams; a stream: the first model of `ran` that answers."""
     if stream:
         return await stream_single(gw, p)
-    try:
-        return Outcome(await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking,
-                                                                       p.costs)))
-    except GatewayError as e:
-        return Outcome(e.run, e)  # cascade.run's error carries the calls it made
+    run_ = await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking, p.costs))
+    return Outcome(run_, run_.error)
 
 
 async def stream_single(gw: Gateway, p: Plan) -> Outcome:
