@@ -98,6 +98,9 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     if opts.labels not in ("truth", "consensus"):
         raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
+    # NexusBench is labelled by its harness's verdict per episode (data.nexusbench), read from the recordings;
+    # its other recorded models are not imported: as training targets they would carry our verifier's labels.
+    harness = bench == "nexusbench"
 
     def _ingest():
         res = ingest(data_cfg, [bench], out=examples_path)
@@ -108,13 +111,13 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     examples = {e.id: e for e in read_examples(examples_path)}
 
     def _import():
-        models = None if opts.import_all_models else [m.recording for m in pool.models]
+        models = None if opts.import_all_models and not harness else [m.recording for m in pool.models]
         outputs = import_recorded(recordings, examples=examples, models=models, progress=opts.progress)
         write_outputs(outputs_path, outputs)
         console.print(f"{len(outputs):,} recorded outputs of {len({o.model for o in outputs})} models")
 
     step("import recorded outputs", _import)
-    labels_run = step("label", lambda: run_labels(opts.pool, outputs_path, examples_path, run))
+    labels_run = step("label", lambda: run_labels(opts.pool, recordings if harness else outputs_path, examples_path, run))
     console.print(f"{labels_run.labels:,} labels for {len(pool.models)} pool models")
     consensus = None
     if opts.labels == "consensus":
@@ -171,6 +174,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                       "max_examples": train_cfg.max_examples, "macro_auc": train_metrics.get("macro_auc"),
                       "macro_ece": train_metrics.get("macro_ece")},
             "target": opts.target,
+            **({"labels": HARNESS_LABELS} if harness else {}),
             "timings_s": timings,
         }
         if consensus is not None:
@@ -207,12 +211,19 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     retest_result = step("test–retest", _retest)
     extra_metrics, extra_markdown = context.pop("extra", ({}, []))
+    if harness:
+        extra_markdown = ["## Labels", "", f"Every label here is {HARNESS_LABELS}.", "", *extra_markdown]
     report = write_report(ev, run / "report", context=context, retest=retest_result, extra_metrics=extra_metrics,
                           extra_markdown=extra_markdown)
     (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report)}, indent=2))
     from evaluation.report.tables import headline
 
     return ReproduceResult(report, headline(ev), timings)
+
+
+HARNESS_LABELS = ("the NexusBench harness's verdict of the whole episode (`Final Accuracy`), not switchcraft's "
+                  "verifier; an episode whose first request, or a later one the harness then failed, got no answer "
+                  "is `no_answer`; cost: every turn's tokens at the pool's prices")
 
 
 def router_dir(cfg) -> Path:
