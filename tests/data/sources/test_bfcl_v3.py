@@ -1,6 +1,6 @@
 """The BFCL v3 adapter on the real question and answer files of the 2025 pool run.
 
-    .venv/bin/python -m pytest -q tests/data/test_sources_bfcl_v3.py
+    .venv/bin/python -m pytest -q tests/data/sources/test_bfcl_v3.py
 
 Reads ../shared/data/bfcl_v3_pool_outputs_2025-08/data (the `shared_data` fixture fails when the shared
 data is absent, as for every real-data test).
