@@ -2,7 +2,7 @@
 
     from data.decoders import decode
     res = decode(raw, tools)          # res.calls | res.error, res.decoder
-    .venv/bin/python -m pytest -q tests/data/test_decoders.py
+    .venv/bin/python -m pytest -q tests/data/decoders/test_decoders.py
 
 Decoders live in a registry keyed by name and are tried in registry order, cheapest
 and most specific first; each has a cheap `sniff` (could `raw` be in my format?) so

@@ -1,6 +1,6 @@
 """Round trips: random calls, encoded in each supported format, decode back to the same calls.
 
-    .venv/bin/python -m pytest -q tests/data/test_decoders_property.py
+    .venv/bin/python -m pytest -q tests/data/decoders/test_property.py
 """
 
 from __future__ import annotations

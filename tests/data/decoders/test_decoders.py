@@ -1,6 +1,6 @@
 """Hand-written cases for each decoder, its tricky inputs and its failure reasons.
 
-    .venv/bin/python -m pytest -q tests/data/test_decoders.py
+    .venv/bin/python -m pytest -q tests/data/decoders/test_decoders.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Decoder cases from the BFCL v3 run of 2025 (real lines, ../shared/data/bfcl_v3_pool_outputs_2025-08).
 
-    .venv/bin/python -m pytest -q tests/data/test_decoders_reasoning.py
+    .venv/bin/python -m pytest -q tests/data/decoders/test_reasoning.py
 
 Reasoning models answer with `<think>` text: the answer is what follows `</think>`; a reasoning that never
 closes (the model ran out of tokens) is no call, whatever calls its thinking sketches.

@@ -1,6 +1,6 @@
 """The decoders and the importer over the real recorded outputs (71 models × 1,630 BFCL v1 queries).
 
-    .venv/bin/python -m pytest -q tests/data/test_decoders_real.py
+    .venv/bin/python -m pytest -q tests/data/decoders/test_real.py
 
 Guarantee: every output that BFCL's own checker marked valid (outside `relevance`)
 decodes to calls, and those calls name the expected functions. Three known flaws of
