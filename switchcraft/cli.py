@@ -26,7 +26,9 @@ from switchcraft import (
     cli_serve,
     cli_state,
     cli_tools,
+    cli_traffic,
     cli_train,
+    cli_transfer,
     cli_verify,
 )
 
@@ -39,7 +41,7 @@ app.add_typer(bench_app, name="bench")
 
 # The order here is the order `switchcraft --help` lists the commands in.
 for _module in (cli_ingest, cli_reproduce, cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state,
-                cli_learn, cli_tools, cli_mcp, cli_fetch):
+                cli_learn, cli_traffic, cli_tools, cli_mcp, cli_fetch, cli_transfer):
     _module.register(app)
 cli_bench.register_bench(bench_app)
 

@@ -1,0 +1,70 @@
+"""Quality without ground truth: consensus labels on the explored requests of the decision log.
+
+    with open_log("runs/gateway/log") as db:
+        q = quality(db, since=0.0, pool_names=pool.names)
+    q["served"]          # estimated accuracy of what was served: {k, n, mean, low, high} (95% Wilson interval)
+    q["per_model"]       # each model's agreement with consensus on the same requests (a drifting model shows here)
+
+An explored request is one exploration asked every other pool model about (answers with role `explore`), so
+its answers from the whole pool vote (data/consensus.py: agreement in meaning, Dawid–Skene reliabilities). The
+answer served is right when its model's consensus label is; the rate over explored requests estimates the
+accuracy of everything served (exploration samples requests at random, `explore.rate`). Only the newest
+`MAX_EXPLORED` explored requests of the range are labelled, so a page stays fast on a large log.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from data.schema import Tool
+from serving.console.queries import SERVED, rate
+
+MAX_EXPLORED = 1000
+
+
+def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPLORED):
+    """(answer rows, tools per request, answering model per request) of the newest explored requests."""
+    ids = db.execute(f"SELECT request_id, answered_by, request FROM requests WHERE {SERVED} AND status = 200 AND "
+                     "EXISTS (SELECT 1 FROM answers a WHERE a.request_id = requests.request_id AND a.role = "
+                     "'explore') ORDER BY ts DESC LIMIT ?", (since, limit)).fetchall()
+    served = {rid: by for rid, by, _ in ids}
+    tools = {}
+    for rid, _, text in ids:
+        offered = json.loads(text).get("tools", []) if text else []
+        tools[rid] = [Tool.model_validate(t) for t in offered]
+    rows, seen = [], set()
+    marks = ",".join("?" * len(served))
+    for rid, model, calls in db.execute(f"SELECT request_id, model, calls FROM answers WHERE outcome = 'ok' AND "
+                                        f"request_id IN ({marks}) ORDER BY id", tuple(served)) if served else []:
+        if (rid, model) in seen:  # a model answers once per request in the vote (the first answer logged)
+            continue
+        seen.add((rid, model))
+        rows.append({"example_id": rid, "model": model, "calls": json.loads(calls) if calls else []})
+    return rows, tools, served
+
+
+def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | None = None) -> dict[str, Any]:
+    """Estimated accuracy of the served answers and each model's agreement with consensus, with counts."""
+    from data.consensus import consensus_labels
+
+    rows, tools, served = explored_answers(db, since)
+    out: dict[str, Any] = {"explored": len(served), "limit": MAX_EXPLORED, "text_kept": any(tools.values()),
+                           "served": rate(0, 0), "per_model": []}
+    voters = {r["example_id"] for r in rows}
+    if len({r["model"] for r in rows}) < 2 or not voters:
+        return out
+    names = sorted({r["model"] for r in rows} | set(pool_names or []))
+    res = consensus_labels(rows, tools, models=names)
+    frame = res.frame
+    correct = {(e, m): bool(c) for e, m, c in zip(frame["example_id"], frame["model"], frame["correct"])}
+    hits = [correct[(rid, by)] for rid, by in served.items() if (rid, by) in correct]
+    out["served"] = rate(sum(hits), len(hits))
+    out["abstained"] = int(frame.drop_duplicates("example_id")["abstained"].sum())
+    for m in names:
+        mine = [c for (e, mm), c in correct.items() if mm == m]
+        if mine:
+            out["per_model"].append({"model": m, **rate(sum(mine), len(mine)),
+                                     "reliability": res.reliability[m]["calling"]})
+    return out

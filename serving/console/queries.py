@@ -1,0 +1,256 @@
+"""The console's numbers, as SQL over the decision log (serving/console/logdb.py) and the spend ledger.
+
+    with open_log("runs/gateway/log") as db:
+        s = savings(db, pool, since=since_of("7d"), reference="gpt-4o-2024-05-13")
+        t = traffic(db, since=0.0)
+        c = cascades(db, since=0.0)
+        rows = recent_requests(db, since=0.0, key="acme", limit=50)
+        tr = trace(db, request_id)
+
+One implementation for the browser (serving/console/views.py) and `switchcraft traffic report`
+(serving/console/report.py). Every function returns plain dicts of numbers (JSON-ready); none loads the log into
+Python: aggregates, percentiles (nearest rank, `ORDER BY … LIMIT 1 OFFSET k`) and filters run in SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from typing import Any
+
+from data.pool import Pool
+from serving.gateway.state import utc_day
+
+SERVED = "kind = 'served' AND ts >= ?"
+FILTERS = ("key", "model", "strategy", "status")
+
+
+def bucket_of(since: float, now: float) -> str:
+    """SQLite's strftime format of a chart's buckets: hours over a day or less, else days (UTC)."""
+    return "%Y-%m-%d %H:00" if since and now - since <= 86400 + 1 else "%Y-%m-%d"
+
+
+def percentile(db: sqlite3.Connection, column: str, source: str, params: tuple, q: float) -> float | None:
+    """The nearest-rank q-quantile of `column` over `FROM … WHERE …` (`source`), in SQL."""
+    n = db.execute(f"SELECT COUNT({column}) {source}", params).fetchone()[0]
+    if not n:
+        return None
+    k = max(0, math.ceil(q * n) - 1)
+    row = db.execute(f"SELECT {column} AS v {source} AND {column} IS NOT NULL ORDER BY v LIMIT 1 OFFSET ?",
+                     (*params, k)).fetchone()
+    return float(row[0])
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of k successes in n trials ((0, 1) when n is 0)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))
+
+
+def rate(k: int, n: int) -> dict[str, Any]:
+    low, high = wilson(k, n)
+    return {"k": k, "n": n, "mean": k / n if n else None, "low": low, "high": high}
+
+
+# ------------------------------------------------------------------------------------------------- savings
+
+def reference_cost(pool: Pool, db: sqlite3.Connection, reference: str) -> dict[str, Any]:
+    """How a request is priced as if `reference` had answered it: its price, and its typical output tokens
+    (the mean over its logged answers; without any, over every model's: the estimate says which)."""
+    model = pool.get(reference)  # KeyError naming the pool's models
+    row = db.execute("SELECT AVG(output_tokens), COUNT(output_tokens), AVG(latency_ms) FROM answers "
+                     "WHERE model = ? AND outcome = 'ok'", (reference,)).fetchone()
+    source = f"mean of {row[1]} logged answers of {reference}"
+    out_tokens, latency_ms = row[0], row[2]
+    if not row[1]:
+        row = db.execute("SELECT AVG(output_tokens), COUNT(output_tokens) FROM answers WHERE outcome = 'ok'"
+                         ).fetchone()
+        out_tokens, source = row[0] or 0.0, f"mean of {row[1]} logged answers of every model ({reference} has none)"
+    p = model.prices
+    return {"model": reference, "kind": p.kind, "input_per_mtok": p.input_per_mtok, "output_per_mtok":
+            p.output_per_mtok, "usd_per_query": p.usd_per_query, "gpu_usd_per_hour": p.gpu_usd_per_hour,
+            "seconds_per_query": p.gpu_seconds_per_query or ((latency_ms or 0.0) / 1e3),
+            "output_tokens": float(out_tokens or 0.0), "output_source": source}
+
+
+def counterfactual_usd(ref: dict[str, Any], requests: int, input_tokens: float) -> float:
+    """What `requests` requests with `input_tokens` input tokens in all would have cost at the reference."""
+    if ref["kind"] == "query":
+        return requests * ref["usd_per_query"]
+    if ref["kind"] == "gpu_time":
+        return requests * ref["seconds_per_query"] * ref["gpu_usd_per_hour"] / 3600
+    return (input_tokens * ref["input_per_mtok"] + requests * ref["output_tokens"] * ref["output_per_mtok"]) / 1e6
+
+
+def default_reference(pool: Pool) -> str:
+    """The pool model with the highest output price (the all-frontier baseline), when the operator names none."""
+    return max(pool.models, key=lambda m: (m.prices.output_per_mtok or 0.0, m.prices.input_per_mtok or 0.0)).name
+
+
+def savings(db: sqlite3.Connection, pool: Pool, *, since: float, reference: str, now: float) -> dict[str, Any]:
+    """Spend of the answered requests vs the estimate of sending each to `reference`, per day and per key.
+
+    A request's input tokens are those its first answer reported (the log's `input_tokens`); a request without
+    any (no usage came back) counts at the mean of the others."""
+    ref = reference_cost(pool, db, reference)
+    fmt = bucket_of(since, now)
+    tokens = ("(SELECT MAX(a.input_tokens) FROM answers a WHERE a.request_id = requests.request_id "
+              "AND a.role != 'explore')")
+    groups: dict[str, list[dict]] = {}
+    for name, expr in (("per_day", f"strftime('{fmt}', ts, 'unixepoch')"), ("per_key", "COALESCE(key_id, '')")):
+        rows = db.execute(f"SELECT {expr} AS g, COUNT(*), COALESCE(SUM(cost_usd), 0), SUM(t), COUNT(t) FROM "
+                          f"(SELECT ts, key_id, cost_usd, {tokens} AS t FROM requests WHERE {SERVED} "
+                          "AND status = 200) GROUP BY g ORDER BY g", (since,)).fetchall()
+        groups[name] = [{"group": g, "requests": n, "spent_usd": spent, "input_tokens": t or 0, "with_tokens": nt}
+                        for g, n, spent, t, nt in rows]
+    known = sum(r["input_tokens"] for r in groups["per_day"])
+    counted = sum(r["with_tokens"] for r in groups["per_day"])
+    mean_in = known / counted if counted else 0.0
+    for rows in groups.values():
+        for r in rows:
+            filled = r["input_tokens"] + mean_in * (r["requests"] - r["with_tokens"])
+            r["reference_usd"] = counterfactual_usd(ref, r["requests"], filled)
+            r["saved_usd"] = r["reference_usd"] - r["spent_usd"]
+    explore = db.execute("SELECT COALESCE(SUM(cost_usd), 0), COUNT(*) FROM answers WHERE role = 'explore' AND "
+                         f"request_id IN (SELECT request_id FROM requests WHERE {SERVED})", (since,)).fetchone()
+    spent = sum(r["spent_usd"] for r in groups["per_day"])
+    counter = sum(r["reference_usd"] for r in groups["per_day"])
+    n = sum(r["requests"] for r in groups["per_day"])
+    return {"reference": ref, **groups, "requests": n, "without_tokens": n - counted, "spent_usd": spent,
+            "reference_usd": counter, "saved_usd": counter - spent, "explore_usd": explore[0],
+            "explore_calls": explore[1], "saved_share": (counter - spent) / counter if counter else None,
+            "models": pool.names}
+
+
+# ------------------------------------------------------------------------------------------------- traffic
+
+def mix(db: sqlite3.Connection, column: str, since: float) -> list[dict[str, Any]]:
+    rows = db.execute(f"SELECT COALESCE({column}, '—') AS v, COUNT(*) FROM requests WHERE {SERVED} "
+                      "GROUP BY v ORDER BY COUNT(*) DESC, v", (since,)).fetchall()
+    return [{"name": str(v), "requests": n} for v, n in rows]
+
+
+def traffic(db: sqlite3.Connection, *, since: float, now: float) -> dict[str, Any]:
+    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests and of
+    upstream calls (per model); errors by status."""
+    fmt = bucket_of(since, now)
+    over_time = [{"group": g, "requests": n, "errors": e} for g, n, e in db.execute(
+        f"SELECT strftime('{fmt}', ts, 'unixepoch') AS g, COUNT(*), SUM(status != 200) FROM requests "
+        f"WHERE {SERVED} GROUP BY g ORDER BY g", (since,))]
+    total = sum(r["requests"] for r in over_time)
+    req_src = f"FROM requests WHERE {SERVED} AND status = 200"
+    latency = {"request_p50_ms": percentile(db, "latency_ms", req_src, (since,), 0.5),
+               "request_p99_ms": percentile(db, "latency_ms", req_src, (since,), 0.99)}
+    up_src = ("FROM answers WHERE outcome = 'ok' AND role != 'explore' AND request_id IN "
+              f"(SELECT request_id FROM requests WHERE {SERVED})")
+    latency["upstream_p50_ms"] = percentile(db, "latency_ms", up_src, (since,), 0.5)
+    latency["upstream_p99_ms"] = percentile(db, "latency_ms", up_src, (since,), 0.99)
+    per_model = []
+    for (model,) in db.execute(f"SELECT DISTINCT model {up_src} ORDER BY model", (since,)).fetchall():
+        src = up_src + " AND model = ?"
+        per_model.append({"model": model, "calls": db.execute(f"SELECT COUNT(*) {src}", (since, model)).fetchone()[0],
+                          "p50_ms": percentile(db, "latency_ms", src, (since, model), 0.5),
+                          "p99_ms": percentile(db, "latency_ms", src, (since, model), 0.99)})
+    errors = [{"status": s, "requests": n} for s, n in db.execute(
+        f"SELECT status, COUNT(*) FROM requests WHERE {SERVED} AND status != 200 GROUP BY status ORDER BY status",
+        (since,))]
+    outcomes = [{"outcome": o, "calls": n} for o, n in db.execute(
+        "SELECT outcome, COUNT(*) FROM answers WHERE outcome != 'ok' AND request_id IN "
+        f"(SELECT request_id FROM requests WHERE {SERVED}) GROUP BY outcome ORDER BY COUNT(*) DESC", (since,))]
+    return {"requests": total, "over_time": over_time, "strategies": mix(db, "strategy", since),
+            "models": mix(db, "answered_by", since), "latency": latency, "upstream_latency": per_model,
+            "errors": errors, "failed_calls": outcomes}
+
+
+def cascades(db: sqlite3.Connection, *, since: float) -> dict[str, Any]:
+    """Agreement cascades: verdicts, how often they escalated, and the kinds of their disagreements."""
+    verdicts = dict(db.execute(f"SELECT verdict, COUNT(*) FROM requests WHERE {SERVED} AND verdict IS NOT NULL "
+                               "GROUP BY verdict", (since,)).fetchall())
+    n = sum(verdicts.values())
+    escalated = db.execute(f"SELECT COUNT(*) FROM requests WHERE {SERVED} AND verdict IS NOT NULL AND EXISTS "
+                           "(SELECT 1 FROM answers a WHERE a.request_id = requests.request_id AND a.role = 'escalate')",
+                           (since,)).fetchone()[0]
+    kinds = [{"kind": k, "requests": c} for k, c in db.execute(
+        f"SELECT j.value, COUNT(*) FROM requests, json_each(requests.kinds) j WHERE {SERVED} AND verdict IS NOT "
+        "NULL AND json_valid(requests.kinds) GROUP BY j.value ORDER BY COUNT(*) DESC", (since,))]
+    return {"cascades": n, "verdicts": verdicts, "agreement": rate(verdicts.get("agree", 0), n),
+            "escalation": rate(escalated, n), "kinds": kinds}
+
+
+# ------------------------------------------------------------------------------------------------ requests
+
+def recent_requests(db: sqlite3.Connection, *, since: float, limit: int = 100, key: str | None = None,
+                    model: str | None = None, strategy: str | None = None, status: int | None = None) -> list[dict]:
+    """The newest logged requests (without their text), optionally of one key, answering model, strategy, status."""
+    where, params = [SERVED], [since]
+    for column, value in (("key_id", key), ("answered_by", model), ("strategy", strategy), ("status", status)):
+        if value not in (None, ""):
+            where.append(f"{column} = ?")
+            params.append(value)
+    rows = db.execute("SELECT ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, "
+                      f"answered_by, cost_usd, latency_ms, stream FROM requests WHERE {' AND '.join(where)} "
+                      "ORDER BY ts DESC LIMIT ?", (*params, limit)).fetchall()
+    return [dict(r) for r in rows]
+
+
+def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
+    """One request as logged: its decision, every answer (decoded calls, verdict, cost), its text if kept."""
+    row = db.execute("SELECT * FROM requests WHERE request_id = ? ORDER BY ts LIMIT 1", (request_id,)).fetchone()
+    if row is None:
+        return None
+    req = dict(row)
+    req["kinds"] = json.loads(req["kinds"] or "[]")
+    req["request"] = json.loads(req["request"]) if req["request"] else None
+    answers = []
+    for a in db.execute("SELECT * FROM answers WHERE request_id = ? ORDER BY id", (request_id,)):
+        a = dict(a)
+        a["calls"] = json.loads(a["calls"]) if a["calls"] else None
+        a["raw"] = json.loads(a["raw"]) if a["raw"] else None
+        answers.append(a)
+    return {"request": req, "answers": answers, "cost_usd": sum(a["cost_usd"] or 0 for a in answers)}
+
+
+def filter_values(db: sqlite3.Connection, since: float) -> dict[str, list]:
+    """The values each filter of the Requests view can take in the range."""
+    out = {}
+    for name, column in (("key", "key_id"), ("model", "answered_by"), ("strategy", "strategy"), ("status", "status")):
+        out[name] = [v for (v,) in db.execute(f"SELECT DISTINCT {column} FROM requests WHERE {SERVED} AND {column} "
+                                             f"IS NOT NULL ORDER BY {column}", (since,))]
+    return out
+
+
+def router_versions(db: sqlite3.Connection, *, since: float) -> list[dict[str, Any]]:
+    """Each router version that served in the range: first and last request, requests (the reload history)."""
+    return [{"version": v, "first_ts": a, "last_ts": b, "requests": n} for v, a, b, n in db.execute(
+        f"SELECT router_version, MIN(ts), MAX(ts), COUNT(*) FROM requests WHERE {SERVED} GROUP BY router_version "
+        "ORDER BY MIN(ts)", (since,))]
+
+
+# ---------------------------------------------------------------------------------------------- the ledger
+
+def key_spend(rows, *, now: float, limits: dict[str, float | None] | None = None,
+              explore_usd_per_day: float | None = None) -> dict[str, Any]:
+    """Spend per key today (UTC) from the ledger rows (serving.gateway.state.LedgerRow), against each key's
+    `usd_per_day` limit; the exploration key (`__explore__`) against `explore.usd_per_day`."""
+    from serving.gateway.explore import OPERATOR_KEY
+
+    day, limits = utc_day(now), dict(limits or {})
+    if explore_usd_per_day is not None:
+        limits[OPERATOR_KEY] = explore_usd_per_day
+    per: dict[str, dict] = {k: {"key": k, "usd": 0.0, "calls": 0, "by_kind": {}} for k in limits}
+    for r in rows:
+        if r.day != day:
+            continue
+        t = per.setdefault(r.key_id, {"key": r.key_id, "usd": 0.0, "calls": 0, "by_kind": {}})
+        t["usd"] += r.usd
+        t["calls"] += 1
+        t["by_kind"][r.kind] = t["by_kind"].get(r.kind, 0.0) + r.usd
+    for t in per.values():
+        limit = limits.get(t["key"])
+        t["limit_usd"], t["used_share"] = limit, (t["usd"] / limit if limit else None)
+    keys = sorted(per.values(), key=lambda t: (-t["usd"], t["key"]))
+    return {"day": day, "keys": keys, "usd": sum(t["usd"] for t in keys)}

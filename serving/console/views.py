@@ -1,0 +1,266 @@
+"""The console's routes: a login page, then one page per view, all under /console on the gateway's port.
+
+    app.include_router(console_routes(gw))        # serving/console/__init__.py mount(app, gw)
+
+GET  /console/login            the form that takes an admin key once (POST /console/login sets the session)
+POST /console/logout           ends the session
+GET  /console/{view}           savings | quality | traffic | keys | requests | router   (?range=1h|24h|7d|30d|all)
+GET  /console/requests/{id}    one request's trace
+
+A page needs a session cookie (serving/console/session.py) or an admin key in `Authorization: Bearer`; without
+either it redirects to the login page. The key is read from the form body only (never a URL) and never logged.
+Queries run in a worker thread, off the event loop (serving/console/queries.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+
+from serving.console import charts
+from serving.console.live import live_router, live_traffic
+from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
+from serving.console.quality import quality
+from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
+                                     router_versions, savings, trace, traffic)
+from serving.console.session import COOKIE, Sessions
+from serving.gateway.admit import admin_of
+from serving.gateway.errors import GatewayError
+from serving.gateway.state import StateUnavailable, utc_day
+
+log = logging.getLogger("switchcraft.gateway")
+VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
+HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "no-referrer",
+           "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+REFUSED = "That is not an admin key of this gateway."  # the same words for an unknown key and a caller's key
+
+
+def templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape())
+    env.filters["usd"] = lambda v: "—" if v is None else f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+    env.filters["pct"] = lambda v: "—" if v is None else f"{100 * v:.1f}%"
+    env.filters["ms"] = lambda v: "—" if v is None else f"{v:,.1f} ms"
+    env.filters["when"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "—"
+    env.filters["pretty"] = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)
+    return env
+
+
+def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
+    sessions = sessions or Sessions.from_env()
+    env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
+
+    def page(name: str, status: int = 200, **ctx) -> HTMLResponse:
+        html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
+        return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    def admin_id(request: Request) -> str | None:
+        """The admin key id this request acts as: its session's or its Authorization header's (None: neither)."""
+        if gw.keys.mode == "none":
+            return gw.keys.local.key_id
+        if request.headers.get("authorization"):
+            try:
+                return admin_of(gw, request).key_id
+            except GatewayError:
+                return None
+        key_id = sessions.key_id_of(request.cookies.get(COOKIE), now=time.time())
+        admins = {i.key_id for i in gw.keys.identities() if i.admin}
+        return key_id if key_id in admins else None
+
+    def to_login(request: Request) -> Response:
+        return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303, headers=HEADERS)
+
+    @router.get("/login")
+    async def login_form(next: str = "/console/savings") -> HTMLResponse:
+        return page("login.html", next=_local(next), error=None, who=None)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        key, nxt = (form.get("key") or [""])[0].strip(), _local((form.get("next") or [""])[0])
+        try:
+            ident = gw.keys.authenticate(f"Bearer {key}") if key else None
+        except GatewayError:
+            ident = None
+        if ident is None or not ident.admin:
+            gw.metrics.auth_rejections.labels(key="", reason="console_login").inc()
+            log.warning(json.dumps({"event": "console_login", "ok": False}))
+            return page("login.html", status=401, next=nxt, error=REFUSED, who=None)
+        log.info(json.dumps({"event": "console_login", "ok": True, "key": ident.key_id}))
+        out = RedirectResponse(nxt, status_code=303, headers=HEADERS)
+        out.set_cookie(COOKIE, sessions.issue(ident.key_id, now=time.time()), max_age=sessions.max_age_s,
+                       path="/console", httponly=True, samesite="strict", secure=_https(request))
+        return out
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        out = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
+        out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=_https(request))
+        return out
+
+    @router.get("")
+    @router.get("/")
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/console/savings", status_code=303, headers=HEADERS)
+
+    @router.get("/requests/{request_id}")
+    async def request_trace(request: Request, request_id: str) -> Response:
+        who = admin_id(request)
+        if who is None:
+            return to_login(request)
+        found = await _query(gw, lambda db: trace(db, request_id))
+        if isinstance(found, str):
+            return page("empty.html", view="requests", who=who, range=DEFAULT_RANGE, message=found)
+        if found is None:
+            return page("empty.html", 404, view="requests", who=who, range=DEFAULT_RANGE,
+                        message=f"no request {request_id} in the decision log")
+        return page("trace.html", view="requests", who=who, range=DEFAULT_RANGE, t=found,
+                    text_kept=gw.cfg.log.requests)
+
+    @router.get("/{view}")
+    async def view_page(request: Request, view: str, range: str = DEFAULT_RANGE) -> Response:
+        who = admin_id(request)
+        if who is None:
+            return to_login(request)
+        if view not in VIEWS:
+            return page("empty.html", 404, view=view, who=who, range=DEFAULT_RANGE,
+                        message=f"no view {view!r}; the views: {', '.join(VIEWS)}")
+        if range not in RANGES:
+            return page("empty.html", 400, view=view, who=who, range=DEFAULT_RANGE,
+                        message=f"range {range!r}: give one of {', '.join(RANGES)}")
+        now = time.time()
+        ctx: dict[str, Any] = {"view": view, "who": who, "range": range, "now": now}
+        try:
+            ctx.update(await VIEW_DATA[view](gw, request.query_params, since_of(range, now), now))
+        except ValueError as e:
+            return page("empty.html", 400, message=str(e), **ctx)
+        if "message" in ctx:
+            return page("empty.html", **ctx)
+        return page(f"{view}.html", **ctx)
+
+    return router
+
+
+def _local(path: str) -> str:
+    """A console path to go to after login (anything else, e.g. another site, goes to the Savings view)."""
+    return path if path.startswith("/console/") and "//" not in path and "\\" not in path else "/console/savings"
+
+
+def _https(request: Request) -> bool:
+    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+
+
+async def _query(gw, fn):
+    """fn(db) over the decision log in a worker thread; a message string when the gateway keeps no log."""
+    folder = gw.cfg.log.path
+    if not folder:
+        return "the gateway keeps no decision log (log.path is null): set log.path to see this view"
+
+    def run():
+        try:
+            with open_log(folder) as db:
+                return fn(db)
+        except FileNotFoundError:
+            return f"no decision log in {folder} yet: it appears with the first logged request"
+    return await anyio.to_thread.run_sync(run)
+
+
+def _data(result) -> dict[str, Any]:
+    return {"message": result} if isinstance(result, str) else result
+
+
+async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    ref = params.get("ref") or default_reference(gw.pool)
+    if ref not in gw.pool.names:
+        raise ValueError(f"ref {ref!r} is not a pool model; the pool: {', '.join(gw.pool.names)}")
+    out = _data(await _query(gw, lambda db: {"s": savings(db, gw.pool, since=since, reference=ref, now=now)}))
+    if "s" in out:
+        s = out["s"]
+        out["chart_day"] = Markup(charts.columns([r["group"] for r in s["per_day"]], {
+            "spent": [r["spent_usd"] for r in s["per_day"]],
+            f"all to {ref} (estimate)": [r["reference_usd"] for r in s["per_day"]]}, title="spend vs reference",
+            unit="USD"))
+        out["chart_key"] = Markup(charts.bars([(r["group"] or "(none)", r["saved_usd"]) for r in s["per_key"]],
+                                              title="saved per key (estimate)", unit="USD"))
+    return out
+
+
+async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    def both(db):
+        return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since)}
+    out = _data(await _query(gw, both))
+    if "q" in out:
+        q, c = out["q"], out["c"]
+        rows = [("served answers", q["served"]["mean"], q["served"]["low"], q["served"]["high"], q["served"]["n"])]
+        rows += [(m["model"], m["mean"], m["low"], m["high"], m["n"]) for m in q["per_model"]]
+        out["chart_q"] = Markup(charts.intervals(rows, title="agreement with consensus (95% interval)"))
+        out["chart_kinds"] = Markup(charts.bars([(k["kind"], k["requests"]) for k in c["kinds"]],
+                                                title="cascade disagreements by kind", unit="requests"))
+    return out
+
+
+async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}))
+    out["live"] = live_traffic(gw)
+    if "t" in out:
+        t = out["t"]
+        out["chart_time"] = Markup(charts.columns([r["group"] for r in t["over_time"]], {
+            "requests": [r["requests"] for r in t["over_time"]], "errors": [r["errors"] for r in t["over_time"]]},
+            title="requests", unit="requests"))
+        out["chart_models"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["models"]],
+                                                 title="answering model", unit="requests"))
+        out["chart_strategies"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["strategies"]],
+                                                     title="strategy", unit="requests"))
+    return out
+
+
+async def keys_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    try:
+        rows = await gw.state.ledger(day=utc_day(now))
+    except StateUnavailable as e:
+        return {"message": f"the ledger cannot be read now: {e}"}
+    limits = {i.key_id: i.limits.usd_per_day for i in gw.keys.identities()}
+    explore = gw.cfg.explore.usd_per_day if gw.cfg.explore.rate > 0 else None
+    k = key_spend(rows, now=now, limits=limits, explore_usd_per_day=explore)
+    chart = charts.bars([(t["key"], t["usd"]) for t in k["keys"]], title=f"spend per key on {k['day']}", unit="USD")
+    return {"k": k, "chart_keys": Markup(chart), "live": live_traffic(gw), "durable": gw.state.durable}
+
+
+async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status")}
+    if chosen["status"] is not None and not chosen["status"].isdigit():
+        raise ValueError(f"status {chosen['status']!r}: give an HTTP status such as 200 or 429")
+    status = int(chosen["status"]) if chosen["status"] else None
+
+    def both(db):
+        return {"rows": recent_requests(db, since=since, limit=200, key=chosen["key"], model=chosen["model"],
+                                        strategy=chosen["strategy"], status=status),
+                "values": filter_values(db, since)}
+    out = _data(await _query(gw, both))
+    out["chosen"] = chosen
+    return out
+
+
+async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
+    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since)}))
+    out.pop("message", None)  # the router panel needs no log
+    out.setdefault("versions", [])
+    out["live"] = r = live_router(gw)
+    learned = Path(r["dir"]).parent / "learn.json" if r["dir"] else None
+    out["learn"] = json.loads(learned.read_text()).get("comparison") if learned and learned.is_file() else None
+    out["learn_path"] = str(learned) if learned else None
+    return out
+
+
+VIEW_DATA = {"savings": savings_data, "quality": quality_data, "traffic": traffic_data, "keys": keys_data,
+             "requests": requests_data, "router": router_data}

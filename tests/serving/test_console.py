@@ -1,0 +1,201 @@
+"""The operator's console against a real gateway: replayed traffic (real recorded BFCL v1 answers) with exploration
+on, a real decision log and a real SQLite ledger; pages fetched over loopback with httpx.
+
+    .venv/bin/python -m pytest -q tests/serving/test_console.py
+
+Covers the login (admin keys only, the same refusal for a wrong key and a caller's key, the cookie's flags, a
+tampered cookie), every view showing the log's and the ledger's own figures, a request's trace, no key in any
+log line, and `switchcraft traffic report` writing the same numbers as files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from data.pool import load_pool
+from serving.console.views import REFUSED
+from serving.gateway.app import create_app
+from serving.gateway.config import ServingConfig
+from switchcraft.cli import app as cli
+from tests.routers import REPO
+from tests.serving.test_gateway import (  # noqa: F401
+    KEY,
+    SECRET,
+    Loopback,
+    bearer,
+    client,
+    examples,
+    openai_body,
+    post,
+    replay,
+    use_keys,
+)
+from tests.serving.test_gateway_learning import explorations, log_has, wait_for
+
+pytestmark = pytest.mark.integration
+POOL = load_pool(REPO / "configs" / "pool.yaml")
+CALLER = "sk-sc-test-console-caller-0123456789"
+LIMITED = "sk-sc-test-console-limited-0123456789"
+A, B, TOP = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514", "gpt-4o-2024-08-06-FC"
+CASCADE = {"first": [A, B], "escalate": [TOP]}
+
+
+class Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def served(replay, client, examples, tmp_path_factory):  # noqa: F811
+    """A gateway after replayed traffic: 4 routed requests, 2 cascades, 1 request and 1 refusal of a limited key."""
+    good, _ = replay
+    good.state.reset()
+    root = tmp_path_factory.mktemp("console")
+    captured = Captured()
+    logging.getLogger().addHandler(captured)
+    logging.getLogger("switchcraft.gateway").setLevel(logging.DEBUG)
+    with pytest.MonkeyPatch.context() as mp:
+        for m in POOL.models:
+            mp.setenv(m.api_key_env, SECRET)
+        use_keys(mp, {"id": "caller", "key": CALLER, "limits": {"usd_per_day": 5.0}},
+                 {"id": "limited", "key": LIMITED, "limits": {"requests_per_minute": 1}})
+        pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url})
+                                                  for m in POOL.models]})
+        cfg = ServingConfig(state={"path": str(root / "state")}, log={"path": str(root / "log"), "requests": True},
+                            explore={"rate": 1.0, "usd_per_day": 100.0})
+        app = create_app(cfg, client=client, pool=pool)
+        with Loopback(app) as url:
+            answered = [post(url + "/v1/chat/completions", json=openai_body(ex), headers=bearer(CALLER), timeout=60)
+                        for ex in examples[:4]]
+            answered += [post(url + "/v1/chat/completions", json=openai_body(ex, switchcraft={"strategy": CASCADE}),
+                              headers=bearer(CALLER), timeout=60) for ex in examples[4:6]]
+            answered += [post(url + "/v1/chat/completions", json=openai_body(examples[0]), headers=bearer(LIMITED),
+                              timeout=60)]
+            refused = post(url + "/v1/chat/completions", json=openai_body(examples[1]), headers=bearer(LIMITED))
+            assert [r.status_code for r in answered] == [200] * 7 and refused.status_code == 429
+            wait_for(lambda: explorations(url, "explored", 7))
+            wait_for(lambda: log_has(root / "log", 7, 7 * len(POOL.names)))
+            yield {"url": url, "root": root, "answered": answered, "client": client, "log": captured}
+    logging.getLogger().removeHandler(captured)
+
+
+def login(url: str, key: str) -> httpx.Response:
+    return httpx.post(url + "/console/login", data={"key": key, "next": "/console/traffic"})
+
+
+def session(url: str) -> httpx.Client:
+    r = login(url, KEY)
+    assert r.status_code == 303 and r.headers["location"] == "/console/traffic"
+    return httpx.Client(base_url=url, cookies={"switchcraft_console": r.cookies["switchcraft_console"]})
+
+
+def shown(html: str, element_id: str) -> str:
+    m = re.search(rf'id="{element_id}"[^>]*>([^<]*)<', html)
+    assert m, f"no #{element_id} on the page"
+    return m.group(1).strip()
+
+
+def usd(v: float) -> str:
+    return f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+
+
+def test_every_view_needs_an_admin_login_and_a_wrong_key_learns_nothing(served):
+    url = served["url"]
+    for path in ("/console/savings", "/console/requests", "/console/requests/abc"):
+        for headers in ({}, bearer(CALLER), bearer("sk-sc-not-a-key-of-this-gateway-0123")):
+            r = httpx.get(url + path, headers=headers)
+            assert r.status_code == 303 and r.headers["location"].startswith("/console/login?next="), (path, headers)
+    wrong, caller = login(url, "sk-sc-not-a-key-of-this-gateway-0123"), login(url, CALLER)
+    assert wrong.status_code == caller.status_code == 401
+    assert REFUSED in wrong.text and wrong.text == caller.text  # the same page: whether the key exists is not said
+    assert "set-cookie" not in wrong.headers and "set-cookie" not in caller.headers
+    assert httpx.get(url + "/console/savings", cookies={"switchcraft_console": "e30.0000"}).status_code == 303
+
+
+def test_login_sets_a_signed_expiring_httponly_strict_cookie_and_no_key_is_logged(served):
+    url = served["url"]
+    r = login(url, KEY)
+    cookie = r.headers["set-cookie"]
+    flags = {f.strip().split("=")[0].lower(): f.strip() for f in cookie.split(";")}
+    assert "httponly" in flags and flags["samesite"].lower() == "samesite=strict"
+    assert flags["path"] == "Path=/console" and flags["max-age"] == "Max-Age=28800"
+    assert KEY not in cookie and "location" in r.headers and KEY not in r.headers["location"]
+    value = r.cookies["switchcraft_console"]
+    ok = httpx.get(url + "/console/savings", cookies={"switchcraft_console": value})
+    assert ok.status_code == 200 and ok.headers["cache-control"] == "no-store"
+    payload, signature = value.split(".")
+    forged = payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB") + "." + signature
+    assert httpx.get(url + "/console/savings", cookies={"switchcraft_console": forged}).status_code == 303
+    out = httpx.post(url + "/console/logout", cookies={"switchcraft_console": value})
+    assert out.status_code == 303 and 'switchcraft_console=""' in out.headers["set-cookie"]
+    lines = "\n".join(served["log"].lines)
+    assert '"event": "console_login", "ok": true, "key": "test"' in lines
+    for secret in (KEY, CALLER, LIMITED, SECRET):
+        assert secret not in lines
+
+
+def test_each_view_shows_the_logs_and_the_ledgers_own_figures(served, tmp_path):
+    url, answered = served["url"], served["answered"]
+    s = session(url)
+    pages = {v: s.get(f"/console/{v}?range=24h") for v in ("savings", "quality", "traffic", "keys", "requests",
+                                                             "router")}
+    for name, page in pages.items():
+        assert page.status_code == 200, (name, page.text[:500])
+        (tmp_path / f"{name}.html").write_text(page.text)
+        assert "<script" not in page.text and "http" not in page.text.split("<body>")[0]  # nothing fetched
+    charged = sum(float(r.headers["x-switchcraft-cost-usd"]) for r in answered)
+    assert shown(pages["savings"].text, "spent") == usd(charged)
+    assert shown(pages["savings"].text, "requests") == "7" and "estimate" in pages["savings"].text
+    assert "<svg" in pages["savings"].text
+    # Keys: the ledger's total today is what `switchcraft spend` prints for the same store.
+    spend = CliRunner().invoke(cli, ["spend", "--state", str(served["root"] / "state"), "--json"])
+    assert spend.exit_code == 0, spend.output
+    totals = json.loads(spend.output)["totals"]
+    assert shown(pages["keys"].text, "total") == usd(sum(t["usd"] for t in totals))
+    assert "__explore__" in pages["keys"].text and "limited" in pages["keys"].text
+    assert shown(pages["traffic"].text, "requests") == "7"
+    assert "rate_limit" in pages["traffic"].text  # the limited key's refusal (live counters)
+    assert shown(pages["quality"].text, "explored") == "7"
+    assert re.search(r"n = 7<", pages["quality"].text.replace("</div>", "<"))
+    assert shown(pages["router"].text, "version") == served["client"].version
+    # Requests: every answered request is listed and opens its trace.
+    for r in answered:
+        assert f'/console/requests/{r.headers["x-request-id"]}"' in pages["requests"].text
+    cascade = answered[4]
+    only = s.get("/console/requests?range=24h&key=limited").text
+    assert answered[6].headers["x-request-id"] in only and cascade.headers["x-request-id"] not in only
+    t = s.get(f"/console/requests/{cascade.headers['x-request-id']}")
+    assert t.status_code == 200
+    assert shown(t.text, "charged") == usd(float(cascade.headers["x-switchcraft-cost-usd"]))
+    answers = t.text.split('id="answers"')[1].split("</table>")[0]
+    assert A in answers and B in answers and "explore" in answers and "first" in answers
+    assert s.get("/console/requests/no-such-request").status_code == 404
+    assert s.get("/console/savings?ref=gpt-5").status_code == 400
+
+
+def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
+    out = tmp_path / "report"
+    r = CliRunner().invoke(cli, ["traffic", "report", "--log", str(served["root"] / "log"), "--state",
+                                 str(served["root"] / "state"), "--out", str(out), "--range", "24h"])
+    assert r.exit_code == 0, r.output
+    for name in ("report.md", "traffic.json", "savings.svg", "savings.png", "requests.png", "keys.svg"):
+        assert (out / name).stat().st_size > 0, name
+    n = json.loads((out / "traffic.json").read_text())
+    charged = sum(float(a.headers["x-switchcraft-cost-usd"]) for a in served["answered"])
+    assert n["savings"]["spent_usd"] == pytest.approx(charged) and n["traffic"]["requests"] == 7
+    page = session(served["url"]).get("/console/savings?range=24h").text
+    assert shown(page, "reference") == usd(n["savings"]["reference_usd"])
+    md = (out / "report.md").read_text()
+    assert f"- spent: ${charged:,.6f}" in md and "n = 7 of 7 explored requests" in md
+    assert Path(out / "savings.svg").read_text().startswith("<svg xmlns=")
