@@ -42,6 +42,7 @@ from fastapi.responses import Response
 
 from data.pool import Pool
 from serving.client import RouterClient
+from serving.console import mount as mount_console
 from serving.gateway import admin
 from serving.gateway.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
@@ -130,6 +131,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s,
                        shapes={api.path: api.error_body for api in APIS})
     _routes(app, gw)
+    mount_console(app, gw)  # /console: the operator's pages (serving/console/), admin keys only
     return app
 
 
