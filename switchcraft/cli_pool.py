@@ -243,6 +243,8 @@ def sample(
     open_weight: int = typer.Option(None, help="How many of them open-weight (default: as drawn)."),
     recordings: Path = typer.Option(None, help="BFCL result directory (default: BFCL v1's)."),
     prices: Path = typer.Option(None, help="Price table JSON (default: BFCL v1's 2024 prices)."),
+    from_pool: Path = typer.Option(None, "--from", help="Draw from this pool file's models instead (e.g. "
+                                   "configs/pools/bfcl_v3_2025.yaml), each priced and served as it says."),
     config: Path = typer.Option(Path("configs/data.yaml")),
     data_root: str = typer.Option(None),
 ) -> None:
@@ -251,22 +253,29 @@ def sample(
 
     from data.config import load_data_config
     from data.errors import DataError
-    from data.pool.sample import sample_pool
+    from data.pool.sample import sample_from_pool, sample_pool
+    if from_pool is not None and (open_weight is not None or recordings or prices):
+        fail("--from draws from a pool file's priced models: --open-weight, --recordings and --prices do not apply")
     try:
-        cfg = load_data_config(config, data_root=data_root)
-        pool, skipped = sample_pool(recordings or cfg.output_path("bfcl_v1"), prices or cfg.output_path("prices"),
-                                    n=n, seed=seed, open_weight=open_weight)
+        if from_pool is not None:
+            pool, skipped = sample_from_pool(from_pool, n=n, seed=seed), {}
+        else:
+            cfg = load_data_config(config, data_root=data_root)
+            pool, skipped = sample_pool(recordings or cfg.output_path("bfcl_v1"), prices or cfg.output_path("prices"),
+                                        n=n, seed=seed, open_weight=open_weight)
     except DataError as e:
         fail(str(e))
     out.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# Drawn by: switchcraft pool sample --n {n} --seed {seed}"
+              + (f" --from {from_pool}" if from_pool is not None else "")
               + (f" --open-weight {open_weight}" if open_weight is not None else "")
               + f"\n# Run: switchcraft reproduce --pool {out} --run-dir runs/pool_{seed}\n")
     out.write_text(header + yaml.safe_dump(pool, sort_keys=False))
     for why, names in skipped.items():
         if names:
             console.print(f"skipped {len(names)} recorded models ({why}): {', '.join(names)}", highlight=False)
-    console.print(f"wrote {out}: " + ", ".join(f"{m['name']} ({m['prompt_style']})" for m in pool["models"]), highlight=False)
+    console.print(f"wrote {out}: " + ", ".join(f"{m['name']} ({m.get('prompt_style', 'native')})" for m in pool["models"]),
+                  highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -75,3 +75,25 @@ def sample_pool(recordings: str | Path, price_file: str | Path, *, n: int = 8, s
         prices = (api.get(name) or oss[name]).model_dump(exclude_none=True)
         models.append({"name": name, "prompt_style": recorded_style(root / name), "prices": prices})
     return {"models": models}, skipped
+
+
+def sample_from_pool(pool_file: str | Path, *, n: int = 8, seed: int = 0) -> dict:
+    """n models drawn from a pool file (e.g. the 15 of configs/pools/bfcl_v3_2025.yaml), each kept as that file
+    prices and serves it, in the file's order, with its `benchmark`: a pool file of its own."""
+    import yaml
+
+    path = Path(pool_file)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise DataError(f"cannot read the pool file: {e}", path=path) from e
+    models = (raw or {}).get("models") if isinstance(raw, dict) else None
+    if not isinstance(models, list) or not models:
+        raise DataError("no models in the pool file", path=path, field="models")
+    if n < 2:
+        raise DataError(f"a pool needs at least 2 models to route between, not --n {n}", path=path)
+    if n > len(models):
+        raise DataError(f"cannot draw {n} models from a pool of {len(models)}", path=path, field="models")
+    keep = sorted(np.random.default_rng(seed).choice(len(models), size=n, replace=False).tolist())
+    out = {k: v for k, v in raw.items() if k != "models"}
+    return {**out, "models": [models[i] for i in keep]}

@@ -1,6 +1,9 @@
 """Drawing a pool from recordings: priced from the price file, prompt style read from the recordings."""
 
 import json
+from pathlib import Path
+
+import yaml
 
 import pytest
 
@@ -63,3 +66,22 @@ def test_a_pool_too_small_or_larger_than_the_priced_models_is_refused(recordings
 def test_recorded_style_reads_lists_as_native(recordings):
     root, _ = recordings
     assert recorded_style(root / "api-FC") == "native" and recorded_style(root / "org_oss-7b") == "prompt"
+
+
+def test_sample_from_a_pool_file_keeps_each_models_entry_and_the_benchmark(tmp_path):
+    from data.pool import load_pool
+    from data.pool.sample import sample_from_pool
+
+    src = Path("configs/pools/bfcl_v3_2025.yaml")
+    drawn = sample_from_pool(src, n=5, seed=2)
+    assert drawn["benchmark"] == "bfcl_v3" and len(drawn["models"]) == 5
+    every = {m["name"]: m for m in yaml.safe_load(src.read_text())["models"]}
+    assert all(m == every[m["name"]] for m in drawn["models"])  # priced and served as the file says
+    order = list(every)
+    assert [m["name"] for m in drawn["models"]] == sorted((m["name"] for m in drawn["models"]), key=order.index)
+    assert drawn != sample_from_pool(src, n=5, seed=3)
+    out = tmp_path / "p.yaml"
+    out.write_text(yaml.safe_dump(drawn, sort_keys=False))
+    assert load_pool(out).benchmark == "bfcl_v3"
+    with pytest.raises(DataError, match="cannot draw 16 models from a pool of 15"):
+        sample_from_pool(src, n=16)
