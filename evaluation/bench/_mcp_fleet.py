@@ -3,7 +3,8 @@
     python -m evaluation.bench._mcp_fleet --tools tools.json --servers 10 --port 8300   (the bench starts it)
 
 Server i answers Streamable HTTP (stateless, JSON responses) at `/s<i>/mcp`, lists its slice of the tool file
-(MCP tool definitions: name, description, inputSchema) and answers every tools/call at once with one short
+(MCP tool definitions: name, description, inputSchema; a JSON object instead of a list names the servers:
+`{"<server>": [definitions]}` is served at `/<server>/mcp`) and answers every tools/call at once with one short
 text block, so what the bench measures beyond it is transport and the gateway. Its own process: its CPU is not
 the gateway's nor the client's.
 """
@@ -32,14 +33,16 @@ def server_for(name: str, tools: list[types.Tool]) -> Server:
     return Server(name, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
 
 
-def fleet_app(tool_defs: list[dict], servers: int) -> Starlette:
-    per = len(tool_defs) // servers
+def fleet_app(tool_defs: list[dict] | dict[str, list[dict]], servers: int) -> Starlette:
+    if isinstance(tool_defs, list):  # an even split over s0..s<N-1>
+        per = len(tool_defs) // servers
+        tool_defs = {f"s{i}": tool_defs[i * per:(i + 1) * per] for i in range(servers)}
     managers, routes = [], []
-    for i in range(servers):
-        tools = [types.Tool.model_validate(t) for t in tool_defs[i * per:(i + 1) * per]]
-        manager = StreamableHTTPSessionManager(app=server_for(f"s{i}", tools), json_response=True, stateless=True)
+    for name, defs in tool_defs.items():
+        tools = [types.Tool.model_validate(t) for t in defs]
+        manager = StreamableHTTPSessionManager(app=server_for(name, tools), json_response=True, stateless=True)
         managers.append(manager)
-        routes.append(Route(f"/s{i}/mcp", endpoint=StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"]))
+        routes.append(Route(f"/{name}/mcp", endpoint=StreamableHTTPASGIApp(manager), methods=["GET", "POST", "DELETE"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
