@@ -130,7 +130,9 @@ def gateway_key(
     """The key is printed once and never stored: the file holds its sha256 only."""
     import yaml
 
-    from serving.gateway.auth import KeyEntry, hash_key, new_key
+    from pydantic import ValidationError
+
+    from serving.gateway.auth import KeyEntry, first_error, hash_key, new_key
 
     key = new_key()
     limits = {k: v for k, v in (("requests_per_minute", rpm), ("usd_per_day", usd_per_day),
@@ -139,8 +141,11 @@ def gateway_key(
         entry = KeyEntry(id=key_id, sha256=hash_key(key), caller={"tenant": tenant, "roles": role,
                                                                   "permissions": permission, "environment": environment},
                          limits=limits, role="admin" if admin else "caller")
-    except ValueError as e:
-        fail(str(e))
+    except ValidationError as e:
+        where, message = first_error(e)
+        option = {"id": "--id", "caller.roles": "--role", "caller.permissions": "--permission",
+                  "caller.tenant": "--tenant", "caller.environment": "--environment"}.get(where, where)
+        fail(f"{option}: {message}" if option else message)
     data = entry.model_dump(mode="json", exclude_none=True, exclude={"key"} | (set() if admin else {"role"}))
     text = yaml.safe_dump([data], sort_keys=False)
     if out is not None:

@@ -2,7 +2,8 @@
 
     rid = request_id(request)                   # a fresh id, unique per request (the caller's is kept beside it)
     ident = await authenticate(gw, request)     # GatewayError 401 / 429 / 503 with `connection: close`
-    body = await read_body(gw, request)         # the JSON object; 413 over max_body_bytes
+    body = await read_body(gw, request)         # the JSON object: 415 not JSON, 413 over max_body_bytes, 400 a
+                                                # field over its bound (tools, enum, schema depth, metadata)
     admin_of(gw, request)                       # 401, or 403 for a key without the admin role
 
 A key is refused before its body is read, so the refusal closes the
@@ -16,15 +17,17 @@ import logging
 import uuid
 from typing import Any
 
+import anyio
 from fastapi import Request
 
 from serving.gateway.auth import Identity, forbidden
 from serving.gateway.errors import GatewayError
 from serving.gateway.parts import Gateway
-from serving.gateway.requests import parse_body
+from serving.gateway.requests import Bounds, check_sizes, parse_body
 
 log = logging.getLogger("switchcraft.gateway")
 DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection
+OFF_LOOP_BYTES = 64 * 2**10  # a larger body is decoded and checked in a worker thread: /healthz keeps answering
 
 
 def request_id(request: Request) -> str:
@@ -57,23 +60,56 @@ async def authenticate(gw: Gateway, request: Request, authorization: str | None 
 async def read_body(gw: Gateway, request: Request) -> dict[str, Any]:
     """The body as a JSON object. Too large: a 413 once the rest is read and dropped (up to DRAIN_BYTES), so the
     connection stays usable; beyond that, a 413 with `connection: close` (unread bytes would block it)."""
+    check_content_type(request.headers.get("content-type"))
     limit = gw.cfg.max_body_bytes
     declared = request.headers.get("content-length")
     size = int(declared) if declared and declared.isdigit() else None
     if size is not None and size > DRAIN_BYTES:
-        raise GatewayError(413, f"request body is {size:,} bytes; the limit is {limit:,}",
+        raise GatewayError(413, f"request body is {size:,} bytes; the limit is {limit:,} (max_body_bytes)",
                            param="body", headers={"connection": "close"})
     raw, seen = bytearray(), 0
     async for chunk in request.stream():
         seen += len(chunk)
         if seen > DRAIN_BYTES:
-            raise GatewayError(413, f"request body exceeds the limit of {limit:,} bytes",
+            raise GatewayError(413, f"request body exceeds the limit of {limit:,} bytes (max_body_bytes)",
                                param="body", headers={"connection": "close"})
         if seen <= limit:
             raw += chunk
     if seen > limit:
-        raise GatewayError(413, f"request body is {seen:,} bytes; the limit is {limit:,}", param="body")
-    return parse_body(bytes(raw), limit, gw.cfg.max_json_depth)
+        raise GatewayError(413, f"request body is {seen:,} bytes; the limit is {limit:,} (max_body_bytes)",
+                           param="body")
+    cfg = gw.cfg
+    bounds = Bounds(cfg.max_tools, cfg.max_enum_values, cfg.max_schema_depth, cfg.max_metadata_bytes)
+
+    def parse() -> dict[str, Any]:
+        body = parse_body(bytes(raw), limit, cfg.max_json_depth)
+        check_sizes(body, bounds)
+        return body
+
+    if len(raw) <= OFF_LOOP_BYTES:
+        return parse()
+    return await anyio.to_thread.run_sync(parse)  # a large body is decoded and checked beside the event loop
+
+
+def check_content_type(value: str | None) -> None:
+    """JSON, in UTF-8 (RFC 8259 §8.1): `application/json` or `application/*+json`, no other charset; no
+    Content-Type at all is read as JSON. 415 otherwise (form and text/plain bodies are what a browser may send
+    to another site without asking: never read as a request)."""
+    if value is None:
+        return
+    media, _, params = value.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise GatewayError(415, f"Content-Type {value[:80]!r} is not JSON; send the body as application/json "
+                           "(UTF-8)", type="unsupported_media_type", param="content-type",
+                           headers={"connection": "close"})
+    for param in params.split(";"):
+        name, _, charset = param.partition("=")
+        charset = charset.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            raise GatewayError(415, f"charset {charset[:40]!r}: JSON on the wire is UTF-8 (RFC 8259 §8.1); send "
+                               "the body as UTF-8 with Content-Type: application/json", type="unsupported_media_type",
+                               param="content-type", headers={"connection": "close"})
 
 
 def admin_of(gw: Gateway, request: Request) -> Identity:

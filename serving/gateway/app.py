@@ -35,6 +35,7 @@ import asyncio
 import json
 import logging
 import signal
+import sqlite3
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -100,7 +101,12 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                                                        length_ratio=cfg.router.batch_length_ratio),
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
     if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
-        observers.insert(0, DecisionLog.from_settings(cfg.log, metrics))
+        try:
+            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics))
+        except (OSError, sqlite3.Error) as e:
+            raise ValueError(f"log.path {cfg.log.path}: the decision log cannot be written there "
+                             f"({getattr(e, 'strerror', None) or e}); give a folder this process may write, or "
+                             "log.path=null for no decision log") from None
     if cfg.explore.rate > 0:  # after answering, the pool models the strategy did not call (own budget)
         decision_log = next((o for o in observers if isinstance(o, DecisionLog)), None)
         observers.insert(1 if decision_log else 0, Explorer(cfg.explore, pool, cascade, budgets, decision_log, metrics,
@@ -122,7 +128,9 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                        state=state, observers=observers)
 
     docs = cfg.admin.docs  # off by default: the API's shape is no business of an anonymous caller
-    app = FastAPI(title="switchcraft gateway", lifespan=_lifespan(gw, own_state), docs_url="/docs" if docs else None,
+    # redirect_slashes off: Starlette's 307 for `/v1/chat/completions/` builds its Location from the Host header
+    app = FastAPI(title="switchcraft gateway", lifespan=_lifespan(gw, own_state), redirect_slashes=False,
+                  docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.gateway = gw
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = gw.metrics, client, gw.tools, gw.keys
@@ -187,6 +195,7 @@ def _lifespan(gw: Gateway, own_state: bool):
                 await o.aclose()
         await gw.slot.aclose()
         await gw.upstreams.aclose()
+        await gw.budgets.aclose()  # charges still being written land first (bounded)
         if own_state:
             await gw.state.aclose()
 

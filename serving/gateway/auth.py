@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from serving.gateway.errors import GatewayError, bad, retry_after_headers, retry_after_ms
 from serving.tools.policy import Caller
 
 KEY_PREFIX = "sk-sc-"
 MIN_KEY_CHARS = 24  # a key given in the environment: long enough that its unsalted hash cannot be guessed
+RESERVED_PREFIX = "__"  # key ids the gateway spends under itself (serving/gateway/explore.py: __explore__)
 
 
 class KeyLimits(BaseModel):
@@ -65,6 +66,14 @@ class KeyEntry(BaseModel):
     limits: KeyLimits = Field(default_factory=KeyLimits)
     role: Literal["caller", "admin"] = Field(default="caller", description="admin: may also read the gateway's "
                                              "operator surfaces (/metrics, /readyz details, /v1/admin/spend).")
+
+    @field_validator("id")
+    @classmethod
+    def _not_reserved(cls, v: str) -> str:
+        if v.startswith(RESERVED_PREFIX):
+            raise ValueError(f"{v!r} is reserved: ids starting with {RESERVED_PREFIX!r} are the gateway's own "
+                             "(exploration spends as '__explore__'); pick another id")
+        return v
 
     @model_validator(mode="after")
     def _one_secret(self) -> KeyEntry:
@@ -191,6 +200,12 @@ def read_key_file(path: str | Path) -> list[KeyEntry]:
     return _entries(keys, str(path), allow_plain=False)
 
 
+def first_error(e: ValidationError) -> tuple[str, str]:
+    """A pydantic error's first complaint: (the field's dotted path, or "", what is wrong with it)."""
+    first = e.errors()[0]
+    return ".".join(str(x) for x in first["loc"]), first["msg"].removeprefix("Value error, ")
+
+
 def _entries(data: Any, source: str, *, allow_plain: bool) -> list[KeyEntry]:
     if not isinstance(data, list):
         raise ValueError(f"{source}: must be a list of key entries")
@@ -199,9 +214,8 @@ def _entries(data: Any, source: str, *, allow_plain: bool) -> list[KeyEntry]:
         try:
             entry = KeyEntry.model_validate(raw)
         except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise ValueError(f"{source}: keys[{i}]{'.' + where if where else ''}: {first['msg']}") from None
+            where, message = first_error(e)
+            raise ValueError(f"{source}: keys[{i}]{'.' + where if where else ''}: {message}") from None
         if entry.key is not None and not allow_plain:
             raise ValueError(f"{source}: keys[{i}] ({entry.id}) holds the key itself; a file stores only its hash: "
                              f"sha256: {hash_key(entry.key)}")

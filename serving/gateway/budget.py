@@ -12,8 +12,10 @@ A reservation is the strategy's worst case: every model it may call at the reque
 reservation that reaches the limit: the day ends at most one reservation past it (docs/serving.md, "State").
 
 Keys with limits fail closed when the store cannot be reached (503 with Retry-After, counted in
-`switchcraft_state_errors_total`); keys without limits keep working and their charges, when the store cannot
-take them, are logged and counted as lost.
+`switchcraft_state_errors_total`) or does not answer within its deadline (a SQLite file another process
+holds locked). Keys without limits need no answer from the store to be served: their hold and their charge
+are written beside the request (waited for at most `state.unlimited_wait_s` each), and a charge the store
+cannot take is logged and retried (`state.settle_retry_s`), then counted as lost.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -42,18 +45,32 @@ def limited(ident: Identity) -> bool:
     return ident.limits.requests_per_minute is not None or ident.limits.usd_per_day is not None
 
 
+@dataclass(frozen=True)
+class Landing(Reservation):
+    """A hold of a key without limits that the store had not taken when the request went on: `task` is its
+    write (the store's Reservation, or StateUnavailable). Its charge waits for that write, off the request."""
+
+    task: asyncio.Task | None = field(default=None, compare=False, repr=False)
+
+
 class Budgets:
+    """Keys with limits wait for the store (bounded by its own deadline: serving/gateway/state.py) and are
+    refused with 503 when it cannot answer. Keys without limits never wait for it longer than
+    `unlimited_wait_s` per step (their hold, their charge): a write still running then finishes in the
+    background (`writing`), and a failed charge is retried like any other (`settle_retry_s`)."""
+
     def __init__(self, store: StateStore, metrics: GatewayMetrics, *, retry_after_s: float = 2.0,
-                 settle_retry_s: float = 600.0, clock=time.time) -> None:
+                 settle_retry_s: float = 600.0, unlimited_wait_s: float = 0.25, clock=time.time) -> None:
         self.store, self.metrics, self.retry_after_s, self.clock = store, metrics, retry_after_s, clock
-        self.settle_retry_s = settle_retry_s
+        self.settle_retry_s, self.unlimited_wait_s = settle_retry_s, unlimited_wait_s
         self.retrying: set[asyncio.Task] = set()
+        self.writing: set[asyncio.Task] = set()  # holds and charges of keys without limits, still being written
 
     @classmethod
     def from_settings(cls, store: StateStore, metrics: GatewayMetrics, settings) -> Budgets:
         """With the serving config's `state:` settings (serving.gateway.config.StateSettings)."""
         return cls(store, metrics, retry_after_s=settings.unavailable_retry_after_s,
-                   settle_retry_s=settings.settle_retry_s)
+                   settle_retry_s=settings.settle_retry_s, unlimited_wait_s=settings.unlimited_wait_s)
 
     def _unavailable(self, op: str, e: StateUnavailable) -> GatewayError:
         self.metrics.state_errors.labels(op=op).inc()
@@ -62,6 +79,12 @@ class Budgets:
                             f"served until the store is back; retry after {self.retry_after_s:g} s",
                             type="state_unavailable",
                             headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
+
+    def _background(self, coro, into: set[asyncio.Task]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        into.add(task)
+        task.add_done_callback(into.discard)
+        return task
 
     async def admit(self, ident: Identity) -> None:
         """Count the request against the key's per-minute limit; 429 when that or today's budget is used up."""
@@ -83,7 +106,21 @@ class Budgets:
 
     async def reserve(self, ident: Identity, usd: float, request_id: str) -> Reservation | None:
         """Hold `usd` (the request's worst case) on the key's day; 429 when its budget is already used up.
-        None only for a key without limits whose store is down (its charges may then be lost, and are counted)."""
+        A key without limits: None when the store is down (its charge is then recorded when it is back), a
+        `Landing` when the store has not answered within `unlimited_wait_s`."""
+        if not limited(ident):
+            task = asyncio.get_running_loop().create_task(
+                self.store.reserve(ident.key_id, usd, limit=None, request_id=request_id, now=self.clock()))
+            await asyncio.wait({task}, timeout=self.unlimited_wait_s)  # the write goes on if this times out
+            if not task.done():
+                self.writing.add(task)
+                task.add_done_callback(self.writing.discard)
+                return Landing(uuid.uuid4().hex, ident.key_id, utc_day(self.clock()), float(usd), request_id, task)
+            if isinstance(task.exception(), StateUnavailable):
+                self.metrics.state_errors.labels(op="reserve").inc()
+                return None
+            self.metrics.reserved_usd.inc(usd)
+            return task.result()
         try:
             res = await self.store.reserve(ident.key_id, usd, limit=ident.limits.usd_per_day, request_id=request_id,
                                            now=self.clock())
@@ -93,35 +130,51 @@ class Budgets:
                            f"for requests in flight, of its {lim:g} USD for today (UTC)",
                            86400 - self.clock() % 86400) from None
         except StateUnavailable as e:
-            if limited(ident):
-                raise self._unavailable("reserve", e) from None
-            self.metrics.state_errors.labels(op="reserve").inc()
-            return None
+            raise self._unavailable("reserve", e) from None
         self.metrics.reserved_usd.inc(usd)
         return res
 
     async def settle(self, ident: Identity, res: Reservation | None, charges: list[Charge], request_id: str) -> None:
         """Charge the calls' real cost and release the reservation. Never cancelled half-way (a client that
-        goes away does not stop the charge); a store failure here is logged with the amount and counted."""
+        goes away does not stop the charge); a store failure here is logged with the amount, counted and
+        retried. A key without limits waits at most `unlimited_wait_s` for it (then it goes on in the
+        background)."""
+        self.metrics.key_spend.labels(key=ident.key_id).inc(sum(c.usd for c in charges))
+        with anyio.CancelScope(shield=True):
+            if limited(ident):
+                await self._settle_now(ident, res, charges, request_id)
+                return
+            task = self._background(self._settle_unlimited(ident, res, charges, request_id), self.writing)
+            await asyncio.wait({task}, timeout=self.unlimited_wait_s)
+
+    async def _settle_unlimited(self, ident: Identity, res: Reservation | None, charges: list[Charge],
+                                request_id: str) -> None:
+        if isinstance(res, Landing):  # the hold first: a charge settled before it lands would leave it to expire
+            try:
+                res = await res.task
+                self.metrics.reserved_usd.inc(res.usd)
+            except StateUnavailable:
+                self.metrics.state_errors.labels(op="reserve").inc()
+                res = None
+        await self._settle_now(ident, res, charges, request_id)
+
+    async def _settle_now(self, ident: Identity, res: Reservation | None, charges: list[Charge],
+                          request_id: str) -> None:
         total = sum(c.usd for c in charges)
-        self.metrics.key_spend.labels(key=ident.key_id).inc(total)
         if res is None:
             res = Reservation(uuid.uuid4().hex, ident.key_id, utc_day(self.clock()), 0.0, request_id)
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.store.settle(res, charges, now=self.clock())
-            except StateUnavailable as e:
-                self.metrics.state_errors.labels(op="settle").inc()
-                log.error(json.dumps({"event": "charge_not_recorded", "key": ident.key_id, "request_id": request_id,
-                                      "usd": total, "reserved_usd": res.usd, "error": str(e),
-                                      "note": f"retried for {self.settle_retry_s:g} s, then the reservation is "
-                                              "charged as expired"}))
-                if self.settle_retry_s > 0:
-                    task = asyncio.get_running_loop().create_task(self._settle_later(ident, res, charges, request_id))
-                    self.retrying.add(task)
-                    task.add_done_callback(self.retrying.discard)
-                else:
-                    self.metrics.unrecorded_usd.inc(total)
+        try:
+            await self.store.settle(res, charges, now=self.clock())
+        except StateUnavailable as e:
+            self.metrics.state_errors.labels(op="settle").inc()
+            log.error(json.dumps({"event": "charge_not_recorded", "key": ident.key_id, "request_id": request_id,
+                                  "usd": total, "reserved_usd": res.usd, "error": str(e),
+                                  "note": f"retried for {self.settle_retry_s:g} s, then the reservation is "
+                                          "charged as expired"}))
+            if self.settle_retry_s > 0:
+                self._background(self._settle_later(ident, res, charges, request_id), self.retrying)
+            else:
+                self.metrics.unrecorded_usd.inc(total)
 
     async def _settle_later(self, ident: Identity, res: Reservation, charges: list[Charge], request_id: str) -> None:
         """A charge the store could not take, retried until the store is back (then at its real cost, and the
@@ -141,9 +194,12 @@ class Budgets:
         self.metrics.settle_retries.labels(outcome="gave_up").inc()
         self.metrics.unrecorded_usd.inc(sum(c.usd for c in charges))
 
-    async def aclose(self) -> None:
-        """Stop retrying (those holds are then charged as expired by the store)."""
-        for task in list(self.retrying):
+    async def aclose(self, wait_s: float = 5.0) -> None:
+        """Let the writes still running finish (up to `wait_s`), then stop retrying (those holds are then
+        charged as expired by the store)."""
+        if self.writing:
+            await asyncio.wait(set(self.writing), timeout=wait_s)
+        for task in [*self.writing, *self.retrying]:
             task.cancel()
 
 

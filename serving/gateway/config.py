@@ -124,6 +124,10 @@ class StateSettings(BaseModel):
     timeout_s: float = Field(default=1.0, gt=0, le=30, description="Per store operation; beyond it the store is "
                              "unavailable: keys with limits get 503 (fail closed), keys without keep working.")
     unavailable_retry_after_s: float = Field(default=2.0, gt=0, description="Retry-After of that 503.")
+    unlimited_wait_s: float = Field(default=0.25, ge=0, le=30, description="How long a request of a key without "
+                                    "limits waits for the store (its hold, then its charge) before it goes on; "
+                                    "the write finishes in the background (a failed charge is retried as "
+                                    "settle_retry_s says). Keys with limits always wait: they are admitted by it.")
     reservation_ttl_s: float = Field(default=3600.0, ge=60, description="A reservation its process never settled "
                                      "(it died) is charged at its reserved amount after this long.")
     settle_retry_s: float = Field(default=600.0, ge=0, description="A charge the store could not take (it was "
@@ -201,7 +205,14 @@ class ServingConfig(BaseModel):
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="A request's body must be complete this "
                                   "long after its headers; else 408 with connection: close.")
     max_messages: int = Field(default=512, ge=1)
-    max_tools: int = Field(default=512, ge=1)
+    # What a caller may make large (serving/gateway/requests.py Bounds): each is a 400 naming the field and limit.
+    max_tools: int = Field(default=512, ge=1, description="Tools in one request at most.")
+    max_enum_values: int = Field(default=1_000, ge=1, description="Values of one `enum` in a tool's (or a "
+                                 "response format's) JSON Schema at most.")
+    max_schema_depth: int = Field(default=32, ge=1, le=64, description="Subschemas nested below a tool's "
+                                  "parameters (properties, items, anyOf, …) at most.")
+    max_metadata_bytes: int = Field(default=16_384, ge=2, description="The body's `metadata` object, as JSON, at "
+                                    "most this many bytes.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_bodies: bool = Field(default=False, description="Never on in production: logs message text.")
     tools: ToolRoutingSettings | None = Field(default=None, description="Route tools from a catalog first (off: null).")

@@ -10,9 +10,11 @@ caller's own messages and tools, intact; these are only what the router reads.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 ROUTER_MODEL = re.compile(r"router(?:-(?P<tau>[0-9.]+))?")  # re.fullmatch: `$` would let "router-0.5\n" through
 MAX_INT_DIGITS = 64
+MAX_SCHEMA_DEPTH = 64  # subschemas below a tool's parameters, at most (serving config max_schema_depth: 32)
 MAX_ARGUMENT_DEPTH = 100  # an earlier turn's tool-call arguments (a JSON string inside the body): as max_json_depth
 STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
@@ -155,12 +158,25 @@ def _short(path: str, keep: int = 6) -> str:
     return path if len(steps) <= keep else "".join(steps[:keep]) + "…"
 
 
+def _utf8(raw: bytes) -> bytes:
+    """`raw` without a UTF-8 byte order mark (RFC 8259 lets a parser ignore one); a 400 for UTF-16 or UTF-32,
+    which JSON exchanged between systems may not be (RFC 8259 §8.1), told apart by their BOM or the zero bytes
+    around the first ASCII character."""
+    if raw.startswith(codecs.BOM_UTF8):
+        return raw[len(codecs.BOM_UTF8):]
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\0" in raw.lstrip(b" \t\r\n")[:4]:
+        raise bad("request body is UTF-16 or UTF-32; JSON on the wire is UTF-8 (RFC 8259 §8.1): send it as UTF-8",
+                  "body")
+    return raw
+
+
 def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, Any]:
     """The request body as a JSON object; GatewayError(400/413) naming what is wrong (and where, when known)."""
     if len(raw) > max_bytes:
         raise GatewayError(413, f"request body is {len(raw):,} bytes; the limit is {max_bytes:,}", param="body")
     if not raw.strip():
         raise bad("request body is empty; send a JSON object", "body")
+    raw = _utf8(raw)
     depth = _json_depth(raw)
     if depth > max_depth:
         where = "body"
@@ -170,11 +186,14 @@ def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, An
             pass
         raise bad(f"JSON nested {depth} levels deep; the limit is {max_depth}", _short(where))
     try:
-        body = json.loads(raw, parse_constant=_bad_constant, parse_float=_float, parse_int=_int)
+        text = raw.decode("utf-8")  # json.loads(bytes) would also read UTF-16 and UTF-32
+    except UnicodeDecodeError as e:
+        raise bad(f"request body is not UTF-8 (byte {e.start:,}); JSON on the wire is UTF-8 (RFC 8259 §8.1)",
+                  "body") from None
+    try:
+        body = json.loads(text, parse_constant=_bad_constant, parse_float=_float, parse_int=_int)
     except json.JSONDecodeError as e:
         raise bad(f"request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}", "body") from None
-    except UnicodeDecodeError:
-        raise bad("request body is not UTF-8", "body") from None
     except (ValueError, RecursionError) as e:
         raise bad(f"request body cannot be read as JSON ({type(e).__name__})", "body") from None
     if not isinstance(body, dict):
@@ -187,6 +206,89 @@ def parse_body(raw: bytes, max_bytes: int, max_depth: int = 100) -> dict[str, An
     if SURROGATE_ESCAPE.search(raw):
         body = _clean_surrogates(body)
     return body
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What a caller may make large, from the serving config (`max_tools`, `max_enum_values`, `max_schema_depth`,
+    `max_metadata_bytes`): each is refused with a 400 naming the field and the limit before any of it is read."""
+
+    tools: int = 512
+    enum_values: int = 1_000
+    schema_depth: int = 32
+    metadata_bytes: int = 16_384
+
+
+# Where a tool's JSON Schema sits in each API's body: Chat Completions, Anthropic Messages, OpenAI Responses.
+TOOL_SCHEMAS = (("function", "parameters"), ("input_schema",), ("parameters",))
+SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SUBSCHEMAS = ("additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+              "unevaluatedProperties", "unevaluatedItems")
+
+
+def _subschemas(schema: dict, where: str):
+    """(path, subschema) one level below `schema`, as JSON Schema nests them."""
+    for key in SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            yield from ((f"{where}.{key}.{k}", v) for k, v in schema[key].items())
+    for key in SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            yield from ((f"{where}.{key}[{i}]", v) for i, v in enumerate(schema[key]))
+    items = schema.get("items")
+    if isinstance(items, list):
+        yield from ((f"{where}.items[{i}]", v) for i, v in enumerate(items))
+    elif items is not None:
+        yield f"{where}.items", items
+    for key in SUBSCHEMAS:
+        if key in schema:
+            yield f"{where}.{key}", schema[key]
+
+
+def _check_schema_size(schema: Any, where: str, bounds: Bounds) -> None:
+    """Depth (subschemas below the root) and every enum's length, iteratively (a schema may be deeper than
+    Python's stack)."""
+    stack = [(where, schema, 0)]
+    while stack:
+        at, node, depth = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if depth > bounds.schema_depth:
+            raise bad(f"JSON Schema nested more than {bounds.schema_depth} levels deep; the limit is "
+                      f"{bounds.schema_depth} (max_schema_depth)", _short(at, 8))
+        enum = node.get("enum")
+        if isinstance(enum, list) and len(enum) > bounds.enum_values:
+            raise bad(f"has {len(enum):,} values; the limit is {bounds.enum_values:,} (max_enum_values)",
+                      f"{_short(at, 8)}.enum")
+        stack.extend((p, v, depth + 1) for p, v in _subschemas(node, at))
+
+
+def check_sizes(body: dict[str, Any], bounds: Bounds) -> None:
+    """The caller-sized parts of any API's body within `bounds`: the number of tools, each tool schema's depth
+    and enums (also in a response format's schema), the metadata's size. GatewayError(400) naming the field in
+    the caller's own body and the limit."""
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        if len(tools) > bounds.tools:
+            raise bad(f"has {len(tools):,} tools; the limit is {bounds.tools:,} (max_tools)", "tools")
+        for i, tool in enumerate(tools):
+            for steps in TOOL_SCHEMAS:
+                node: Any = tool
+                for step in steps:
+                    node = node.get(step) if isinstance(node, dict) else None
+                if node is not None:
+                    _check_schema_size(node, f"tools[{i}]." + ".".join(steps), bounds)
+    fmt = body.get("response_format")  # Chat Completions {type: json_schema, json_schema: {schema}}
+    if isinstance(fmt, dict) and isinstance(fmt.get("json_schema"), dict):
+        _check_schema_size(fmt["json_schema"].get("schema"), "response_format.json_schema.schema", bounds)
+    text = body.get("text")  # Responses {format: {type: json_schema, schema}}
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        _check_schema_size(text["format"].get("schema"), "text.format.schema", bounds)
+    if "metadata" in body and body["metadata"] is not None:
+        size = len(json.dumps(body["metadata"], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > bounds.metadata_bytes:
+            raise bad(f"is {size:,} bytes as JSON; the limit is {bounds.metadata_bytes:,} (max_metadata_bytes)",
+                      "metadata")
 
 
 def _text(content: Any, where: str) -> str | None:
@@ -295,8 +397,8 @@ def _check_answers_a_call(m: dict, role: str, open_calls: set[str] | None, where
 
 def _check_schema(schema: Any, where: str, depth: int = 0) -> None:
     """Enough JSON Schema to pack and forward: types known, properties objects, required names."""
-    if depth > 32:
-        raise bad("is nested deeper than 32 levels", where)
+    if depth > MAX_SCHEMA_DEPTH:  # the gateway's own bound (max_schema_depth, at most this) is checked first
+        raise bad(f"is nested deeper than {MAX_SCHEMA_DEPTH} levels", where)
     if not isinstance(schema, dict):
         raise bad(f"must be a JSON Schema object, not {type(schema).__name__}", where)
     t = schema.get("type")
@@ -369,6 +471,11 @@ def to_schema(messages: Any, tools: Any, max_messages: int = 512, max_tools: int
     return to_messages(messages, max_messages), to_tools(tools, max_tools)
 
 
+def _clip(name: str, keep: int = 80) -> str:
+    """A caller's string as an error quotes it: its first `keep` characters and its length, never all of it."""
+    return repr(name) if len(name) <= keep else f"{name[:keep]!r}… ({len(name):,} characters)"
+
+
 def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | None]:
     """("route", τ or None) for `router` / `router-<τ>`; ("pass", name) for a pool model."""
     if not isinstance(model, str) or not model:
@@ -382,14 +489,14 @@ def model_mode(model: Any, pool_names: list[str]) -> tuple[str, float | str | No
         except ValueError:
             tau = -1.0
         if not 0 <= tau <= 1:
-            raise bad(f"threshold in {model!r} must be a number within [0, 1], like router-0.7", "model")
+            raise bad(f"threshold in {_clip(model)} must be a number within [0, 1], like router-0.7", "model")
         return "route", tau
     if model not in pool_names and model.startswith("router"):
-        raise bad(f"{model[:60]!r} is neither 'router' nor 'router-<threshold>' (like router-0.7) nor a pool model",
+        raise bad(f"{_clip(model)} is neither 'router' nor 'router-<threshold>' (like router-0.7) nor a pool model",
                   "model")
     if model not in pool_names:
-        raise GatewayError(404, f"model {model!r} is not in the pool; use 'router' or one of: {', '.join(pool_names)}",
-                           param="model", type="model_not_found")
+        raise GatewayError(404, f"model {_clip(model)} is not in the pool; use 'router' or one of: "
+                           f"{', '.join(pool_names)}", param="model", type="model_not_found")
     return "pass", model
 
 

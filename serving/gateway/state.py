@@ -40,6 +40,7 @@ import anyio
 KINDS = ("answer", "cascade", "abandoned", "estimated", "expired", "explore")
 WINDOW_S = 60.0
 SWEEP_EVERY_S = 1.0  # expired reservations are looked for at most this often per process
+THREADS = 8  # worker threads a SQLite store may hold (calls beyond wait for one, within their deadline)
 
 
 def utc_day(now: float) -> str:
@@ -166,7 +167,13 @@ class SQLiteState(StateStore):
     """One SQLite file in WAL mode. Calls run in a worker thread (never on the event loop); writes are
     `BEGIN IMMEDIATE` transactions, so processes sharing the file on one machine stay consistent. A committed
     write survives `kill -9` of the process (synchronous=NORMAL: only a power loss may lose the last ones).
-    `path` ":memory:" keeps everything in this process (tests; announced by the gateway)."""
+    `path` ":memory:" keeps everything in this process (tests; announced by the gateway).
+
+    Every call has one deadline, `busy_timeout_s` from when it is made: the wait for this process's connection
+    (calls take turns on it) and SQLite's own wait for a file another process holds locked both count, so a
+    locked file turns each call into StateUnavailable after at most that long, however many are queued
+    (they would otherwise wait in turn: eight requests in flight took 44 s). The threads are this store's own
+    (`THREADS`), never the shared pool's."""
 
     name = "sqlite"
 
@@ -178,6 +185,7 @@ class SQLiteState(StateStore):
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                       timeout=busy_timeout_s)
+            self.busy_timeout_s = busy_timeout_s
             if self.durable:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
@@ -185,14 +193,25 @@ class SQLiteState(StateStore):
         except (sqlite3.Error, OSError) as e:
             raise StateUnavailable(f"state store {self.path}: {e}") from None
         self.lock = threading.Lock()
+        self.threads = anyio.CapacityLimiter(THREADS)
         self.last_sweep = 0.0
 
     async def _run(self, fn, *args, write: bool = False):
-        """`fn(*args)` in a worker thread, holding this connection; `write`: inside one BEGIN IMMEDIATE
-        transaction (committed whole, or rolled back whole on any error)."""
+        """`fn(*args)` in a worker thread, holding this connection, within `busy_timeout_s` of this call (the
+        wait for the connection included); `write`: inside one BEGIN IMMEDIATE transaction (committed whole, or
+        rolled back whole on any error)."""
+        deadline = time.monotonic() + self.busy_timeout_s
+
         def locked():
-            with self.lock:
+            if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                raise StateUnavailable(f"state store {self.path}: busy: no turn on the connection within "
+                                       f"{self.busy_timeout_s:g} s (the file is locked, or the store is overloaded)")
+            try:
+                left_ms = int((deadline - time.monotonic()) * 1e3)
+                if left_ms <= 0:
+                    raise StateUnavailable(f"state store {self.path}: busy: no turn within {self.busy_timeout_s:g} s")
                 try:
+                    self.db.execute(f"PRAGMA busy_timeout = {left_ms}")  # SQLite's wait: what is left of ours
                     if not write:
                         return fn(*args)
                     self.db.execute("BEGIN IMMEDIATE")
@@ -207,7 +226,9 @@ class SQLiteState(StateStore):
                     if self.db.in_transaction:
                         self.db.execute("ROLLBACK")
                     raise StateUnavailable(f"state store {self.path}: {e}") from None
-        return await anyio.to_thread.run_sync(locked)
+            finally:
+                self.lock.release()
+        return await anyio.to_thread.run_sync(locked, limiter=self.threads)
 
     def _totals(self, key_id: str, day: str) -> tuple[float, float]:
         row = self.db.execute("SELECT spent, reserved FROM budget WHERE key_id = ? AND day = ?", (key_id, day)).fetchone()

@@ -37,6 +37,8 @@ class Caller(BaseModel):
     @field_validator("roles", "permissions", mode="before")
     @classmethod
     def _sorted(cls, v):
+        if isinstance(v, str):  # a string is not a list of one name: "support" would be read as its letters
+            raise ValueError(f"must be a list of names, not the string {v[:40]!r}; write [{v[:40]}]")
         return tuple(sorted(set(v or ())))
 
 
