@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 JSON = Any
 
@@ -179,10 +179,22 @@ class Usage(BaseModel):
     input_tokens: int | None = Field(default=None, ge=0)
     output_tokens: int | None = Field(default=None, ge=0)
     reasoning_tokens: int | None = Field(default=None, ge=0)
+    # Of input_tokens, those read from / written to the provider's prompt cache (priced apart, data.pool.Prices).
+    cached_input_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
 
     @property
     def known(self) -> bool:
         return self.input_tokens is not None and self.output_tokens is not None
+
+    @model_serializer(mode="wrap")
+    def _without_unknown_cache(self, handler) -> dict[str, Any]:
+        """Cache counts only when a provider gave them: stored usage of uncached calls stays as it was."""
+        out = handler(self)
+        for k in ("cached_input_tokens", "cache_write_tokens"):
+            if out.get(k, 0) is None:
+                out.pop(k)
+        return out
 
 
 class Output(BaseModel):

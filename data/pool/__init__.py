@@ -49,7 +49,8 @@ DEFAULT_POOL = Path("configs/pool.yaml")
 PriceKind = Literal["token", "gpu_time", "query"]
 # The fields of each kind of price, and those a price of that kind must have.
 PRICE_FIELDS: dict[str, tuple[str, ...]] = {
-    "token": ("input_per_mtok", "output_per_mtok", "reasoning_per_mtok"),
+    "token": ("input_per_mtok", "output_per_mtok", "reasoning_per_mtok", "cached_input_per_mtok",
+              "cache_write_per_mtok"),
     "gpu_time": ("gpu_usd_per_hour", "gpu_seconds_per_query"),
     "query": ("usd_per_query",),
 }
@@ -59,12 +60,17 @@ PRICE_FORMS = ("{input_per_mtok: X, output_per_mtok: Y} (per million tokens), "
                "{gpu_usd_per_hour: X[, gpu_seconds_per_query: S]} (per GPU-second) or {usd_per_query: X}")
 KIND_WORDS = {"token": "per token", "gpu_time": "per GPU-second", "query": "per query"}
 BFCL_OPEN_WEIGHT_QUERIES = 1700  # BFCL divides its open-weight total latency by 1,700 queries
+# The APIs a pool model's provider may speak (data/pool_runner/apis/ sends each natively).
+APIS = ("openai_chat", "anthropic_messages", "openai_responses")
+Api = Literal["openai_chat", "anthropic_messages", "openai_responses"]
 
 
 class Prices(BaseModel):
     """What one model's calls cost, in USD: per token, per GPU-second or per query (module docstring).
 
-    Per token, reasoning tokens are billed as output unless `reasoning_per_mtok` is given.
+    Per token, reasoning tokens are billed as output unless `reasoning_per_mtok` is given, and input read from
+    the provider's prompt cache (`cached_input_per_mtok`) or written to it (`cache_write_per_mtok`) at the input
+    price unless those are given.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -72,6 +78,8 @@ class Prices(BaseModel):
     input_per_mtok: float | None = Field(default=None, ge=0)
     output_per_mtok: float | None = Field(default=None, ge=0)
     reasoning_per_mtok: float | None = Field(default=None, ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0, description="Input read from the cache.")
+    cache_write_per_mtok: float | None = Field(default=None, ge=0, description="Input written to the cache.")
     gpu_usd_per_hour: float | None = Field(default=None, ge=0, description="The serving node's price.")
     gpu_seconds_per_query: float | None = Field(
         default=None, gt=0, description="Node seconds per query; unset: each output's recorded latency."
@@ -113,7 +121,25 @@ class Prices(BaseModel):
         # OpenAI counts reasoning tokens inside completion_tokens; price them apart only when asked.
         output = usage.output_tokens if self.reasoning_per_mtok is None else max(usage.output_tokens - reasoning, 0)
         extra = reasoning * r_price if self.reasoning_per_mtok is not None else 0.0
-        return (usage.input_tokens * self.input_per_mtok + output * self.output_per_mtok + extra) / 1e6
+        return (self._input_usd(usage) + output * self.output_per_mtok + extra) / 1e6
+
+    def _input_usd(self, usage: Usage) -> float:
+        """Input tokens × their price (per million): cache reads and writes at theirs when the usage has them."""
+        cached, written = usage.cached_input_tokens or 0, usage.cache_write_tokens or 0
+        if not cached and not written:
+            return usage.input_tokens * self.input_per_mtok
+        fresh = max(usage.input_tokens - cached - written, 0)
+        return fresh * self.input_per_mtok + cached * self.cached_input_price + written * self.cache_write_price
+
+    @property
+    def cached_input_price(self) -> float:
+        """USD per million input tokens read from the cache (the input price when none is given)."""
+        return self.cached_input_per_mtok if self.cached_input_per_mtok is not None else self.input_per_mtok
+
+    @property
+    def cache_write_price(self) -> float:
+        """USD per million input tokens written to the cache (the input price when none is given)."""
+        return self.cache_write_per_mtok if self.cache_write_per_mtok is not None else self.input_per_mtok
 
     def output_cost_usd(self, out: Output) -> float | None:
         """Real cost of one recorded output: its usage and its latency, as this price needs."""
@@ -139,6 +165,7 @@ class PoolModel(BaseModel):
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
     prices: Prices
     prompt_style: Literal["native", "prompt"] = "native"
+    api: Api = Field(default="openai_chat", description="The API its provider speaks at base_url.")
     concurrency: int = Field(default=4, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=60.0, gt=0)
@@ -151,6 +178,15 @@ class PoolModel(BaseModel):
     send_metadata: bool = Field(
         default=False, description="Send metadata.example_id so a (replay) server can match by id."
     )
+
+    @field_validator("api", mode="before")
+    @classmethod
+    def _known_api(cls, v):
+        if v not in APIS:
+            raise ValueError(f"api {str(v)[:60]!r} is not one of {', '.join(APIS)}: give the API the provider at "
+                             "base_url speaks (openai_chat: POST /chat/completions, anthropic_messages: POST "
+                             "/messages, openai_responses: POST /responses)")
+        return v
 
     @field_validator("api_key_env")
     @classmethod

@@ -1,4 +1,4 @@
-"""One chat-completion call over HTTP, with retries that respect the server.
+"""One call of a model over HTTP in its provider's API, with retries that respect the server.
 
 Retried: 429, 408, 409 and 5xx responses, timeouts, dropped connections and
 unreadable 200 bodies. Waits honour `retry-after-ms` / `Retry-After`
@@ -6,7 +6,8 @@ unreadable 200 bodies. Waits honour `retry-after-ms` / `Retry-After`
 exponentially with jitter. Every attempt carries the same Idempotency-Key, so
 a server that honours it never charges twice for a retried call.
 
-API keys: the key goes into the Authorization header and nowhere else; every
+API keys: the key goes into the API's key header (`Authorization: Bearer`, or
+`x-api-key` for Anthropic Messages) and nowhere else; every
 message this module produces (including server error bodies, which some
 providers fill with the key they were given) passes through `redact`.
 
@@ -25,8 +26,9 @@ from typing import Any
 
 import httpx
 
+from data.pool_runner import apis
 from data.pool_runner.limits import RequestPacer
-from data.pool_runner.wire import WireError, parse_completion
+from data.pool_runner.wire import WireError
 from data.schema import Usage
 
 RETRY_STATUS = {408, 409, 429}
@@ -109,12 +111,12 @@ async def post_completion(
     policy: RetryPolicy,
     pacer: RequestPacer,
     rng: random.Random,
+    api: str = "openai_chat",
 ) -> CallResult:
-    """POST `body` to `url` until it answers, or raise CallFailed."""
+    """POST `body` (a request of `api`) to `url` until it answers, or raise CallFailed."""
     payload = json.dumps(body).encode()
-    headers = {"content-type": "application/json", "idempotency-key": idempotency_key}
-    if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
+    headers = {"content-type": "application/json", "idempotency-key": idempotency_key,
+               **apis.auth_headers(api, api_key)}
     secrets = [api_key] if api_key else []
     last = "no attempt made"
     status: int | None = None
@@ -132,7 +134,7 @@ async def post_completion(
             status = resp.status_code
             if status == 200:
                 try:
-                    raw, usage, _ = parse_completion(resp.content)
+                    raw, usage, _ = apis.parse_answer(api, resp.content)
                     return CallResult(raw, usage, time.monotonic() - t0, attempt + 1)
                 except WireError as e:
                     last = f"unreadable response: {e}"

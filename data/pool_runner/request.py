@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data.pool import Pool, PoolModel
+from data.pool_runner.apis import native_request
 from data.schema import Example, Tool
 
 # The function-doc prompt BFCL used for non-native models (paraphrased, same contract).
@@ -152,7 +153,8 @@ def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
 
 @dataclass
 class PlannedCall:
-    """One (example, model) call of a run: the request body and the hash that names it."""
+    """One (example, model) call of a run: the chat request body, and the hash of what is sent (the body in the
+    model's API) that names it."""
 
     example: Example
     model: PoolModel
@@ -168,7 +170,7 @@ def plan_calls(pool: Pool, examples: list[Example]) -> dict[str, list[PlannedCal
         calls = []
         for ex in examples:
             body = build_request(ex, m)
-            calls.append(PlannedCall(ex, m, body, request_hash(body)))
+            calls.append(PlannedCall(ex, m, body, request_hash(native_request(m.api, body))))
         out[m.name] = calls
     return out
 

@@ -121,18 +121,27 @@ def usage_to_wire(usage: Usage) -> dict[str, Any] | None:
     }
     if usage.reasoning_tokens is not None:
         out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    cache = {k: v for k, v in (("cached_tokens", usage.cached_input_tokens),
+                               ("cache_write_tokens", usage.cache_write_tokens)) if v is not None}
+    if cache:
+        out["prompt_tokens_details"] = cache
     return out
 
 
 def usage_from_wire(usage: dict[str, Any] | None) -> Usage:
-    """Input, output and reasoning tokens; reasoning stays None when the server did not say."""
+    """Input, output and reasoning tokens, and of the input those read from (`prompt_tokens_details.cached_tokens`)
+    and written to (`cache_write_tokens`, from a Messages upstream) the prompt cache; each stays None when the
+    server did not say."""
     if not usage:
         return Usage()
     details = usage.get("completion_tokens_details") or {}
+    prompt = usage.get("prompt_tokens_details") or {}
     return Usage(
         input_tokens=usage.get("prompt_tokens"),
         output_tokens=usage.get("completion_tokens"),
         reasoning_tokens=details.get("reasoning_tokens"),
+        cached_input_tokens=prompt.get("cached_tokens") if isinstance(prompt, dict) else None,
+        cache_write_tokens=prompt.get("cache_write_tokens") if isinstance(prompt, dict) else None,
     )
 
 

@@ -1,4 +1,5 @@
-"""A replay LLM endpoint: `/v1/chat/completions` answered from real recorded outputs.
+"""A replay LLM endpoint: `/v1/chat/completions`, `/v1/messages` and `/v1/responses` answered from real recorded
+outputs.
 
     switchcraft pool replay-server --outputs ../shared/data/bfcl_v1_pool_outputs_2024-08-11 --port 8099
 
@@ -6,7 +7,14 @@ Each request is answered with the recorded output and usage of the named
 model for that query (found by `metadata.example_id`, else by question text),
 formatted as an OpenAI chat completion (`data.pool_runner.wire`). The model
 is the request's `model` (a recording name, or a pool model id via
-`aliases`), or the path `/models/<recording>/v1/chat/completions`.
+`aliases`), or the path `/models/<recording>/v1/chat/completions`. The path
+says the API (Chat Completions, Anthropic Messages, OpenAI Responses): the
+request is matched the same way in each (data.pool_runner.apis `match_view`)
+and the recording answered in that API's shape (`message_body`,
+`response_body`), as that API's SSE events when it asks to `stream` (Chat
+Completions answers JSON whatever it asks). A recording without token counts
+is answered without `usage`. Messages requests may carry their key in
+`x-api-key`.
 
 It behaves like a billing provider: each generated answer is a *completion*;
 a request with an `Idempotency-Key` it has already answered is replayed from
@@ -28,9 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from data.pool_runner import apis
+from data.pool_runner.apis.anthropic_messages import message_body, message_events
+from data.pool_runner.apis.openai_responses import response_body, response_events
 from data.pool_runner.wire import message_from_raw, usage_to_wire
 from data.replay.recordings import ExampleIndex, Recordings
 
@@ -179,13 +190,44 @@ def completion_body(
     return body
 
 
+def native_body(api: str, chat: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion (`completion_body`) as `api`'s answer; `asked`: the request (Responses echo its fields)."""
+    if api == "openai_chat":
+        return chat
+    choice = chat["choices"][0]
+    usage = apis.usage_numbers(chat.get("usage"))
+    if api == "anthropic_messages":
+        out = message_body(choice["message"], choice["finish_reason"], usage, chat["model"])
+    else:
+        out = response_body(choice["message"], choice["finish_reason"], usage, chat["model"], asked)
+    if chat.get("usage") is None:
+        out.pop("usage")
+    return out
+
+
+def answer_response(api: str, payload: str, stream: bool) -> Response:
+    """The stored answer: JSON, or a Messages / Responses stream of it."""
+    if not stream or api == "openai_chat":
+        return Response(payload, media_type="application/json")
+    body = json.loads(payload)
+    events = message_events(body) if api == "anthropic_messages" else response_events(body)
+
+    async def each():
+        for chunk in events:
+            yield chunk
+
+    return StreamingResponse(each(), media_type="text/event-stream")
+
+
 def create_app(state: ReplayState) -> FastAPI:
     app = FastAPI(title="switchcraft replay endpoint")
     lock = state.lock
 
-    async def answer(request: Request, recording: str | None) -> Response:
+    async def answer(request: Request, recording: str | None, api: str = "openai_chat") -> Response:
         if state.api_key is not None:
             given = request.headers.get("authorization", "").removeprefix("Bearer ")
+            if api == "anthropic_messages" and "x-api-key" in request.headers:
+                given = request.headers["x-api-key"]
             if given != state.api_key:
                 # Real providers quote the key they got; the runner must redact it.
                 return _error(401, f"Incorrect API key provided: {given}.", "invalid_request_error")
@@ -200,7 +242,7 @@ def create_app(state: ReplayState) -> FastAPI:
                 f"model {body.get('model')!r} is not recorded; recorded: {sorted(state.recordings)}",
                 "not_found",
             )
-        example_id = state.index.match(body)
+        example_id = state.index.match(apis.match_view(api, body))
         rec = state.recordings[name].get(example_id) if example_id else None
         if rec is None:
             return _error(
@@ -219,6 +261,7 @@ def create_app(state: ReplayState) -> FastAPI:
             "example_id": example_id,
             "key": key,
             "attempt": attempt,
+            "api": api,
         }
 
         def log(outcome: str) -> None:
@@ -252,11 +295,8 @@ def create_app(state: ReplayState) -> FastAPI:
             log("idempotent_replay")
         else:
             # The answer is generated (and billed) here, whatever happens to the connection next.
-            payload = json.dumps(
-                completion_body(
-                    body.get("model", name), example_id, rec.raw, usage_to_wire(rec.usage)
-                )
-            )
+            chat = completion_body(body.get("model", name), example_id, rec.raw, usage_to_wire(rec.usage))
+            payload = json.dumps(native_body(api, chat, body))
             with lock:
                 state.completions[(name, example_id)] += 1
                 if key:
@@ -270,7 +310,7 @@ def create_app(state: ReplayState) -> FastAPI:
         if fault == "drop":
             log("drop")
             return DroppedConnection()
-        return Response(payload, media_type="application/json")
+        return answer_response(api, payload, body.get("stream") is True)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -279,6 +319,16 @@ def create_app(state: ReplayState) -> FastAPI:
     @app.post("/models/{recording}/v1/chat/completions")
     async def chat_as(recording: str, request: Request) -> Response:
         return await answer(request, recording)
+
+    def in_api(api: str):
+        async def endpoint(request: Request, recording: str | None = None) -> Response:
+            return await answer(request, recording, api)
+
+        return endpoint
+
+    for api, path in (("anthropic_messages", "/messages"), ("openai_responses", "/responses")):
+        app.add_api_route("/v1" + path, in_api(api), methods=["POST"])
+        app.add_api_route("/models/{recording}/v1" + path, in_api(api), methods=["POST"])
 
     @app.get("/v1/models")
     async def models() -> dict:

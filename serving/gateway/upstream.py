@@ -25,6 +25,13 @@ the endpoint's models are skipped (`rate_limited`, not sent) by every request,
 so a cascade never fans out over a provider that asked for a pause. When every
 candidate was rate-limited the answer is a 429 `upstream_rate_limited` with the
 soonest Retry-After, not a 502.
+
+Each model is asked in the API its provider speaks (its pool entry's `api`:
+openai_chat, anthropic_messages, openai_responses): the chat payload is sent as
+that API's request and its answer decoded back into a chat completion, usage
+and cache counts included (data/pool_runner/apis/, the pool runner's
+translators); a native stream's events are read as chat chunks
+(`NativeStream`), so everything after the upstream sees one shape.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from typing import Any
 import httpx
 
 from data.pool import Pool
+from data.pool_runner import apis
+from data.pool_runner.wire import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.metrics import GatewayMetrics
@@ -94,12 +103,9 @@ class Upstreams:
 
     def _request(self, model: str, payload: dict[str, Any]) -> httpx.Request:
         m = self.pool.get(model)
-        headers = {"content-type": "application/json"}
-        key = self._key(model)
-        if key:
-            headers["authorization"] = f"Bearer {key}"
+        headers = {"content-type": "application/json", **apis.auth_headers(m.api, self._key(model))}
         timeout = self.timeout_s or m.timeout_s
-        return self.http.build_request("POST", m.base_url.rstrip("/") + "/chat/completions", json=payload,
+        return self.http.build_request("POST", apis.url(m.base_url, m.api), json=apis.native_request(m.api, payload),
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
     def _key(self, model: str) -> str | None:
@@ -192,10 +198,14 @@ class Upstreams:
         if stream and "text/event-stream" in response.headers.get("content-type", ""):
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
-            return UpstreamResult(model, attempts, response=response)
+            api = self.pool.get(model).api
+            return UpstreamResult(model, attempts, response=response if api == "openai_chat"
+                                  else NativeStream(response, api))
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
-            data = json.loads(await response.aread())
-            valid = isinstance(data, dict) and isinstance(data.get("choices"), list)
+            data = apis.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
+            valid = isinstance(data.get("choices"), list)
+        except WireError:
+            valid = False
         except httpx.TimeoutException:
             return self._failed(attempts, model, "timeout", 200, t0, estimate)
         except (ValueError, httpx.TransportError):
@@ -257,6 +267,40 @@ class Upstreams:
             err = no_answer(attempts)
         err.attempts = [asdict(a) for a in attempts]
         return err
+
+
+class NativeStream:
+    """A Messages or Responses upstream's open stream, read as Chat Completions SSE lines (`data: {chunk}`, a
+    blank line, … `data: [DONE]`), so the passthrough (serving/gateway/streams.py) sees one shape."""
+
+    def __init__(self, response: httpx.Response, api: str) -> None:
+        self.response, self.api = response, api
+        self.status_code, self.headers = response.status_code, response.headers
+
+    async def aiter_lines(self):
+        decoder = apis.StreamDecoder(self.api)
+        event, data = None, []
+        async for line in self.response.aiter_lines():
+            if line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+            elif not line.strip() and data:
+                try:
+                    chunks = decoder.feed(event, json.loads("\n".join(data)))
+                except json.JSONDecodeError:
+                    chunks = []
+                event, data = None, []
+                for chunk in chunks:
+                    yield "data: " + json.dumps(chunk, separators=(",", ":"))
+                    yield ""
+                if decoder.done:
+                    yield "data: [DONE]"
+                    yield ""
+                    return
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
 
 
 def retry_after(headers: httpx.Headers) -> float | None:

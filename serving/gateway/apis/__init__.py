@@ -18,7 +18,6 @@ Modules: anthropic_messages.py (POST /v1/messages), openai_responses.py
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
+from data.pool_runner.apis.common import sse  # noqa: F401  (the translators' SSE event, one copy)
 from serving.gateway.errors import GatewayError, bad
 
 MESSAGE_PATH = re.compile(r"messages\[(\d+)\](.*)")
@@ -87,28 +87,11 @@ class Reply:
         return {**self.meta, "charged_usd": round(sum(c.usd for c in self.charged), 10),
                 "charged_estimated_usd": round(sum(c.usd for c in self.charged if c.estimated), 10)}
 
-    def message(self) -> tuple[str | None, list[dict], str | None]:
-        """(text, tool calls as [{id, name, arguments (JSON string)}], finish_reason) of the first choice."""
+    def choice(self) -> tuple[dict[str, Any], str | None]:
+        """(message, finish_reason) of the first choice ({} and None when there is none)."""
         choice = next(iter(self.body.get("choices") or []), None)
         message = (choice.get("message") if isinstance(choice, dict) else None) or {}
-        content = message.get("content")
-        if isinstance(content, list):  # content parts: their text
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-        calls = []
-        for tc in message.get("tool_calls") or []:
-            fn = tc.get("function") if isinstance(tc, dict) else None
-            if isinstance(fn, dict) and isinstance(fn.get("name"), str):
-                args = fn.get("arguments")
-                calls.append({"id": tc.get("id") if isinstance(tc.get("id"), str) else None, "name": fn["name"],
-                              "arguments": args if isinstance(args, str) else json.dumps(args or {})})
-        return (content if isinstance(content, str) and content else None), calls, \
-            choice.get("finish_reason") if isinstance(choice, dict) else None
-
-    def usage(self) -> tuple[int, int]:
-        """(input, output) tokens of the answer that was returned (0 when the provider sent none)."""
-        u = self.body.get("usage") if isinstance(self.body.get("usage"), dict) else {}
-        tokens_in, tokens_out = (u.get(k) for k in ("prompt_tokens", "completion_tokens"))
-        return (tokens_in if type(tokens_in) is int else 0), (tokens_out if type(tokens_out) is int else 0)
+        return message, choice.get("finish_reason") if isinstance(choice, dict) else None
 
 
 @dataclass(frozen=True)
@@ -124,15 +107,6 @@ class Api:
     key_header: str | None = None  # a header that may carry the API key instead of `Authorization: Bearer`
 
 
-def arguments_object(arguments: str) -> dict:
-    """A call's JSON-string arguments as an object (what Anthropic's `input` must be); {} when they are not one."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingResponse:
     """Events already made (a finished answer), sent as an SSE response."""
 
@@ -141,11 +115,6 @@ def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingR
             yield chunk
 
     return StreamingResponse(each(), media_type="text/event-stream", headers=headers)
-
-
-def sse(event: str, data: dict[str, Any]) -> bytes:
-    """One server-sent event with its name (the Anthropic client skips events without one)."""
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
 
 
 def check_keys(value: Any, where: str, known: set[str] | None = None) -> dict:

@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from serving.gateway.apis import (Api, Inbound, Reply, arguments_object, check_keys, copy_fields, event_stream,
-                                  kind_of, sse, string)
+from data.pool_runner.apis.anthropic_messages import message_body, message_events
+from data.pool_runner.apis.common import usage_numbers
+from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
 from serving.gateway.errors import GatewayError, bad
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
                422: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
-STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal", "stop": "end_turn"}
 DROPPED_BLOCKS = {"thinking", "redacted_thinking"}  # the model's own reasoning: no chat field carries it
 FIELDS = [(re.compile(r"tools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
           (re.compile(r"tools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
@@ -218,35 +217,16 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 
 
 def message(reply: Reply) -> dict[str, Any]:
-    """The served answer as an Anthropic Message."""
-    text, calls, finish = reply.message()
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    blocks += [{"type": "tool_use", "id": c["id"] or f"toolu_{uuid.uuid4().hex[:24]}", "name": c["name"],
-                "input": arguments_object(c["arguments"])} for c in calls]
-    stop = "tool_use" if calls else STOP_REASONS.get(finish, "end_turn")
-    tokens_in, tokens_out = reply.usage()
-    return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": reply.model,
-            "content": blocks, "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}, "switchcraft": reply.trace()}
+    """The served answer as an Anthropic Message (data/pool_runner/apis: the replay server's Messages too)."""
+    msg, finish = reply.choice()
+    return {**message_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model),
+            "switchcraft": reply.trace()}
 
 
 def events(msg: dict[str, Any]):
-    """A finished Message as the Messages stream: each block started, sent in one delta, stopped."""
+    """A finished Message as the Messages stream; message_stop carries `switchcraft`."""
     trace = msg.pop("switchcraft")
-    start = {**msg, "content": [], "stop_reason": None, "usage": {**msg["usage"], "output_tokens": 0}}
-    yield sse("message_start", {"type": "message_start", "message": start})
-    for i, block in enumerate(msg["content"]):
-        if block["type"] == "text":
-            opened, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
-        else:
-            opened = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
-        yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": opened})
-        yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
-        yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
-    yield sse("message_delta", {"type": "message_delta", "usage": msg["usage"],
-                                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None}})
-    yield sse("message_stop", {"type": "message_stop", "switchcraft": trace})
+    return message_events(msg, {"switchcraft": trace})
 
 
 def reply(r: Reply) -> Response:

@@ -30,13 +30,13 @@ response.output_item.done, then response.completed (its response carries
 from __future__ import annotations
 
 import re
-import time
-import uuid
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, sse, string
+from data.pool_runner.apis.common import usage_numbers
+from data.pool_runner.apis.openai_responses import response_body, response_events
+from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
 from serving.gateway.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -178,63 +178,15 @@ def _text_format(text: Any) -> dict[str, Any]:
 
 
 def response(reply: Reply) -> dict[str, Any]:
-    """The served answer as a Response."""
-    text, calls, finish = reply.message()
-    output: list[dict[str, Any]] = []
-    if text:
-        output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "status": "completed",
-                       "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]})
-    output += [{"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}",
-                "call_id": c["id"] or f"call_{uuid.uuid4().hex[:24]}", "name": c["name"],
-                "arguments": c["arguments"], "status": "completed"} for c in calls]
-    incomplete = finish == "length" and not calls
-    tokens_in, tokens_out = reply.usage()
-    asked = reply.request
-    return {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
-            "status": "incomplete" if incomplete else "completed", "model": reply.model, "output": output,
-            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None, "error": None,
-            "instructions": asked.get("instructions"), "metadata": asked.get("metadata"),
-            "tools": asked.get("tools") or [], "tool_choice": asked.get("tool_choice", "auto"),
-            "parallel_tool_calls": asked.get("parallel_tool_calls", True), "temperature": asked.get("temperature"),
-            "top_p": asked.get("top_p"), "max_output_tokens": asked.get("max_output_tokens"),
-            "previous_response_id": None, "store": False,
-            "usage": {"input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": 0},
-                      "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
-                      "total_tokens": tokens_in + tokens_out},
+    """The served answer as a Response (data/pool_runner/apis: the replay server's Responses too)."""
+    msg, finish = reply.choice()
+    return {**response_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model, reply.request),
             "switchcraft": reply.trace()}
 
 
 def events(done: dict[str, Any]):
-    """A finished Response as the Responses stream: created, each item added, its deltas, done, completed."""
-    n = 0
-
-    def event(kind: str, **data) -> bytes:
-        nonlocal n
-        n += 1
-        return sse(kind, {"type": kind, "sequence_number": n - 1, **data})
-
-    started = {k: v for k, v in done.items() if k not in ("switchcraft", "usage")}
-    started.update(status="in_progress", output=[], usage=None, incomplete_details=None)
-    yield event("response.created", response=started)
-    yield event("response.in_progress", response=started)
-    for i, item in enumerate(done["output"]):
-        ids = {"item_id": item["id"], "output_index": i}
-        if item["type"] == "message":
-            yield event("response.output_item.added", output_index=i, item={**item, "status": "in_progress",
-                                                                            "content": []})
-            part = item["content"][0]
-            yield event("response.content_part.added", **ids, content_index=0, part={**part, "text": ""})
-            yield event("response.output_text.delta", **ids, content_index=0, delta=part["text"], logprobs=[])
-            yield event("response.output_text.done", **ids, content_index=0, text=part["text"], logprobs=[])
-            yield event("response.content_part.done", **ids, content_index=0, part=part)
-        else:
-            yield event("response.output_item.added", output_index=i, item={**item, "status": "in_progress",
-                                                                            "arguments": ""})
-            yield event("response.function_call_arguments.delta", **ids, delta=item["arguments"])
-            yield event("response.function_call_arguments.done", **ids, name=item["name"],
-                        arguments=item["arguments"])
-        yield event("response.output_item.done", output_index=i, item=item)
-    yield event(f"response.{done['status']}", response=done)
+    """A finished Response as the Responses stream; its last event's response carries `switchcraft`."""
+    return response_events(done, hidden=("switchcraft",))
 
 
 def error_body(e: GatewayError) -> dict[str, Any]:
