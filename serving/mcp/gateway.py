@@ -13,6 +13,12 @@ not exist. `/mcp/<group>` lists one group's visible tools; `/mcp` lists the
 meta-tools and the safe default set (`default_tools`, else the caller's
 read-only tools, at most `max_default_tools`), in catalog order (config order of
 the servers, then each server's own order), so a listing is deterministic.
+
+When an upstream's listing changes (its announcement or the interval) or a
+server goes down or comes back, the catalog is rebuilt in the background and,
+if any list changed, a `ToolsListChanged` event goes on `bus`: every host
+holding a `subscriptions/listen` stream for tool-list changes gets
+`notifications/tools/list_changed` and re-lists.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import numpy as np
+from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from serving.gateway.auth import Identity, KeyStore
@@ -54,6 +61,9 @@ class McpGateway:
         self.snap: Snapshot = bridge.snapshot([])
         self._dirty = anyio.Event()
         self.rebuilds = 0
+        # Hosts' `subscriptions/listen` streams (server.py) hang on this bus; a changed listing is published on it.
+        self.bus = InMemorySubscriptionBus()
+        self.announced = 0  # tools/list_changed events published
 
     @classmethod
     def from_config(cls, cfg: McpConfig, encoder=None, keys: KeyStore | None = None) -> McpGateway:
@@ -83,11 +93,21 @@ class McpGateway:
         log.info("mcp catalog %s: %d tools in %d groups (%.0f ms)", self.snap.catalog.version,
                  len(self.snap.catalog), len(self.snap.catalog.groups), (time.perf_counter() - t0) * 1e3)
 
+    def listing_key(self) -> tuple:
+        """What every list depends on besides the caller: the catalog and which servers are up."""
+        return self.snap.catalog.version, tuple(u.up for u in self.upstreams)
+
     async def _rebuilder(self) -> None:
+        """Rebuild after each change; when the lists changed, tell the hosts listening for tool-list changes."""
+        published = self.listing_key()
         while True:
             await self._dirty.wait()
             self._dirty = anyio.Event()
             await anyio.to_thread.run_sync(self.rebuild)
+            if self.listing_key() != published:
+                published = self.listing_key()
+                self.announced += 1
+                await self.bus.publish(ToolsListChanged())
 
     @asynccontextmanager
     async def running(self, ready_timeout_s: float | None = None):

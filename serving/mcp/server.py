@@ -24,6 +24,7 @@ import os
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -55,6 +56,7 @@ def mcp_server(gw: McpGateway, fixed: tuple[Identity, str | None] | None = None)
         return await gw.call(ident, group, params.name, params.arguments)
 
     return Server("switchcraft-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                  on_subscriptions_listen=ListenHandler(gw.bus),
                   instructions="Tools from several MCP servers, filtered by your key. On /mcp: find_tools "
                                "searches every tool you may use, call_tool calls one.")
 

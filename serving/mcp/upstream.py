@@ -6,8 +6,10 @@
 
 The connection lives in `run`'s task (the SDK's client is a context manager
 that must be entered and left by one task); calls come from any task. The
-tools are re-listed every `refresh_s`, at once when the server sends
-`notifications/tools/list_changed`, and after a reconnect. A failed connect or
+tools are re-listed every `refresh_s`, at once when the server announces a
+change (`notifications/tools/list_changed` on a handshake-era session; an event
+on a `subscriptions/listen` stream the upstream holds open to a 2026-07-28
+server that declares `tools.listChanged`), and after a reconnect. A failed connect or
 listing, or a call that finds the connection closed, marks the server down:
 `on_change` runs so its tools leave the lists, and `run` retries after
 `retry_s[0]` seconds, doubling up to `retry_s[1]`.
@@ -26,6 +28,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from serving.mcp.config import UpstreamConfig
 
@@ -82,11 +85,13 @@ class Upstream:
             try:
                 # One scope round the whole connection: its deadline bounds the handshake, then is lifted.
                 with anyio.CancelScope(deadline=anyio.current_time() + self.cfg.connect_timeout_s) as scope:
-                    async with self._connect() as client:
+                    async with self._connect() as client, anyio.create_task_group() as tg:
                         scope.deadline = float("inf")
                         self._client, self._lost = client, ""
                         await self._list(client)
                         wait = self.retry_s[0]
+                        if _announces(client):
+                            tg.start_soon(self._listen, client)
                         while True:
                             with anyio.move_on_after(self.refresh_s):
                                 await self._wake.wait()
@@ -100,6 +105,17 @@ class Upstream:
                 self._mark_down(_describe(e))
             await anyio.sleep(wait)
             wait = min(wait * 2, self.retry_s[1])
+
+    async def _listen(self, client: Client) -> None:
+        """A 2026-07-28 server announces changes only on a `subscriptions/listen` stream: hold one open, re-list
+        on each event (and once when it opens, for a change between the listing and the subscription)."""
+        try:
+            async with client.listen(tools_list_changed=True) as sub:
+                self._wake.set()
+                async for _ in sub:
+                    self._wake.set()
+        except Exception as e:  # the interval still re-lists
+            log.info("mcp upstream %s: its tools/list_changed subscription ended (%s)", self.name, _describe(e))
 
     async def _list(self, client: Client) -> None:
         tools, cursor = [], None
@@ -159,6 +175,13 @@ class Upstream:
 
 class McpError(MCPError):
     """An error answered to the MCP host (JSON-RPC code, message, data): the SDK sends it as the error."""
+
+
+def _announces(client: Client) -> bool:
+    """The server speaks 2026-07-28 and says it announces tool-list changes (older ones send the notification
+    on the session, `_on_message`)."""
+    tools = client.server_capabilities.tools
+    return client.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(tools and tools.list_changed)
 
 
 def _names(tools: list[types.Tool]) -> list[str]:
