@@ -72,7 +72,7 @@ def print_first_screen(console: Console, headline, report: str | Path) -> None:
             _delta(r, best),
         )
     console.print(table)
-    notes = ["strategies: λ for the best single's accuracy, or for ≤ 20% / ≤ 10% of its cost",
+    notes = ["strategies: λ for the best single's accuracy, or for ≤ 20% / ≤ 10% / ≤ 100% of its cost",
              "Δ vs best: accuracy − best single's (paired); n.s.: its 95% interval holds 0"]
     if best is not None and best.get("tau"):
         notes.append(f"best single: {best['tau']}")

@@ -45,14 +45,16 @@ SHARED_ERRORS = 0.5
 ANCHORED = "≤ 20% of the consensus-ranked best single's cost (diagnostic)"
 
 
-def menu_apart(cd: CascadeData, fit_correct: np.ndarray, shared: float = SHARED_ERRORS) -> list:
-    """The strategy menu without agreement cascades between two models that share most of their errors by the
-    consensus labels (`data.consensus.error_sharing_pairs`, over every query's answers, as the labels themselves
-    are): consensus cannot see an error such a pair makes together, so it would overrate their agreement."""
+def menu_apart(cd: CascadeData, fit_correct: np.ndarray, shared: float = SHARED_ERRORS,
+               rows: np.ndarray | None = None) -> list:
+    """The strategy menu (`default_menu` on `rows` of `cd`) without agreement cascades between two models that
+    share most of their errors by the consensus labels (`data.consensus.error_sharing_pairs`, over every query's
+    answers, as the labels themselves are): consensus cannot see an error such a pair makes together, so it
+    would overrate their agreement."""
     from data.consensus import error_sharing_pairs
 
     pairs = error_sharing_pairs(cd.agree, fit_correct, shared=shared)
-    return [s for s in default_menu(cd) if s[0] == s[1] or not pairs[s[0], s[1]]]
+    return [s for s in default_menu(cd, rows) if s[0] == s[1] or not pairs[s[0], s[1]]]
 
 
 def given_budget(cd: CascadeData, k: int, fraction: float) -> float:
@@ -75,7 +77,6 @@ def consensus_fit_rows(cd: CascadeData, fit_correct: np.ndarray, probs: np.ndarr
     if fit_correct.shape != cd.data.correct.shape or probs.shape != cd.data.correct.shape:
         raise ValueError(f"consensus labels {fit_correct.shape} and probabilities {probs.shape} must match the "
                          f"true labels {cd.data.correct.shape}")
-    specs = menu_apart(cd, fit_correct)
     n = len(probs)
     # Per fold: the targets with each cost fraction turned into the truth-fit row's budget, then the diagnostic.
     n_t = len(TARGETS) + 1
@@ -90,6 +91,7 @@ def consensus_fit_rows(cd: CascadeData, fit_correct: np.ndarray, probs: np.ndarr
         budget = {f: given_budget(cd, k, f) for f in (0.1, 0.2)}
         targets = [("budget", budget[f]) if t == "cost_fraction" else (t, f) for t, f, _ in TARGETS]
         targets.append(("cost_fraction", 0.2))  # the diagnostic: the anchor read off the fit labels
+        specs = menu_apart(cdk, fit_correct, rows=train)  # a large pool's screen on the consensus-labelled rows
         sims[k] = simulate(cdk, specs, profiled_costs(cdk.data, train), fit_rows=train)
         policies, menu = fit_policies(cdk, probs, train, sims[k], specs, targets)
         for i, policy in enumerate(policies):
@@ -104,9 +106,9 @@ def consensus_fit_rows(cd: CascadeData, fit_correct: np.ndarray, probs: np.ndarr
             lam_params[t][k] = r.taus[k]
     # Scoring: sims[k] holds fold k's true labels on fold k's rows (the only rows read from it).
     names = [f"{prefix}, λ for {what}" for _, _, what in TARGETS] + [f"{prefix}, λ for {ANCHORED}"]
-    out = {name: _row_of_specs("", picks[i], sims, cd, specs, params[i]) for i, name in enumerate(names)}
+    out = {name: _row_of_specs("", picks[i], sims, cd, params[i]) for i, name in enumerate(names)}
     out["best fixed strategy on training folds, for ≤ 20% of best-single cost"] = _row_of_specs(
-        "", picks[-1], sims, cd, specs, {})
+        "", picks[-1], sims, cd, {})
     for t, what in (("match_best", "best-single accuracy"), ("cost_fraction", "≤ 10% of best-single cost")):
         out[f"switchcraft router, λ rule, λ for {what}"] = row_of_choice("", lam_choice[t], cd, lam_params[t])
     for name, r in out.items():

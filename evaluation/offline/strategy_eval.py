@@ -59,8 +59,8 @@ def row_of_choice(name: str, choice: np.ndarray, cd: CascadeData, params: dict |
                       np.ones(len(choice), int), np.zeros(len(choice), bool), dict(params or {}), chosen)
 
 
-def _row_of_specs(name: str, picks: np.ndarray, sim: dict[int, Simulated], cd: CascadeData, specs: list[Spec],
-                  params: dict) -> RowOutcome:
+def _row_of_specs(name: str, picks: np.ndarray, sim: dict[int, Simulated], cd: CascadeData, params: dict) -> RowOutcome:
+    """Each held-out row's pick (a column of its fold's simulation) as a RowOutcome."""
     n = len(picks)
     out = RowOutcome(name, np.zeros(n, bool), np.zeros(n), np.zeros(n), np.zeros(n, int), np.zeros(n, bool), params)
     for k, s in sim.items():
@@ -69,7 +69,7 @@ def _row_of_specs(name: str, picks: np.ndarray, sim: dict[int, Simulated], cd: C
         out.correct[rows], out.cost[rows] = s.correct[rows, cols], s.cost[rows, cols]
         out.latency[rows], out.calls[rows], out.escalated[rows] = s.latency[rows, cols], s.calls[rows, cols], s.escalated[rows, cols]
     fold_of = cd.data.folds
-    out.per_query = [spec_name(specs[j], cd.data.models, sim[fold_of[i]].rules.get(j) if fold_of[i] in sim else None)
+    out.per_query = [spec_name(sim[fold_of[i]].specs[j], cd.data.models, sim[fold_of[i]].rules.get(j))
                      for i, j in enumerate(picks)]
     out.chosen = Counter(out.per_query)
     return out
@@ -81,13 +81,14 @@ def _fold_split(cd: CascadeData, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(train), np.flatnonzero(test)
 
 
-def fold_simulations(cd: CascadeData, specs: list[Spec]) -> dict[int, Simulated]:
-    """Every spec simulated on every row, "cheaper" by each fold's profiled costs and resolve rules fitted on
-    each fold's training rows."""
+def fold_simulations(cd: CascadeData, specs: list[Spec] | None = None) -> dict[int, Simulated]:
+    """Per fold, every spec simulated on every row, "cheaper" by the fold's profiled costs and resolve rules
+    fitted on its training rows. Without `specs`, each fold's menu is `default_menu` on its training rows (a
+    large pool's model screen sees no held-out row)."""
     out = {}
     for k in cd.data.fold_ids:
         train = _fold_split(cd, k)[0]
-        out[k] = simulate(cd, specs, profiled_costs(cd.data, train), fit_rows=train)
+        out[k] = simulate(cd, specs or default_menu(cd, train), profiled_costs(cd.data, train), fit_rows=train)
     return out
 
 
@@ -96,17 +97,16 @@ def evaluate_strategy_policies(
     specs: list[Spec] | None = None, sims: dict[int, Simulated] | None = None, **fit_kw,
 ) -> dict[str, RowOutcome]:
     """The strategy policy at each target, routed on every held-out row, everything fitted on the other folds."""
-    specs = specs or default_menu(cd)
     sims = sims or fold_simulations(cd, specs)
     picks = np.zeros((len(targets), len(probs)), dtype=int)
     params: list[dict[int, float]] = [{} for _ in targets]
     for k in cd.data.fold_ids:
         train, test = _fold_split(cd, k)
-        policies, menu = fit_policies(cd, probs, train, sims[k], specs, targets, **fit_kw)
+        policies, menu = fit_policies(cd, probs, train, sims[k], sims[k].specs, targets, **fit_kw)
         for i, policy in enumerate(policies):
             picks[i, test] = np.asarray(menu)[policy.choose(probs[test])]
             params[i][k] = policy.lam
-    return {name: _row_of_specs(name, picks[i], sims, cd, specs, params[i]) for i, name in enumerate(names)}
+    return {name: _row_of_specs(name, picks[i], sims, cd, params[i]) for i, name in enumerate(names)}
 
 
 def evaluate_strategy_policy(cd: CascadeData, probs: np.ndarray, *, target: str = "cost_fraction",
@@ -120,13 +120,12 @@ def best_fixed_strategy(
     specs: list[Spec] | None = None, sims: dict[int, Simulated] | None = None,
 ) -> RowOutcome:
     """The one strategy (single or cascade) best on the training folds for the target, used for every query."""
-    specs = specs or default_menu(cd)
     sims = sims or fold_simulations(cd, specs)
     picks = np.zeros(len(cd.data.example_ids), dtype=int)
     for k in cd.data.fold_ids:
         train, test = _fold_split(cd, k)
         picks[test] = best_fixed_column(cd, sims[k], train, target, cost_fraction)
-    return _row_of_specs(name or "best fixed strategy", picks, sims, cd, specs, {})
+    return _row_of_specs(name or "best fixed strategy", picks, sims, cd, {})
 
 
 @dataclass

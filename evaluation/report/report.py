@@ -34,6 +34,8 @@ from evaluation.report.evaluate import (
 )
 from evaluation.report.plots import plot_curves, plot_strategies
 from evaluation.report.tables import (
+    category_groups_markdown,
+    category_groups_table,
     category_table,
     ceiling_markdown,
     headline,
@@ -106,6 +108,8 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
     plot_strategies(ev, head, out / "cost_accuracy_strategies.png")
     singles.to_csv(out / "singles.csv", index=False)
     cats.to_csv(out / "per_category.csv", index=False)
+    groups = category_groups_table(ev)
+    groups.to_csv(out / "per_category_group.csv", index=False)
     curves = [
         {"routing": n, "sweep": k, "param": p, "usd_per_million": c * 1e6, "accuracy": a}
         for n, r in ev.routers.items() for k, pts in (("tau", r.curve), ("lambda", r.lambda_curve)) for p, c, a in pts
@@ -120,6 +124,7 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         "headline": head.to_dict(orient="records"),
         "singles": singles.to_dict(orient="records"),
         "per_category": cats.to_dict(orient="records"),
+        "per_category_group": groups.to_dict(orient="records"),
         "imputed_costs": ev.data.imputed_costs,
         "calibrated_tau_per_fold": {n: r.taus for n, r in ev.routers.items()},
         "frugal_tau_per_fold": {n: r.taus for n, r in ev.frugal.items()},
@@ -153,6 +158,9 @@ def write_report(ev: Evaluation, out_dir: str | Path, *, title: str = "switchcra
         *(["## The router against the category prior", "", router_vs_prior_markdown(vs_prior), ""] if vs_prior else []),
         "## Every single model", "", markdown_table(singles), "",
         "## Accuracy per category", "", markdown_table(cats), "",
+        "## Where routing pays: groups of categories", "",
+        "Each group's held-out queries on their own, intervals paired with the best single model (chosen on the "
+        "training folds over all categories) on the same queries.", "", category_groups_markdown(groups), "",
     ]
     if ev.ceilings:
         lines += ["## Can this pool meet the cost targets? (in-sample ceiling)", "", ceiling_markdown(ev.ceilings), ""]

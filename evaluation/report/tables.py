@@ -193,3 +193,47 @@ def ceiling_markdown(ceilings: list[Ceiling]) -> str:
         "best mix of two": c.mix or "(none)", "mix accuracy": round(c.mix_accuracy, 3),
         "reaches best-single accuracy": "yes" if c.reaches_best_single else "no"} for c in ceilings])
     return text + "\n\n" + markdown_table(rows)
+
+
+def category_group(category: str) -> str:
+    """BFCL's categories in three groups: whether to call at all (irrelevance, relevance), the user-contributed
+    `live_*` requests, and the rest (curated, non-live). Other benchmarks keep their category."""
+    if "relevance" in category:
+        return "call or not (irrelevance, relevance)"
+    return "live" if category.startswith("live_") else "non-live"
+
+
+def category_groups_table(ev: Evaluation) -> pd.DataFrame:
+    """Per group of categories (`category_group`; the categories themselves where that leaves one group): the
+    strategy rows, the best single, the cheapest model and the oracle, with 95% intervals paired with the best
+    single model on the group's held-out queries. Where routing pays, and where a request is "call or not"."""
+    cats = ev.data.categories.astype(str)
+    groups = np.array([category_group(c) for c in cats])
+    if len(set(groups.tolist())) < 2:
+        groups = cats
+    named = {name: r for name, r, *_ in headline_rows(ev)
+             if name.startswith(STRATEGIES) or name in ("best single model", "cheapest model", "oracle")}
+    out = []
+    for g in sorted(set(groups.tolist())):
+        idx = np.flatnonzero(groups == g)
+        ci = paired_bootstrap({n: (r.correct[idx], r.cost[idx]) for n, r in named.items()}, reference="best single model")
+        best_cost = float(named["best single model"].cost[idx].mean())
+        for name, r in named.items():
+            acc, cost = float(r.correct[idx].mean()), float(r.cost[idx].mean())
+            out.append({"group": g, "queries": len(idx), "routing": name, "accuracy": acc,
+                        "accuracy_ci_low": ci[name].accuracy.low, "accuracy_ci_high": ci[name].accuracy.high,
+                        "delta_accuracy_ci_low": ci[name].delta_accuracy.low,
+                        "delta_accuracy_ci_high": ci[name].delta_accuracy.high,
+                        "usd_per_million": cost * 1e6, "cost_share_of_best_single": cost / best_cost if best_cost else np.nan})
+    return pd.DataFrame(out)
+
+
+def category_groups_markdown(table: pd.DataFrame) -> str:
+    rows = pd.DataFrame([{
+        "group (queries)": f"{r['group']} ({r['queries']:,})", "routing": r["routing"],
+        "accuracy [95% CI]": f"{r['accuracy']:.3f} [{r['accuracy_ci_low']:.3f}, {r['accuracy_ci_high']:.3f}]",
+        "Δ vs best single [95% CI]": ("reference" if r["routing"] == "best single model" else
+                                      f"[{r['delta_accuracy_ci_low']:+.3f}, {r['delta_accuracy_ci_high']:+.3f}]"),
+        "$ / M": f"{r['usd_per_million']:,.0f}", "cost vs best single": f"{r['cost_share_of_best_single']:.0%}",
+    } for r in table.to_dict(orient="records")])
+    return markdown_table(rows)

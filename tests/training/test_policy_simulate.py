@@ -268,3 +268,45 @@ def StrategyPolicy_fit_zero(cd, probs):
     sim = simulate(cd, specs, COSTS)
     return StrategyPolicy.fit(cd.data.models, [to_strategy(x, cd.data.models) for x in specs], probs, sim.correct,
                               sim.cost, c=0.0, lam=20.0)
+
+
+def _large_pool(m=10, n=400, seed=0):
+    """m models: 0 and 1 cheap, right on different halves of the rows, agreeing only where both are right; the last
+    one strong and dear; the rest dear and mostly wrong."""
+    rng = np.random.default_rng(seed)
+    correct = rng.random((n, m)) < 0.3
+    correct[:, 0], correct[:, 1] = np.arange(n) % 2 == 0, np.arange(n) % 3 != 0
+    correct[:, -1] = rng.random(n) < 0.95
+    agree = np.zeros((n, m, m), bool)
+    for a in range(m):
+        for b in range(m):
+            agree[:, a, b] = (a == b) | (correct[:, a] & correct[:, b])
+    cost = np.tile(np.r_[1.0, 1.5, np.full(m - 3, 20.0), 30.0], (n, 1))
+    names = [f"m{j}" for j in range(m)]
+    data = RoutingData([f"x:{i}" for i in range(n)], np.array(["c"] * n), names, correct, cost, np.arange(n) % 5)
+    return CascadeData(data, agree, np.ones((n, m)), {x: n for x in names})
+
+
+def test_a_large_pool_builds_its_cascades_from_the_screened_models_and_keeps_every_single():
+    from training.policy.fit import MENU_MODELS, default_menu, screen_models
+
+    cd = _large_pool()
+    keep = screen_models(cd, np.arange(400))
+    assert len(keep) == MENU_MODELS and {0, 1, 9} <= set(keep)  # the two cheap complements and the strong one
+    menu = default_menu(cd)
+    assert {s[0] for s in menu if s[0] == s[1]} == set(range(10))  # every model stays a single
+    used = {c for s in menu if s[0] != s[1] for c in (s[0], s[1], s[3], *([s[2]] if s[2] is not None else []))}
+    assert used == set(keep)
+    assert len(menu) == len(menu_of(MENU_MODELS)) + 2  # the two unscreened models as singles
+
+
+def test_the_screen_reads_only_the_rows_it_is_given():
+    from training.policy.fit import screen_models
+
+    cd = _large_pool()
+    rows = np.arange(200)
+    flipped = cd.data.correct.copy()
+    flipped[200:] = ~flipped[200:]
+    other = CascadeData(RoutingData(cd.data.example_ids, cd.data.categories, cd.data.models, flipped, cd.data.cost,
+                                    cd.data.folds), cd.agree, cd.latency, cd.latency_known)
+    assert screen_models(cd, rows) == screen_models(other, rows)

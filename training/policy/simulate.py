@@ -111,13 +111,16 @@ class CascadeData:
                            None if self.kinds is None else self.kinds[rows])
 
 
-def menu_of(m: int, *, tie_breakers: bool = True, rules: Sequence[float] = ()) -> list[Spec]:
+def menu_of(m: int, *, tie_breakers: bool = True, rules: Sequence[float] = (),
+            among: Sequence[int] | None = None) -> list[Spec]:
     """Every single model and every agree(a, b[, t] → e) over m models (a < b; e any model, t any other);
-    with `rules`, each agreement again with resolve rules fitted at each tolerance."""
+    with `rules`, each agreement again with resolve rules fitted at each tolerance. `among`: the columns the
+    agreements are built from (default all; every model stays on the menu as a single)."""
     specs: list[Spec] = [(j, j, None, j) for j in range(m)]
-    for a, b in itertools.combinations(range(m), 2):
-        for e in range(m):
-            for t in [None, *(t for t in range(m) if t not in (a, b, e) and tie_breakers)]:
+    pool = sorted(set(range(m) if among is None else among))
+    for a, b in itertools.combinations(pool, 2):
+        for e in pool:
+            for t in [None, *(t for t in pool if t not in (a, b, e) and tie_breakers)]:
                 specs.append((a, b, t, e))
                 specs += [(a, b, t, e, tol) for tol in rules]
     return specs
@@ -151,6 +154,7 @@ class Simulated:
     calls: np.ndarray  # int, n × s
     escalated: np.ndarray  # bool, n × s: the first models disagreed (the tie-breaker or e was asked)
     rules: dict[int, dict[str, str]] = field(default_factory=dict)  # spec index -> its fitted resolve rule
+    specs: list[Spec] = field(default_factory=list)  # the specs the columns stand for
 
 
 Run = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # correct, cost, latency, calls, escalated
@@ -224,7 +228,8 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
     models = cd.data.models
     price = dict(zip(models, np.asarray(costs, dtype=float).tolist()))
     n, s = len(cd.data.correct), len(specs)
-    out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int), np.zeros((n, s), bool))
+    out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int),
+                    np.zeros((n, s), bool), specs=list(specs))
     runs: dict[Strategy, Run] = {}  # the runs of the current agreement's variants (its rules share them)
     memo: dict = {}  # row_cases per (a, b, t)
 
