@@ -4,7 +4,7 @@ switchcraft verify CASES.jsonl [--out FILE]
 switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
 switchcraft label --consensus [--truth LABELS.parquet]     # no ground truth: agreement among the pool (data/consensus.py)
 switchcraft verify-agreement [--run-dir runs/default]
-switchcraft verify-agreement --source bfcl_v3 --run-dir runs/v3
+switchcraft verify-agreement --source bfcl_v3 --run-dir runs/v3 [--sample 50 --seed 0]
 """
 
 from __future__ import annotations
@@ -155,13 +155,18 @@ def agreement_command(
     config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
     data_root: str = typer.Option(None, help="Override the config's data_root."),
     source: str = typer.Option("bfcl_v1", help="bfcl_v1 (71 models x 1,630 queries) or bfcl_v3 (the 2025 run)."),
+    sample: int = typer.Option(0, help="bfcl_v3: also write a seeded sample of this many disagreements, stratified "
+                               "over categories (agreement_v3_sample.csv), for checking by hand."),
+    seed: int = typer.Option(0, help="bfcl_v3: the sample's seed."),
 ) -> None:
     """Compare our verdicts with BFCL's checker on all 71 models x 1,630 queries (or the BFCL v3 run of 2025)."""
     from data.verify.bfcl_agreement import run_agreement, write_agreement_report
 
     cfg = _data_paths(config, data_root)
     if source == "bfcl_v3":
-        return _agreement_v3(cfg, run_dir)
+        return _agreement_v3(cfg, run_dir, sample, seed)
+    if sample:
+        fail("--sample goes with --source bfcl_v3")
     if source != "bfcl_v1":
         fail(f"--source {source!r}: choose bfcl_v1 or bfcl_v3")
     paths = (cfg.source_path("bfcl_v1"), cfg.output_path("bfcl_v1"), cfg.output_path("checker_verdicts"))
@@ -183,18 +188,43 @@ def _print_agreement(rep, md: Path, csv_path: Path, note: str = "") -> None:
     typer.echo(f"wrote {md} and {csv_path}")
 
 
-def _agreement_v3(cfg, run_dir: Path) -> None:
-    from data.verify.bfcl_v3_agreement import run_v3_agreement, write_v3_report
+def _agreement_v3(cfg, run_dir: Path, sample: int, seed: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from data.verify.bfcl_v3_agreement import (category_table, class_table, model_table, revision_lines,
+                                               run_v3_agreement, sample_disagreements, write_v3_report)
 
     paths = (cfg.source_path("bfcl_v3"), cfg.output_path("bfcl_v3"), cfg.output_path("bfcl_v3_checker_verdicts"))
     if not all(paths):
         fail("the data config needs sources.bfcl_v3, outputs.bfcl_v3 and outputs.bfcl_v3_checker_verdicts")
+    if sample < 0:
+        fail(f"--sample {sample}: give a number of disagreements (0: no sample)")
     try:
-        rep = run_v3_agreement(*paths)
+        rep = run_v3_agreement(*paths, v1_questions=cfg.source_path("bfcl_v1"))
     except DataError as e:
         fail(str(e))
-    _print_agreement(rep, *write_v3_report(rep, run_dir),
-                     note=f" ({sum(rep.no_answer.values()):,} inference errors not compared)")
+    drawn = sample_disagreements(rep.rows, sample, seed) if sample else None
+    md, csv_path = write_v3_report(rep, run_dir, drawn)
+    typer.echo(f"overall agreement: {rep.overall:.2%} over {rep.compared:,} pairs "
+               f"({sum(rep.no_answer.values()):,} inference errors not compared); {rep.own_overall:.2%} without "
+               f"the models whose verdicts are of another run ({', '.join(sorted(rep.other_run)) or 'none'})")
+    console = Console(width=200)
+    for title, (head, rows) in (("Per category", category_table(rep)), ("Per model", model_table(rep)),
+                                ("Disagreement classes", class_table(rep))):
+        table = Table(title=title)
+        for i, col in enumerate(head):
+            table.add_column(col, justify="left" if i == 0 or col in ("class", "categories") else "right",
+                             no_wrap=col != "categories")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    for cause, n in rep.by_cause().items():
+        typer.echo(f"{cause}: {n:,}")
+    for line in revision_lines(rep):
+        typer.echo(line)
+    extra = f", {run_dir / 'agreement_v3_sample.csv'} ({len(drawn)} disagreements, seed {seed})" if drawn else ""
+    typer.echo(f"wrote {md} and {csv_path}{extra}")
 
 
 def register(app: typer.Typer) -> None:

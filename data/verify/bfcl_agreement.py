@@ -187,7 +187,7 @@ def classify(example: Example, bfcl: dict, c: Checked) -> str:
         return "decode_difference"
     if cat.startswith("executable_"):
         return "execution_equivalent"
-    failed = _failed_argument(example, c)
+    failed = failed_argument(example, c)
     if failed is not None:
         value, acceptable = failed
         if any(_bfcl_equal(value, a) for a in acceptable):
@@ -236,7 +236,7 @@ def _relevance_call_class(example: Example, c: Checked) -> str:
     return "relevance_call_made" if names and head.startswith(names[0]) else "decoder_code_in_prose"
 
 
-def _failed_argument(example: Example, c: Checked) -> tuple[Any, list] | None:
+def failed_argument(example: Example, c: Checked) -> tuple[Any, list] | None:
     """The value our verdict names and its acceptable values, from the decoded call."""
     m = _FAILED_ARG.match(c.verdict.detail)
     if not m or not c.calls:

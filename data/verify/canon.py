@@ -5,7 +5,9 @@ Rules (each has unit cases in tests/data/test_verify_canon.py):
 - trivial punctuation (. , ; : ! ? and quote marks) does not matter, except
   between two digits ("1.5" is not "15"); periods join ("U.S." = "US");
 - underscores, and hyphens between letters, separate words like spaces
-  ("engine_size" = "engine size"); markdown escapes are dropped (`\_` = `_`);
+  ("engine_size" = "engine size"); markdown escapes are dropped (`\_` = `_`),
+  and so is markdown bold around the whole value (`**No answer.**` = `No answer.`);
+- spaces around `<` and `>` do not matter (`x > 5` = `x>5`, `echo. > f.txt` = `echo.>f.txt`);
 - math expressions compare by their syntax tree: `x^2` = `x**2`, `2x` =
   `2*x`, and a `lambda x:` / `f(x) =` / `y =` head is ignored;
 - ISO-8601 dates and datetimes compare as instants: `Z` is `+00:00`, the
@@ -117,6 +119,10 @@ _QUOTES = re.compile(r"[\"'`\u2018\u2019\u201c\u201d]")
 _SPACE = re.compile(r"\s+")
 # Markdown escapes models put in values ("JDBC\_session").
 _MD_ESCAPE = re.compile(r"\\([_*`#~\[\]])")
+# Markdown bold around the whole value ("**No answer found.**"): emphasis, not content.
+_MD_BOLD = re.compile(r"^\*\*(?!\*)((?:(?!\*\*).)+)(?<!\*)\*\*$", re.DOTALL)
+# Spaces around < and > (comparisons, shell redirection): "x > 5" = "x>5", "echo. > f.txt" = "echo.>f.txt".
+_ANGLE = re.compile(r"\s*([<>])\s*")
 # Word separators: "engine_size" = "engine size", "gluten-free" = "gluten free"
 # (a hyphen only between letters: "-5" and "2024-01-02" keep theirs).
 _WORD_SEP = re.compile(r"_|(?<=[^\W\d_])-(?=[^\W\d_])")
@@ -151,7 +157,8 @@ def canon_string(text: str) -> str:
         kind = "dt" if isinstance(instant, datetime) else "d"
         aware = "z" if isinstance(instant, datetime) and instant.tzinfo else ""
         return f"\x00{kind}{aware}:{instant.isoformat()}"
-    s = text.casefold()
+    s = _MD_BOLD.sub(r"\1", text.strip()).casefold()
+    s = _ANGLE.sub(r"\1", s)
     s = _MD_ESCAPE.sub(r"\1", s)
     s = _QUOTES.sub("", s)
     s = _WORD_SEP.sub(" ", s)

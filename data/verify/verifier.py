@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from data.decoders.base import is_no_answer
+from data.pycall import POSITIONAL_PREFIX
 from data.schema import Expected, Tool
 from data.verify.defaults import NO_DEFAULT, documented_default
 from data.verify.matching import has_perfect_matching, max_matching
@@ -214,6 +215,8 @@ def _call_problem(p: Prepared, name: str, args: dict, e: PreparedCall) -> tuple[
     for k, v in args.items():
         schema = props.get(k) if props is not None else None
         if props is not None and schema is None:
+            if k.startswith(POSITIONAL_PREFIX) and _is_empty(v):
+                continue  # `f({})`, `f(None)`: an empty value given by position, bound to no parameter, gives nothing
             return ("unexpected_param", f"argument {k!r} is not a parameter of {e.name!r}")
         if k not in e.args:
             # The answer leaves it out; the model may still spell out the documented

@@ -93,6 +93,15 @@ def test_parameter_not_in_schema_is_rejected():
     assert v.reason == "unexpected_param" and "'country'" in v.detail
 
 
+def test_empty_positional_value_binding_no_parameter_gives_nothing():
+    # `f({})` to a tool without parameters: the empty object, given by position, is no argument.
+    doc = fn("adriel_tech_stack", {})
+    assert check(doc, [{"adriel_tech_stack": {}}], [call("adriel_tech_stack", _pos0={})]).correct
+    assert check(doc, [{"adriel_tech_stack": {}}], [call("adriel_tech_stack", _pos0=None)]).correct
+    v = check(doc, [{"adriel_tech_stack": {}}], [call("adriel_tech_stack", _pos0={"a": 1})])
+    assert v.reason == "unexpected_param" and "'_pos0'" in v.detail
+
+
 def test_parameter_in_schema_but_not_in_answer_is_rejected():
     doc = fn("f", {"a": {"type": "integer"}, "b": {"type": "integer"}}, required=["a"])
     v = check(doc, [{"f": {"a": [1]}}], [call("f", a=1, b=2)])

@@ -47,6 +47,18 @@ def test_word_separators_and_markdown_escapes():
     assert not same("-5", "5")
 
 
+def test_markdown_bold_around_the_whole_value_is_emphasis():
+    assert same("**Logistic regression is not present in the text.**", "Logistic regression is not present in the text.")
+    assert not same("**a** and **b**", "a and b")  # bold pieces inside a value are kept
+    assert not same("2**3", "23")
+
+
+def test_spaces_around_angle_brackets_do_not_matter():
+    assert same("echo. > C:\\testing.txt", "echo.>C:\\testing.txt")
+    assert same("x > 5", "x>5")
+    assert not same("Ha Noi", "Hanoi")  # other spacing still counts
+
+
 def test_iso_dates_and_datetimes_compare_as_instants():
     assert same("2024-03-05T10:00:00+02:00", "2024-03-05 08:00:00Z")
     assert same("2024-03-05T08:00:00Z", "2024-03-05T08:00:00+00:00")
