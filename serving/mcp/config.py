@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
 from serving.gateway.auth import AuthSettings
+from serving.gateway.config import StateSettings
 from serving.tools.config import RetrievalConfig
 from serving.tools.policy import AccessPolicy
 
@@ -118,6 +119,9 @@ class McpConfig(BaseModel):
     policy: AccessPolicy = Field(default_factory=AccessPolicy)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     log_path: str | None = Field(default="runs/mcp/calls.jsonl", description="One JSON line per call; null: none.")
+    state: StateSettings | None = Field(default=None, description="The chat gateway's shared store (`state:` of "
+                                        "configs/serving.yaml: `path` for SQLite, `redis_url` for Redis) holding "
+                                        "each key's per-minute window, so replicas on it agree; null: per process.")
 
     @model_validator(mode="after")
     def _unique(self) -> McpConfig:

@@ -54,7 +54,11 @@ def unknown_tool(name: str) -> McpError:
 class McpGateway:
     def __init__(self, cfg: McpConfig, keys: KeyStore, bridge: Bridge, ledger: Ledger | None = None) -> None:
         self.cfg, self.keys, self.bridge = cfg, keys, bridge
-        self.ledger = ledger or Ledger(cfg.log_path)
+        if ledger is None:
+            from serving.gateway.state import open_state
+
+            ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None)
+        self.ledger = ledger
         self.upstreams = [Upstream(u, self._changed, refresh_s=cfg.refresh_s, retry_s=cfg.retry_s)
                           for u in cfg.upstreams]
         self.by_name = {u.name: u for u in self.upstreams}
@@ -127,6 +131,8 @@ class McpGateway:
                 yield self
             finally:
                 tg.cancel_scope.cancel()
+                if self.ledger.store is not None:
+                    await self.ledger.store.aclose()
 
     def status(self) -> dict[str, Any]:
         return {"catalog_version": self.snap.catalog.version, "tools": len(self.snap.catalog),
@@ -196,7 +202,7 @@ class McpGateway:
         t0 = time.perf_counter()
         target, upstream, outcome, code = name, "", "ok", None
         try:
-            self.ledger.admit(ident)
+            await self.ledger.admit(ident)
             if group is None and name == FIND_TOOLS:
                 args = arguments or {}
                 query, k = args.get("query"), args.get("k", self.cfg.find_k)

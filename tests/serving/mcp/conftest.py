@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +107,36 @@ def mcp_gateway(encoder, tmp_path_factory, request):
     yield Running(f"http://127.0.0.1:{cfg.port}", gw, root, work / "calls.jsonl")
     server.should_exit = True
     thread.join(30)
+
+
+TOY = str(Path(__file__).with_name("toy_server.py"))
+
+
+def toy(tmp_path: Path, name: str = "toy", **fields) -> dict:
+    """An upstream entry for tests/serving/mcp/toy_server.py (its tool file and log under tmp_path)."""
+    return {"name": name, "command": sys.executable, "args": [TOY],
+            "env": {"TOY_TOOLS": str(tmp_path / f"{name}_tools.json"), "TOY_LOG": str(tmp_path / f"{name}_log.jsonl")},
+            **fields}
+
+
+@contextmanager
+def gateway_on(tmp_path: Path, encoder, upstreams: list[dict], keys=None, **fields):
+    """A gateway for `upstreams` on a free loopback port (keys off unless `keys`, a KeyStore): (gateway, url)."""
+    from evaluation.bench.mcp_recall import serve_in_thread
+    from serving.mcp import McpGateway, http_app
+    from serving.mcp.config import McpConfig
+
+    port = free_port()
+    cfg = McpConfig.model_validate({"port": port, "upstreams": upstreams, "auth": {"mode": "keys" if keys else "none"},
+                                    "index_dir": None, "log_path": str(tmp_path / f"calls-{port}.jsonl"),
+                                    "retry_s": [0.2, 1.0], **fields})
+    gw = McpGateway.from_config(cfg, encoder=encoder, keys=keys)
+    server = serve_in_thread(http_app(gw), port)
+    try:
+        yield gw, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        server.thread.join(30)
 
 
 def children_running(marker: str) -> list[int]:

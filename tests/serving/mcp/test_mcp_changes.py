@@ -5,45 +5,13 @@ the hosts holding a `subscriptions/listen` stream; the new tool is listed, found
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import contextmanager
-from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.serving.mcp.conftest import free_port, sdk_client, structured
+from tests.serving.mcp.conftest import gateway_on, sdk_client, structured, toy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-TOY = str(Path(__file__).with_name("toy_server.py"))
-
-
-def toy(tmp_path: Path, name: str = "toy", **fields) -> dict:
-    return {"name": name, "command": sys.executable, "args": [TOY],
-            "env": {"TOY_TOOLS": str(tmp_path / f"{name}_tools.json"), "TOY_LOG": str(tmp_path / f"{name}_log.jsonl")},
-            **fields}
-
-
-@contextmanager
-def gateway_on(tmp_path: Path, encoder, upstreams: list[dict], **fields):
-    """A gateway (keys off) for `upstreams` on a free loopback port: (gateway, base url)."""
-    from evaluation.bench.mcp_recall import serve_in_thread
-    from serving.mcp import McpGateway, http_app
-    from serving.mcp.config import McpConfig
-
-    port = free_port()
-    cfg = McpConfig.model_validate({"port": port, "upstreams": upstreams, "auth": {"mode": "none"},
-                                    "index_dir": None, "log_path": str(tmp_path / "calls.jsonl"),
-                                    "retry_s": [0.2, 1.0], **fields})
-    gw = McpGateway.from_config(cfg, encoder=encoder)
-    server = serve_in_thread(http_app(gw), port)
-    try:
-        yield gw, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        server.thread.join(30)
-
-
 async def change_seen(url: str, change, timeout_s: float = 30.0):
     """Subscribe on /mcp/toy, apply `change()`, wait for the event; the group's names before and after."""
     async with sdk_client(url + "/mcp/toy", None) as c:

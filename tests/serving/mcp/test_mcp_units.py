@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import mcp_types as types
 import pytest
 
@@ -48,11 +49,25 @@ def test_rate_limit_per_key_and_minute():
     now = [0.0]
     ledger = Ledger(clock=lambda: now[0])
     ident = Identity("k", Caller(), KeyLimits(requests_per_minute=2))
-    ledger.admit(ident)
-    ledger.admit(ident)
+    admit = lambda i: anyio.run(ledger.admit, i)  # noqa: E731
+    admit(ident)
+    admit(ident)
     with pytest.raises(McpError) as e:
-        ledger.admit(ident)
+        admit(ident)
     assert e.value.code == RATE_LIMITED and "retry after 60000 ms" in e.value.message
-    ledger.admit(Identity("other", Caller(), KeyLimits(requests_per_minute=2)))  # its own minute
+    admit(Identity("other", Caller(), KeyLimits(requests_per_minute=2)))  # its own minute
     now[0] = 60.5
-    ledger.admit(ident)
+    admit(ident)
+
+
+def test_rate_limit_in_a_store_that_is_down_fails_closed(tmp_path):
+    from serving.gateway.state import StateUnavailable, SQLiteState
+
+    class Down(SQLiteState):
+        async def admit(self, *a, **kw):
+            raise StateUnavailable("state store x: unreachable")
+
+    ledger = Ledger(store=Down(tmp_path / "s.sqlite"))
+    with pytest.raises(McpError, match="shared state store is unavailable"):
+        anyio.run(ledger.admit, Identity("k", Caller(), KeyLimits(requests_per_minute=5)))
+    anyio.run(ledger.admit, Identity("free", Caller(), KeyLimits()))  # no limit: the store is not asked
