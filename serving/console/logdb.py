@@ -3,9 +3,16 @@
     with open_log("runs/gateway/log") as db:                 # data/logged.py names the files
         db.execute("SELECT COUNT(*) FROM requests WHERE ts >= ?", (since,)).fetchone()
 
+    with open_log("runs/gateway/log", since=since_of("24h")) as db:   # the views hold only the last day
+
 The views `requests` and `answers` are `UNION ALL`s over each file's own tables, so every query runs in SQLite
-(each file's indexes serve lookups by request id) and nothing loads the whole log into Python. The files are
-attached read-only (`mode=ro`): the console and `switchcraft traffic report` never write the gateway's log.
+and nothing loads the whole log into Python. A time range is applied when the log is opened, on the indexed row
+ids: rows are appended in time order, so a binary search on `id` finds each file's first request of the range
+(searched from `SLACK_S` earlier, then filtered on `ts` exactly: a request is logged when it ends, at most a few
+minutes after it arrived) and the first answer written for it; a range then reads only its own rows, whatever
+the log's size. The answers of a range are those logged from its first request on (an exploration's answers
+to a request just before the range may be among them). The files are attached read-only (`mode=ro`): the
+console and `switchcraft traffic report` never write the gateway's log.
 """
 
 from __future__ import annotations
@@ -36,22 +43,57 @@ def since_of(range_name: str, now: float | None = None) -> float:
     return 0.0 if span is None else (time.time() if now is None else now) - span
 
 
+SLACK_S = 600.0
+
+
+def first_id(db: sqlite3.Connection, table: str, since: float) -> int:
+    """The smallest request id of `table` (an attached file's) from which every row has `ts >= since - SLACK_S`
+    (a binary search on the primary key: about 20 lookups for a million rows)."""
+    # MIN and MAX apart: together in one SELECT they scan the table, alone each is one index lookup
+    lo = db.execute(f"SELECT COALESCE(MIN(id), 0) FROM {table}").fetchone()[0]
+    hi = db.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}").fetchone()[0]
+    target = since - SLACK_S
+    while lo < hi:
+        mid = (lo + hi) // 2
+        row = db.execute(f"SELECT id, ts FROM {table} WHERE id >= ? ORDER BY id LIMIT 1", (mid,)).fetchone()
+        if row is None or row[1] >= target:
+            hi = mid
+        else:
+            lo = row[0] + 1
+    return lo
+
+
+def first_answer_id(db: sqlite3.Connection, schema: str, request_id_from: int) -> int:
+    """The first answer id written for the requests from `request_id_from` on (0: look at every answer)."""
+    if db.execute(f"SELECT 1 FROM {schema}.requests WHERE id >= ? LIMIT 1", (request_id_from,)).fetchone() is None:
+        return db.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {schema}.answers").fetchone()[0]  # none in range
+    row = db.execute(f"SELECT MIN(a.id) FROM {schema}.answers a WHERE a.request_id IN (SELECT request_id FROM "
+                     f"{schema}.requests WHERE id >= ? ORDER BY id LIMIT 64)", (request_id_from,)).fetchone()
+    return row[0] if row[0] is not None else 0
+
+
 @contextmanager
-def open_log(folder: str | Path) -> Iterator[sqlite3.Connection]:
-    """A connection whose `requests` and `answers` views span every file of the log (FileNotFoundError when the
-    folder holds none). SQLite attaches at most 10 files by default: more than the log keeps (`log.keep`)."""
+def open_log(folder: str | Path, since: float = 0.0) -> Iterator[sqlite3.Connection]:
+    """A connection whose `requests` and `answers` views span every file of the log, holding only what was logged
+    from `since` on (FileNotFoundError when the folder holds no log). SQLite attaches at most 10 files by
+    default: more than the log keeps (`log.keep`)."""
     files = log_files(folder)
     if not files:
         raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
     db = sqlite3.connect(":memory:", uri=True, check_same_thread=False)
     db.row_factory = sqlite3.Row
     try:
+        parts: dict[str, list[str]] = {"requests": [], "answers": []}
         for i, path in enumerate(files):
             db.execute(f"ATTACH DATABASE ? AS f{i}", (f"file:{quote(str(Path(path).resolve()))}?mode=ro",))
-        for table, cols in COLUMNS.items():
-            names = ", ".join(cols)
-            union = " UNION ALL ".join(f"SELECT {names} FROM f{i}.{table}" for i in range(len(files)))
-            db.execute(f"CREATE TEMP VIEW {table} AS {union}")
+            req_lo = first_id(db, f"f{i}.requests", since) if since > 0 else 0
+            ans_lo = first_answer_id(db, f"f{i}", req_lo) if req_lo > 0 else 0
+            parts["requests"].append(f"SELECT {', '.join(COLUMNS['requests'])} FROM f{i}.requests "
+                                     f"WHERE id >= {int(req_lo)} AND ts >= {float(since)!r}")
+            parts["answers"].append(f"SELECT {', '.join(COLUMNS['answers'])} FROM f{i}.answers "
+                                    f"WHERE id >= {int(ans_lo)}")
+        for table, selects in parts.items():
+            db.execute(f"CREATE TEMP VIEW {table} AS {' UNION ALL '.join(selects)}")
         yield db
     finally:
         db.close()

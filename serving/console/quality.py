@@ -27,8 +27,7 @@ MAX_EXPLORED = 1000
 def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPLORED):
     """(answer rows, tools per request, answering model per request) of the newest explored requests."""
     ids = db.execute(f"SELECT request_id, answered_by, request FROM requests WHERE {SERVED} AND status = 200 AND "
-                     "EXISTS (SELECT 1 FROM answers a WHERE a.request_id = requests.request_id AND a.role = "
-                     "'explore') ORDER BY ts DESC LIMIT ?", (since, limit)).fetchall()
+                     "request_id IN (SELECT request_id FROM answers WHERE role = 'explore') ORDER BY ts DESC LIMIT ?", (since, limit)).fetchall()
     served = {rid: by for rid, by, _ in ids}
     tools = {}
     for rid, _, text in ids:

@@ -30,7 +30,7 @@ def gather(log: str | Path, pool: Pool, *, range_name: str = "all", reference: s
     """Every view's numbers for the log (and the ledger rows, when a state store was given)."""
     now = time.time() if now is None else now
     since, ref = since_of(range_name, now), reference or default_reference(pool)
-    with open_log(log) as db:
+    with open_log(log, since) as db:
         out = {"range": range_name, "since": since, "generated": now,
                "savings": savings(db, pool, since=since, reference=ref, now=now),
                "quality": quality(db, since=since, pool_names=pool.names), "cascades": cascades(db, since=since),

@@ -160,15 +160,15 @@ def _https(request: Request) -> bool:
     return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
 
 
-async def _query(gw, fn):
-    """fn(db) over the decision log in a worker thread; a message string when the gateway keeps no log."""
+async def _query(gw, fn, since: float = 0.0):
+    """fn(db) over the decision log from `since` on, in a worker thread; a message string when there is no log."""
     folder = gw.cfg.log.path
     if not folder:
         return "the gateway keeps no decision log (log.path is null): set log.path to see this view"
 
     def run():
         try:
-            with open_log(folder) as db:
+            with open_log(folder, since) as db:
                 return fn(db)
         except FileNotFoundError:
             return f"no decision log in {folder} yet: it appears with the first logged request"
@@ -183,7 +183,7 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
     ref = params.get("ref") or default_reference(gw.pool)
     if ref not in gw.pool.names:
         raise ValueError(f"ref {ref!r} is not a pool model; the pool: {', '.join(gw.pool.names)}")
-    out = _data(await _query(gw, lambda db: {"s": savings(db, gw.pool, since=since, reference=ref, now=now)}))
+    out = _data(await _query(gw, lambda db: {"s": savings(db, gw.pool, since=since, reference=ref, now=now)}, since))
     if "s" in out:
         s = out["s"]
         out["chart_day"] = Markup(charts.columns([r["group"] for r in s["per_day"]], {
@@ -198,7 +198,7 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
 async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
     def both(db):
         return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since)}
-    out = _data(await _query(gw, both))
+    out = _data(await _query(gw, both, since))
     if "q" in out:
         q, c = out["q"], out["c"]
         rows = [("served answers", q["served"]["mean"], q["served"]["low"], q["served"]["high"], q["served"]["n"])]
@@ -210,7 +210,7 @@ async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
 
 
 async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}))
+    out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}, since))
     out["live"] = live_traffic(gw)
     if "t" in out:
         t = out["t"]
@@ -246,13 +246,13 @@ async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
         return {"rows": recent_requests(db, since=since, limit=200, key=chosen["key"], model=chosen["model"],
                                         strategy=chosen["strategy"], status=status),
                 "values": filter_values(db, since)}
-    out = _data(await _query(gw, both))
+    out = _data(await _query(gw, both, since))
     out["chosen"] = chosen
     return out
 
 
 async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since)}))
+    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since)}, since))
     out.pop("message", None)  # the router panel needs no log
     out.setdefault("versions", [])
     out["live"] = r = live_router(gw)
