@@ -168,6 +168,10 @@ def test_bfcl_nested_form_lists_acceptable_values_and_optional_keys():
     assert mismatch({"min": 1, "max": 2, "unit": "USD"}, nested, OBJ) is None
     assert mismatch({"min": 3, "max": 2}, nested, OBJ) == "value_error:object"
     assert mismatch({"min": 1}, nested, OBJ) == "value_error:object"  # max not optional
+    # An empty value for a key that may be omitted is the same as leaving it out.
+    assert mismatch({"min": 1, "max": 2, "unit": ""}, nested, OBJ) is None
+    assert mismatch({"min": 1, "max": 2, "unit": None}, nested, OBJ) is None
+    assert mismatch({"min": 1, "max": "", "unit": "usd"}, nested, OBJ) == "value_error:object"  # max not optional
 
 
 def test_type_errors_for_containers():
