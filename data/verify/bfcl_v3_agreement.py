@@ -1,9 +1,11 @@
 """Our verifier against BFCL's own checker on the 2025 BFCL v3 run: 15 models x 3,641 queries.
 
     switchcraft verify-agreement --source bfcl_v3 --run-dir runs/v3       # agreement_v3.md, agreement_v3.csv
+    switchcraft verify-agreement --source bfcl_v3 --sample 50 --seed 0    # + agreement_v3_sample.csv
     from data.verify.bfcl_v3_agreement import run_v3_agreement, write_v3_report
     run = "../shared/data/bfcl_v3_pool_outputs_2025-08"
-    rep = run_v3_agreement(f"{run}/data", f"{run}/outputs", f"{run}/checker_verdicts.jsonl")
+    rep = run_v3_agreement(f"{run}/data", f"{run}/outputs", f"{run}/checker_verdicts.jsonl",
+                           v1_questions="../shared/data/bfcl_v1")
 
 For every (model, query) BFCL judged (`checker_verdicts.jsonl`), our label (the project's decoders and
 verifier on the recorded output, `bfcl_v3` examples) is set against BFCL's verdict, per category.
@@ -15,10 +17,10 @@ how either side reads calls, so it is counted apart, never compared as a wrong c
 Every disagreement gets one class of `CLASSES`: BFCL v1's (`data.verify.bfcl_agreement`), by the same rules,
 v3's `irrelevance` and `live_irrelevance` taking v1 relevance's part (no call expected); and v3's own:
 on `live_relevance` (any call is right) BFCL's decoder failing on a call ours reads is `call_format`;
-`bfcl_passed_wrong_answer` and `repeated_argument` (see their rules). A fourth cause, `other_run_verdict`: a
+`bfcl_passed_wrong_answer`, `repeated_argument` and `spacing_variant` (see their rules). A fourth cause, `other_run_verdict`: a
 model whose recordings are a function-calling run (`fc_run_models`) has verdicts of another, prompt-mode run
-(they quote values its recorded outputs do not have), so its disagreements compare two answers, not two checkers;
-each row keeps the class the rules would give (`rule_class`), and `own_overall` is the agreement without them.
+(they quote values its recorded outputs do not have), so its disagreements compare two answers, not two checkers,
+and its text answers are no call (as for a `prompt_style: native` model in `data.labels`); each row keeps the class the rules would give (`rule_class`), and `own_overall` is the agreement without them.
 Per model, our accuracy and BFCL's, over every query BFCL judged (no answer is wrong for us, as recorded for
 BFCL). With BFCL v1's questions, v3's answer revisions are measured too (`bfcl_v3_revisions`).
 """
