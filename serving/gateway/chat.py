@@ -16,6 +16,10 @@ POST /v1/messages and /v1/responses take this same path (`serve` with their
 `Api`, serving/gateway/apis/): their body is translated into a chat body
 first, their answer out of the chat answer last, errors in their own shape;
 their streams are the finished answer as events (the strategy runs whole).
+
+A request of an agent session (serving/gateway/sessions.py) keeps the model of
+the session's previous turn while its cached prefix makes that cheaper, and the
+tool router's tools for it only grow.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from serving.gateway.parts import Gateway
 from serving.gateway.record import Served, notify
 from serving.gateway.requests import check_chat_fields, model_mode
 from serving.gateway.route import Asked, decide, read_asked
+from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
 from serving.gateway.state import Charge, Reservation
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import Attempt, UpstreamResult
@@ -58,7 +63,7 @@ class Plan:
     asked: Asked
     strategy: Strategy  # the plan's strategy (`ran` is what runs: a stream takes the single-model path)
     ran: Strategy
-    source: str  # request | config | decision | model
+    source: str  # request | config | decision | session | model
     ranking: list[str]
     costs: dict[str, float]  # expected cost per model: which answer is cheaper, what an abandoned call costs
     meta: dict[str, Any]
@@ -92,6 +97,7 @@ class Pending:
     plan: Plan | None = None
     res: Reservation | None = None  # the hold on the key's day
     api: Api = field(default_factory=Api)  # the API the caller speaks (Chat Completions unless translated)
+    session: Session | None = None  # the agent session the request is a turn of
 
 
 CHAT = Api()
@@ -129,7 +135,8 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         at.stream = inbound.stream
         passthrough = at.stream and api.reply is None
         named, threshold = (None, arg) if mode == "route" else (arg, None)
-        at.plan = await plan(gw, body, named, threshold, at.ident, passthrough)
+        at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id)
+        at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint
         at.res = await reserve(gw, at)
@@ -143,18 +150,23 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
     if out.error is not None:
         return await failed(gw, at, out.error, out.run)
     charged, headers = await settle(gw, at, out)
+    tooled = at.plan.asked.tooled
+    await remember(gw, at.session, out.run, tooled.decision.tool_keys if tooled is not None else None)
     return respond(gw, at, out, charged, headers, sent)
 
 
 async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | None, ident: Identity,
-               stream: bool) -> Plan:
-    """Routed (`named` None): the router's decision and its strategy. Named: that model alone; its profiled cost
-    prices an abandoned call."""
-    asked = await read_asked(gw, body, FIELD, ident, named=named)
+               stream: bool, session: Session | None = None) -> Plan:
+    """Routed (`named` None): the router's decision and its strategy (in a session, perhaps the previous turn's
+    model). Named: that model alone; its profiled cost prices an abandoned call."""
+    asked = grow_tools(gw, await read_asked(gw, body, FIELD, ident, named=named), session)
     if named is None:
         routed = await decide(gw, asked, threshold, FIELD)
         d = routed.decision
         strategy, source, ranking, costs = d.strategy, routed.extra["strategy_source"], d.ranking, d.costs
+        if source == "decision" and strategy.kind == "single" and (
+                kept := keep_or_switch(gw.pool, session, d, time.time())) is not None:
+            strategy, source = kept, "session"
         meta: dict[str, Any] = {"routed": True, "chosen": d.chosen, "decision": routed.to_dict()}
     else:
         profiled = gw.slot.client.policy.costs
@@ -170,6 +182,8 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
         candidates = list(strategy.models) if strategy.kind == "single" else ranking
         ran = Strategy.single(candidates[0], tuple(candidates[1:]))
     meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
+    if session is not None:
+        meta["session"] = session.to_dict()
     return Plan(body, asked, strategy, ran, source, ranking, costs, meta, gw.pool)
 
 

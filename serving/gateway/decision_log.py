@@ -7,7 +7,8 @@
 One SQLite file (`decisions.sqlite`) under `log.path`, two tables:
 - `requests`: time, request id, key id, router version, the decision's chosen model and rule, the strategy,
   its agreement verdict and disagreement kinds, the answering model, cost, latency, status, the caller's
-  `metadata.example_id` (a benchmark query with known answers: what truth-scoring needs), and, only with
+  `metadata.example_id` (a benchmark query with known answers: what truth-scoring needs), the API the caller
+  spoke (`api`: chat, messages, responses), its agent session (`session`, serving/gateway/sessions.py), and, only with
   `log.requests: true`, the request itself (messages and tools: what retraining the router needs);
 - `answers`: one row per model answer of a request: model, role (first, tie_breaker, escalate, fallback,
   explore), outcome, latency, cost, token usage, the decoded calls (JSON), the raw answer, decode error.
@@ -40,7 +41,7 @@ CREATE TABLE IF NOT EXISTS requests (
   id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT NOT NULL, key_id TEXT,
   router_version TEXT, kind TEXT NOT NULL, status INTEGER, example_id TEXT, routed INTEGER, chosen TEXT,
   rule TEXT, strategy TEXT, verdict TEXT, kinds TEXT, answered_by TEXT, cost_usd REAL, latency_ms REAL,
-  stream INTEGER, request TEXT);
+  stream INTEGER, request TEXT, api TEXT, session TEXT);
 CREATE INDEX IF NOT EXISTS requests_rid ON requests (request_id);
 CREATE TABLE IF NOT EXISTS answers (
   id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, model TEXT NOT NULL, role TEXT NOT NULL,
@@ -66,7 +67,7 @@ def request_row(served: Served, keep_request: bool, kind: str = "served") -> dic
             "kinds": json.dumps([c.get("kind") for c in checks if c.get("kind")]),
             "answered_by": run.returned.model if run is not None and run.returned is not None else None,
             "cost_usd": served.cost_usd, "latency_ms": served.duration_ms, "stream": int(served.stream),
-            "request": request}
+            "request": request, "api": meta.get("api", "chat"), "session": (meta.get("session") or {}).get("id")}
 
 
 def answer_rows(request_id: str, calls: list) -> list[dict[str, Any]]:
@@ -112,6 +113,10 @@ class DecisionLog:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
+        have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+        for column in ("api", "session"):  # a log written before these columns: add them (older rows: null)
+            if column not in have:
+                db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT")
         return db
 
     def __call__(self, served: Served) -> None:

@@ -1,0 +1,265 @@
+"""Agent sessions: a conversation's turns stay on one model while its provider's prompt cache is worth more than a
+switch, and the tools shown to it only grow.
+
+    session = await open_session(gw, request, body, api, ident)     # None: no session (a lone first turn)
+    asked = grow_tools(gw, asked, session)                           # tool routing: earlier tools kept, in order
+    strategy = keep_or_switch(gw.pool, session, decision, now)       # the previous model, unless switching pays
+    await remember(gw, session, run)                                 # the model that served, its prefix, the turn
+
+Naming: the `x-switchcraft-session` header; else, on POST /v1/messages,
+`metadata.user_id` (Claude Code sends one per session); else, once the
+conversation is past its first turn (it holds an assistant message), the hash
+of its first turns: system + first user message + tools. A first turn nobody
+named has no session, so single requests route as before. Sessions are per API
+key: two keys never share one.
+
+State (model, prefix tokens, turns, the time of the last turn, the tool-router
+keys shown) lives in the gateway's state store beside the budgets (SQLite, or
+Redis shared by every replica), so replicas agree; a store that is down, or
+slower than `state.unlimited_wait_s`, turns sessions off for that request (a
+late write finishes in the background), never fails or stalls it.
+
+The switch rule prices the cache. Last turn's model saw a prefix of P tokens
+(its input and output: what this turn sends again); within the provider's cache
+lifetime (CACHE_TTL_S) staying costs the router's expected cost for it less
+P × (input price − cached input price), and switching costs the router's
+expected cost for its choice (the prefix at full price) plus P × the cache
+write surcharge (cache write price − input price). The previous model is kept
+unless the switch is cheaper, or it is no longer eligible (the constraints
+exclude it). Only the decision's own single-model strategy is kept or switched:
+a strategy the request or the operator names runs as asked. Past the cache
+lifetime the router's choice runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from data.pool import Pool
+from serving.gateway.state import RedisState, SQLiteState, StateUnavailable
+from training.policy import Strategy
+
+log = logging.getLogger("switchcraft.gateway")
+HEADER = "x-switchcraft-session"
+SESSION_TTL_S = 6 * 3600.0  # a session idle this long is forgotten
+CACHE_TTL_S = 300.0  # providers keep a prompt prefix about 5 minutes after its last use (Anthropic's default)
+MAX_NAME = 200
+
+
+@dataclass
+class SessionState:
+    """What a session keeps between turns."""
+
+    model: str | None = None  # the model that served the last turn
+    prefix_tokens: int = 0  # what that model saw and said: the prefix this turn sends again
+    turns: int = 0
+    last_at: float = 0.0  # time.time() of the last turn
+    tools: list[str] = field(default_factory=list)  # tool-router keys shown so far, in first-shown order
+
+
+@dataclass
+class Session:
+    id: str  # key id + name, hashed
+    named_by: str  # header | metadata.user_id | first_turns
+    state: SessionState
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "named_by": self.named_by, "turn": self.state.turns + 1, **self.trace}
+
+
+def session_name(headers, body: dict[str, Any], api: str) -> tuple[str, str] | None:
+    """(name, how it was named), or None when the request starts no session."""
+    given = headers.get(HEADER)
+    if given:
+        return given[:MAX_NAME], "header"
+    if api == "messages" and isinstance(body.get("user"), str) and body["user"]:
+        return body["user"][:MAX_NAME], "metadata.user_id"
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if not any(m.get("role") == "assistant" for m in messages):
+        return None
+    system = [m.get("content") for m in messages if m.get("role") in ("system", "developer")][:1]
+    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    tools = sorted((json.dumps(t, sort_keys=True, default=str) for t in body.get("tools") or []))
+    text = json.dumps([system, first_user, tools], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32], "first_turns"
+
+
+def session_id(key_id: str | None, name: str) -> str:
+    return hashlib.sha256(f"{key_id or ''}\x00{name}".encode()).hexdigest()[:32]
+
+
+class SessionStore:
+    """Session states in the gateway's state store: a `sessions` table of its SQLite file, `session:<id>` keys of
+    its Redis (expiring), or this process's memory for any other store."""
+
+    def __init__(self, store) -> None:
+        self.store, self.memory, self.ready = store, {}, False
+
+    async def get(self, sid: str, now: float) -> SessionState | None:
+        s = self.store
+        if isinstance(s, RedisState):
+            raw = await s._call(s.redis.get(s._k("session", sid)))
+        elif isinstance(s, SQLiteState):
+            await self._table()
+            row = await s._run(lambda: s.db.execute("SELECT state FROM sessions WHERE id = ? AND expires > ?",
+                                                    (sid, now)).fetchone())
+            raw = row[0] if row else None
+        else:
+            raw, expires = self.memory.get(sid, (None, 0.0))
+            raw = raw if expires > now else None
+        return SessionState(**json.loads(raw)) if raw else None
+
+    async def put(self, sid: str, state: SessionState, now: float) -> None:
+        s, raw = self.store, json.dumps(asdict(state))
+        if isinstance(s, RedisState):
+            await s._call(s.redis.set(s._k("session", sid), raw, ex=int(SESSION_TTL_S)))
+        elif isinstance(s, SQLiteState):
+            await self._table()
+            await s._run(lambda: s.db.execute("INSERT OR REPLACE INTO sessions (id, state, expires) VALUES (?, ?, ?)",
+                                              (sid, raw, now + SESSION_TTL_S)), write=True)
+        else:
+            self.memory[sid] = (raw, now + SESSION_TTL_S)
+
+    async def _table(self) -> None:
+        if not self.ready:
+            s = self.store
+            await s._run(lambda: s.db.execute("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, "
+                                              "state TEXT NOT NULL, expires REAL NOT NULL)"))
+            self.ready = True
+
+
+def store_of(gw) -> SessionStore:
+    """The gateway's session store (made on first use, over its state store)."""
+    stores = gw.__dict__.setdefault("_sessions", {})
+    if id(gw.state) not in stores:
+        stores[id(gw.state)] = SessionStore(gw.state)
+    return stores[id(gw.state)]
+
+
+async def open_session(gw, headers, body: dict[str, Any], api: str, key_id: str | None) -> Session | None:
+    """The request's session and its state (a fresh one when new); None when it has none or the store is down."""
+    named = session_name(headers, body, api)
+    if named is None:
+        return None
+    sid = session_id(key_id, named[0])
+    try:
+        state = await bounded(gw, store_of(gw).get(sid, time.time()))
+    except (StateUnavailable, TimeoutError) as e:
+        log.warning(json.dumps({"event": "session_unavailable", "op": "get", "error": str(e) or "timed out"}))
+        return None
+    return Session(sid, named[1], state or SessionState())
+
+
+LATE: set[asyncio.Task] = set()  # store calls a request stopped waiting for, left to finish
+
+
+async def bounded(gw, call):
+    """`call`'s result, waited for as long as a key without limits waits for the state store
+    (`state.unlimited_wait_s`); TimeoutError after that, the call finishing in the background."""
+    task = asyncio.ensure_future(call)
+    done, _ = await asyncio.wait({task}, timeout=getattr(gw.cfg.state, "unlimited_wait_s", 0.25))
+    if not done:
+        LATE.add(task)
+        task.add_done_callback(lambda t: (LATE.discard(t), t.cancelled() or t.exception()))
+        raise TimeoutError("the state store did not answer in time")
+    return task.result()
+
+
+def cached(session: Session, now: float) -> bool:
+    """Is the last turn's prefix still in its provider's cache?"""
+    st = session.state
+    return st.model is not None and st.prefix_tokens > 0 and now - st.last_at <= CACHE_TTL_S
+
+
+def switch_costs(pool: Pool, prev: str, chosen: str, prefix: int, costs: dict[str, float]) -> dict[str, float]:
+    """Expected USD of staying on `prev` (its cached prefix read at the cached price) and of switching to `chosen`
+    (the prefix at full price, written to its cache)."""
+    def per_token(model: str):
+        p = pool.get(model).prices
+        return p if p.kind == "token" else None
+
+    old, new = per_token(prev), per_token(chosen)
+    saving = prefix * (old.input_per_mtok - old.cached_input_price) / 1e6 if old else 0.0
+    surcharge = prefix * max(new.cache_write_price - new.input_per_mtok, 0.0) / 1e6 if new else 0.0
+    return {"stay_usd": costs[prev] - saving, "switch_usd": costs[chosen] + surcharge,
+            "cache_saving_usd": saving, "cache_write_usd": surcharge}
+
+
+def keep_or_switch(pool: Pool, session: Session | None, decision, now: float) -> Strategy | None:
+    """The strategy to run instead of the decision's (the previous model first, the ranking after it), or None
+    to run the decision's; the reason goes in `session.trace`."""
+    if session is None:
+        return None
+    prev, chosen = session.state.model, decision.chosen
+    if prev is None:
+        session.trace["rule"] = "new"
+        return None
+    if not cached(session, now):
+        session.trace["rule"] = "cache_expired"
+        return None
+    if prev == chosen:
+        session.trace["rule"] = "same_model"
+        return None
+    if prev in decision.excluded or prev not in decision.costs or prev not in pool.names:
+        session.trace["rule"] = "previous_not_eligible"
+        return None
+    priced = switch_costs(pool, prev, chosen, session.state.prefix_tokens, decision.costs)
+    session.trace.update({k: round(v, 10) for k, v in priced.items()})
+    if priced["switch_usd"] < priced["stay_usd"]:
+        session.trace["rule"] = "switched"
+        return None
+    session.trace.update(rule="kept", kept=prev, router_chose=chosen)
+    return Strategy.single(prev, tuple(m for m in decision.ranking if m != prev))
+
+
+def grow_tools(gw, asked, session: Session | None):
+    """`asked` with the tool router's tools for this session: those shown on earlier turns that this caller may
+    still see first (in the order first shown), then this turn's new ones; request_group stays last."""
+    tooled = asked.tooled
+    if session is None or tooled is None:
+        return asked
+    from data.schema import Tool
+    from serving.tools.catalog import REQUEST_GROUP
+
+    router, d = gw.tools.router, tooled.decision
+    cards = router.catalog.cards
+    index = {c.key: i for i, c in enumerate(cards)}
+    seen = router.visible(asked.who).visible
+    keys = [k for k in session.state.tools if k in index and seen[index[k]]]
+    keys += [k for k in d.tool_keys if k not in keys]
+    group = [t for t in d.tools if t["function"]["name"] == REQUEST_GROUP]
+    d.tools = [cards[index[k]].to_openai() for k in keys] + group
+    d.tool_keys = keys
+    tooled.openai = d.tools
+    tooled.tools = [Tool(name=t["function"]["name"], description=t["function"].get("description", ""),
+                         parameters=t["function"].get("parameters") or {"type": "object", "properties": {}},
+                         original=t["function"]) for t in d.tools]
+    asked.tools = tooled.tools
+    return asked
+
+
+async def remember(gw, session: Session | None, run, tools: list[str] | None) -> None:
+    """After a turn: the model that answered, the prefix it now holds (its input and output tokens), the turn,
+    the tools shown. A store that is down keeps the old state (the next turn routes per call)."""
+    if session is None or run is None or run.returned is None:
+        return
+    st, rec = session.state, run.returned
+    usage = rec.answer.usage if rec.answer is not None else None
+    if usage is not None and usage.known:
+        st.prefix_tokens = usage.input_tokens + usage.output_tokens
+    elif st.model != rec.model:
+        st.prefix_tokens = 0  # a new model whose usage is unknown: no cache to count on
+    st.model, st.turns, st.last_at = rec.model, st.turns + 1, time.time()
+    if tools is not None:
+        st.tools = list(tools)
+    try:
+        await bounded(gw, store_of(gw).put(session.id, st, st.last_at))
+    except (StateUnavailable, TimeoutError) as e:
+        log.warning(json.dumps({"event": "session_unavailable", "op": "put", "error": str(e) or "timed out"}))

@@ -1,0 +1,144 @@
+"""Agent sessions: naming, the cache-priced switch rule, state in the store (two replicas on one Redis), tools
+that only grow, and the gateway keeping a session's model on real recorded answers.
+
+    .venv/bin/python -m pytest -q tests/serving/test_sessions.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from data.pool import Pool
+from serving.gateway.sessions import (CACHE_TTL_S, HEADER, Session, SessionState, SessionStore, keep_or_switch,
+                                      session_name)
+from serving.gateway.state import RedisState, SQLiteState
+from serving.policy import Decision
+
+POOL = Pool.model_validate({"models": [
+    {"name": "big", "prices": {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cached_input_per_mtok": 0.3,
+                               "cache_write_per_mtok": 3.75}},
+    {"name": "small", "prices": {"input_per_mtok": 0.25, "output_per_mtok": 1.25}},
+    {"name": "flat", "prices": {"usd_per_query": 0.001}}]})
+FIRST = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
+TOOLS = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
+
+
+def decision(chosen: str, costs: dict[str, float], excluded: dict | None = None) -> Decision:
+    ranking = [chosen] + sorted(m for m in costs if m != chosen)
+    return Decision(chosen, "rule", 0.5, {m: 0.9 for m in costs}, costs, ranking, excluded or {})
+
+
+def session(model: str | None, prefix: int, age_s: float = 1.0) -> Session:
+    return Session("s", "header", SessionState(model, prefix, 3, time.time() - age_s))
+
+
+def test_a_session_is_named_by_header_then_user_id_then_its_first_turns():
+    turn2 = {"messages": FIRST + [{"role": "assistant", "content": "Looking."}, {"role": "user", "content": "go"}],
+             "tools": TOOLS}
+    assert session_name({HEADER: "abc"}, turn2, "chat") == ("abc", "header")
+    assert session_name({}, {**turn2, "user": "user_1_session_9"}, "messages") == ("user_1_session_9",
+                                                                                   "metadata.user_id")
+    name, how = session_name({}, turn2, "chat")
+    assert how == "first_turns" and len(name) == 32
+    turn3 = {**turn2, "messages": turn2["messages"] + [{"role": "assistant", "content": "Done."},
+                                                       {"role": "user", "content": "thanks"}]}
+    assert session_name({}, turn3, "responses")[0] == name  # later turns: the same session
+    other = {**turn2, "messages": [FIRST[0], {"role": "user", "content": "Other task."}] + turn2["messages"][2:]}
+    assert session_name({}, other, "chat")[0] != name
+    assert session_name({}, {"messages": FIRST, "tools": TOOLS}, "chat") is None  # a lone first turn: no session
+
+
+def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
+    prefix = 20_000  # tokens big saw last turn; read from its cache at 0.3 instead of 3.0 per million
+    costs = {"big": 0.07, "small": 0.03, "flat": 0.001}
+    s = session("big", prefix)
+    kept = keep_or_switch(POOL, s, decision("small", costs), time.time())
+    assert kept.first == ("big",) and kept.escalate == ("small", "flat") and kept.kind == "single"
+    assert s.trace["rule"] == "kept" and s.trace["router_chose"] == "small"
+    assert s.trace["stay_usd"] == pytest.approx(0.07 - prefix * 2.7 / 1e6)  # 0.016 < 0.03
+    assert s.trace["switch_usd"] == pytest.approx(0.03)  # small has no cache write surcharge
+    # the router's choice cheaper even after paying the prefix again: switch
+    s = session("big", prefix)
+    assert keep_or_switch(POOL, s, decision("small", {**costs, "small": 0.01}), time.time()) is None
+    assert s.trace["rule"] == "switched"
+    # switching onto a model whose cache write costs more pays that surcharge too
+    s = session("small", prefix)
+    assert keep_or_switch(POOL, s, decision("big", {**costs, "big": 0.03}), time.time()) is not None
+    assert s.trace["cache_write_usd"] == pytest.approx(prefix * 0.75 / 1e6) and s.trace["rule"] == "kept"
+
+
+@pytest.mark.parametrize("prev, age, excluded, rule", [
+    (None, 1.0, {}, "new"), ("big", CACHE_TTL_S + 1, {}, "cache_expired"), ("small", 1.0, {}, "same_model"),
+    ("big", 1.0, {"big": "cost over cap"}, "previous_not_eligible")])
+def test_the_router_decides_when_there_is_no_cache_to_keep(prev, age, excluded, rule):
+    s = session(prev, 20_000, age)
+    assert keep_or_switch(POOL, s, decision("small", {"big": 0.07, "small": 0.03}, excluded), time.time()) is None
+    assert s.trace["rule"] == rule
+
+
+def test_a_model_not_priced_per_token_has_no_cache_saving():
+    s = session("flat", 20_000)
+    assert keep_or_switch(POOL, s, decision("small", {"flat": 0.001, "small": 0.03}), time.time()) is not None
+    assert s.trace["cache_saving_usd"] == 0 and s.trace["stay_usd"] == pytest.approx(0.001)
+
+
+def test_session_state_in_sqlite_and_shared_by_two_replicas_on_one_redis(redis_server, tmp_path):
+    async def go():
+        state = SessionState("big", 1234, 2, time.time(), ["srv.a", "srv.b"])
+        sqlite = SessionStore(SQLiteState(tmp_path / "state.sqlite"))
+        await sqlite.put("s1", state, time.time())
+        assert await SessionStore(SQLiteState(tmp_path / "state.sqlite")).get("s1", time.time()) == state
+        assert await sqlite.get("s1", time.time() + 10 * 86400) is None  # forgotten once idle
+        prefix = f"t{time.time_ns()}."
+        one, two = (SessionStore(RedisState(redis_server.url, prefix=prefix)) for _ in range(2))
+        await one.put("s2", state, time.time())
+        assert await two.get("s2", time.time()) == state
+        assert await two.get("nobody", time.time()) is None
+        for s in (one, two):
+            await s.store.aclose()
+
+    asyncio.run(go())
+
+
+def test_the_decision_log_keeps_the_api_and_the_session_and_adds_them_to_an_older_log(tmp_path):
+    import sqlite3
+
+    from data.logged import FILE
+    from serving.gateway.decision_log import DecisionLog, request_row
+    from serving.gateway.record import Served
+
+    old = sqlite3.connect(tmp_path / FILE)  # a log written before the columns existed
+    old.execute("CREATE TABLE requests (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT "
+                "NOT NULL, key_id TEXT, router_version TEXT, kind TEXT NOT NULL, status INTEGER, example_id TEXT, "
+                "routed INTEGER, chosen TEXT, rule TEXT, strategy TEXT, verdict TEXT, kinds TEXT, answered_by TEXT, "
+                "cost_usd REAL, latency_ms REAL, stream INTEGER, request TEXT)")
+    old.close()
+    served = Served("r1", "k", time.time(), 1.0, 200, "v1",
+                    meta={"api": "messages", "session": {"id": "abc", "turn": 2}, "routed": True})
+    row = request_row(served, False)
+    assert (row["api"], row["session"]) == ("messages", "abc")
+    assert request_row(Served("r2", "k", 0.0, 1.0, 200, "v1"), False)["api"] == "chat"
+    log = DecisionLog(tmp_path)
+    log._write([("request", row, [])])
+    got = log.db.execute("SELECT api, session FROM requests WHERE request_id = 'r1'").fetchone()
+    assert got == ("messages", "abc")
+    log.db.close()
+
+
+def test_a_slow_store_turns_the_session_off_without_stalling_the_request(monkeypatch):
+    from types import SimpleNamespace
+
+    from serving.gateway.sessions import open_session
+
+    gw = SimpleNamespace(cfg=SimpleNamespace(state=SimpleNamespace(unlimited_wait_s=0.05)), state=object())
+
+    async def slow(self, sid, now):
+        await asyncio.sleep(2)
+
+    monkeypatch.setattr(SessionStore, "get", slow)
+    t0 = time.monotonic()
+    assert asyncio.run(open_session(gw, {HEADER: "run-1"}, {}, "chat", "k")) is None
+    assert time.monotonic() - t0 < 1.0
