@@ -98,17 +98,40 @@ class CascadeData:
             ex = examples[data.example_ids[i]]
             lang = language_of(ex)
             agree[i, range(m), range(m)] = True
+            keys = [answer_key(c) for c in calls[i]]
+            seen: dict[tuple, tuple[bool, int]] = {}  # models often answer alike: each distinct pair checked once
             for a, b in itertools.combinations(range(m), 2):
-                agree[i, a, b] = agree[i, b, a] = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
-                if not agree[i, a, b]:  # from b's side the same kind, with first and second swapped
-                    kind = disagreement_kind(ex.tools, calls[i][a], calls[i][b], language=lang)
-                    kinds[i, a, b], kinds[i, b, a] = code[kind], code[MIRROR.get(kind, kind)]
+                pair = (keys[a], keys[b])
+                if pair not in seen:
+                    ok = calls_agree(ex.tools, calls[i][a], calls[i][b], language=lang)
+                    seen[pair] = ok, (0 if ok else code[disagreement_kind(ex.tools, calls[i][a], calls[i][b],
+                                                                          language=lang)])
+                ok, k = seen[pair]
+                agree[i, a, b] = agree[i, b, a] = ok
+                if not ok:  # from b's side the same kind, with first and second swapped
+                    kind = DISAGREEMENT_KINDS[k - 1]
+                    kinds[i, a, b], kinds[i, b, a] = k, code[MIRROR.get(kind, kind)]
         known = {name: int((~np.isnan(latency[:, j])).sum()) for j, name in enumerate(data.models)}
         return cls(data, agree, latency, known, kinds)
 
     def subset(self, rows: np.ndarray) -> CascadeData:
         return CascadeData(self.data.subset(rows), self.agree[rows], self.latency[rows], self.latency_known,
                            None if self.kinds is None else self.kinds[rows])
+
+
+def answer_key(calls) -> tuple:
+    """A hashable key equal for two answers exactly when they are the same calls with the same argument values
+    and types (1, 1.0 and True differ): what `calls_agree` and `disagreement_kind` see of an answer."""
+    def key(v):
+        if isinstance(v, dict):
+            return ("d", tuple(sorted((str(k), key(x)) for k, x in v.items())))
+        if isinstance(v, (list, tuple)):
+            return (type(v).__name__, tuple(key(x) for x in v))
+        if hasattr(v, "name") and hasattr(v, "arguments"):  # a Call
+            return ("call", str(v.name), key(dict(v.arguments)))
+        return (type(v).__name__, v if isinstance(v, (str, int, float, bool, type(None))) else repr(v))
+
+    return (type(calls).__name__, key(list(calls or [])))
 
 
 def menu_of(m: int, *, tie_breakers: bool = True, rules: Sequence[float] = (),
