@@ -17,13 +17,18 @@ FONT = 'font-family="system-ui, sans-serif" font-size="12"'
 
 
 def _fmt(v: float) -> str:
-    if v == 0:
-        return "0"
+    if float(v).is_integer():
+        return f"{int(v):,}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 1:
         return f"{v:,.2f}"
     return f"{v:.4g}"
+
+
+def _label(text: str, width: int = 34) -> str:
+    text = str(text)
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def _svg(width: int, height: int, title: str, body: list[str]) -> str:
@@ -44,7 +49,7 @@ def bars(items: list[tuple[str, float]], *, title: str, unit: str = "", width: i
     for i, (label, value) in enumerate(items):
         y = top + i * row_h
         w = max(1.0, span * value / top_value) if value else 0.0
-        body.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{escape(str(label))[:40]}</text>'
+        body.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{_label(label)}</text>'
                     f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{COLOURS[0]}"/>'
                     f'<text x="{label_w + w + 4:.1f}" y="{y + 15}">{_fmt(value)} {escape(unit)}</text>')
     if not items:
@@ -97,7 +102,7 @@ def intervals(items: list[tuple[str, float | None, float, float, int]], *, title
                     f'<text x="{x:.1f}" y="{top - 8}" text-anchor="middle" font-size="10">{t:.1f}</text>')
     for i, (label, mean, low, high, n) in enumerate(items):
         y = top + i * row_h + 12
-        body.append(f'<text x="{label_w - 6}" y="{y + 4}" text-anchor="end">{escape(str(label))[:40]}</text>')
+        body.append(f'<text x="{label_w - 6}" y="{y + 4}" text-anchor="end">{_label(label)}</text>')
         if mean is None:
             body.append(f'<text x="{label_w}" y="{y + 4}" fill="#777">no explored requests</text>')
             continue

@@ -5,14 +5,21 @@ on, a real decision log and a real SQLite ledger; pages fetched over loopback wi
 
 Covers the login (admin keys only, the same refusal for a wrong key and a caller's key, the cookie's flags, a
 tampered cookie), every view showing the log's and the ledger's own figures, a request's trace, no key in any
-log line, and `switchcraft traffic report` writing the same numbers as files.
+log line, and `switchcraft traffic report` writing the same numbers as files. One test drives the console in a
+real headless Chromium (Debian's chromium and chromium-driver, through the W3C WebDriver protocol over HTTP),
+keeping a screenshot of each view; it is skipped where they are not installed.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
+import shutil
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -199,3 +206,104 @@ def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     md = (out / "report.md").read_text()
     assert f"- spent: ${charged:,.6f}" in md and "n = 7 of 7 explored requests" in md
     assert Path(out / "savings.svg").read_text().startswith("<svg xmlns=")
+
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C WebDriver key of an element reference
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",  # no network here:
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1200,1400"]
+
+
+class Browser:
+    """Headless Chromium driven by chromedriver over the W3C WebDriver protocol (plain HTTP: no client library)."""
+
+    def __init__(self, profile: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.driver = subprocess.Popen([CHROMEDRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.http.get("/status").json()["value"]["ready"]:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "chromedriver did not start"
+            time.sleep(0.1)
+        caps = {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": CHROMIUM, "args": FLAGS + [f"--user-data-dir={profile}"]}}
+        self.session = self.call("POST", "", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        where = "/session" + (f"/{self.session}" if path != "" else "") + path
+        r = self.http.request(method, where, json=body if method == "POST" else None)
+        assert r.status_code == 200, r.text[:500]
+        return r.json()["value"]
+
+    def open(self, url: str) -> None:
+        self.call("POST", "/url", {"url": url})
+
+    def find(self, css: str) -> str:
+        return self.call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
+
+    def text(self, css: str) -> str:
+        return self.call("GET", f"/element/{self.find(css)}/text")
+
+    def type(self, css: str, text: str) -> None:
+        self.call("POST", f"/element/{self.find(css)}/value", {"text": text})
+
+    def click(self, css: str) -> None:
+        self.call("POST", f"/element/{self.find(css)}/click", {})
+
+    def url(self) -> str:
+        return self.call("GET", "/url")
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
+
+    def close(self) -> None:
+        try:
+            self.call("DELETE", "/window")
+        finally:
+            self.driver.terminate()
+            self.driver.wait(timeout=20)
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="no headless browser: install Debian's chromium and "
+                    "chromium-driver (apt-get install chromium chromium-driver) to drive the console in one")
+def test_a_real_browser_logs_in_opens_every_view_and_follows_a_request_to_its_trace(served, tmp_path):
+    url, answered = served["url"], served["answered"]
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(url + "/console/savings")
+        assert "/console/login?next=/console/savings" in browser.url()
+        browser.type("#key", CALLER)  # a caller's key is no admin key: refused, and no session
+        browser.click("#login")
+        assert browser.text("#error") == REFUSED and browser.call("GET", "/cookie") == []
+        browser.type("#key", KEY)
+        browser.click("#login")
+        assert browser.url() == url + "/console/savings"
+        (cookie,) = browser.call("GET", "/cookie")
+        assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
+        assert browser.call("POST", "/execute/sync", {"script": "return document.cookie", "args": []}) == ""
+        charged = sum(float(r.headers["x-switchcraft-cost-usd"]) for r in answered)
+        for view in ("savings", "quality", "traffic", "keys", "requests", "router"):
+            browser.open(f"{url}/console/{view}?range=24h")
+            assert browser.text("h1").lower().startswith(view[:4]), view
+            browser.screenshot(tmp_path / f"{view}.png")
+            if view == "savings":
+                assert browser.text("#spent") == usd(charged) and browser.text("#requests") == "7"
+            if view == "traffic":
+                assert browser.text("#requests") == "7"
+        rid = answered[4].headers["x-request-id"]
+        browser.open(f"{url}/console/requests?range=24h")
+        browser.click(f'a[href="/console/requests/{rid}"]')
+        assert browser.text("#rid") == rid and A in browser.text("#answers")
+        browser.screenshot(tmp_path / "trace.png")
+    finally:
+        browser.close()
+    for name in ("savings", "quality", "traffic", "keys", "requests", "router", "trace"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
