@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -81,7 +82,38 @@ class Gate:
                               f"{', '.join(self.gw.groups_for(ident)) or 'none'} (or /mcp)", "code": 404}}
             await JSONResponse(body, status_code=404)(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        await cancel_on_disconnect(self.app, scope, receive, send)
+
+
+async def cancel_on_disconnect(app, scope, receive, send) -> None:
+    """Run `app` for one request and cancel it when the client goes away after sending its body.
+
+    A 2026-07-28 host cancels a call by closing its request (the SDK client does on cancellation); the SDK's
+    JSON-response path does not watch for that, so without this a cancelled call would run on to its end or its
+    upstream's `timeout_s`. Cancelling the handler cancels the upstream call, and the SDK's client sends the
+    upstream its cancellation (stdio: `notifications/cancelled`; HTTP: the request closed)."""
+    body_done, gone = anyio.Event(), anyio.Event()
+
+    async def receive_body():
+        if body_done.is_set():  # the app waits for the disconnect itself (an SSE stream): the watcher's
+            await gone.wait()
+            return {"type": "http.disconnect"}
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body_done.set()
+        return message
+
+    async with anyio.create_task_group() as tg:
+        async def watch() -> None:
+            await body_done.wait()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        await app(scope, receive_body, send)
+        tg.cancel_scope.cancel()
 
 
 def http_app(gw: McpGateway, host: str = "127.0.0.1", ready_timeout_s: float | None = None) -> Starlette:
