@@ -176,7 +176,8 @@ class PoolModel(BaseModel):
         default=None, ge=1, description="Sent as max_tokens; makes the --max-usd bound strict."
     )
     send_metadata: bool = Field(
-        default=False, description="Send metadata.example_id so a (replay) server can match by id."
+        default=False, description="Send the example id (metadata.example_id; in Messages, metadata.user_id, the one "
+        "metadata field it takes) so a (replay) server can match by id."
     )
 
     @field_validator("api", mode="before")

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data.errors import DataError
 from data.pool import Pool, Prices
@@ -97,3 +99,29 @@ def test_cache_prices_and_an_unknown_api_named_with_its_line(tmp_path):
         load_yaml_model(f, Pool)
     assert Pool.model_validate({"models": [{"name": "a", "prices": {"usd_per_query": 1}}]}).models[0].api == \
         "openai_chat"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
+                        st.sampled_from(["type", "content", "output", "text", "name", "input", "id", "usage",
+                                         "input_tokens", "object", "status", "call_id", "arguments",
+                                         "stop_reason", "cache_read_input_tokens", "input_tokens_details"]),
+                        kids, max_size=5), max_leaves=12)
+SHAPES = {"anthropic_messages": {"type": "message"}, "openai_responses": {"object": "response"}}
+
+
+@settings(max_examples=300, deadline=None)
+@given(api=st.sampled_from(sorted(SHAPES)), body=st.dictionaries(
+    st.sampled_from(["content", "output", "usage", "stop_reason", "status", "incomplete_details", "model", "index",
+                     "content_block", "delta", "message", "item", "output_index", "response"]), JSON))
+def test_a_malformed_native_answer_is_a_wire_error_never_a_crash(api, body):
+    try:
+        chat = apis.chat_completion(api, {**body, **SHAPES[api]})
+    except WireError:
+        return
+    usage_from_wire(chat.get("usage"))
+    decoder = apis.StreamDecoder(api)
+    for kind in ("message_start", "content_block_start", "content_block_delta", "message_delta", "message_stop",
+                 "response.created", "response.output_item.added", "response.function_call_arguments.delta",
+                 "response.completed"):
+        decoder.feed(kind, body)

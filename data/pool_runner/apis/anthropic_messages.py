@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import ChunkMaker, answer_blocks, chat_answer, arguments_object, sse, text_of
+from data.pool_runner.apis.common import ChunkMaker, obj, word, answer_blocks, chat_answer, arguments_object, sse, text_of
 from data.pool_runner.wire import WireError
 
 DEFAULT_MAX_TOKENS = 4096
@@ -101,7 +101,7 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
     if choice is None and parallel is not False:
         return None
     if isinstance(choice, dict):
-        out: dict[str, Any] = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
+        out: dict[str, Any] = {"type": "tool", "name": obj(choice.get("function")).get("name")}
     else:
         out = {"type": {"required": "any", "none": "none"}.get(choice, "auto")}
     if parallel is False and out["type"] != "none":
@@ -118,16 +118,16 @@ def chat_from_message(data: dict[str, Any]) -> dict[str, Any]:
     for block in content:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            parts.append({"type": "text", "text": block.get("text") or ""})
+            parts.append({"type": "text", "text": word(block.get("text")) or ""})
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str):
                 raise WireError(f"tool_use block without a name: {block!r:.120}")
-            call_id = block.get("id") or f"toolu_{len(calls)}"
+            call_id = word(block.get("id")) or f"toolu_{len(calls)}"
             calls.append({"id": call_id, "type": "function",
                           "function": {"name": block["name"],
                                        "arguments": json.dumps(block.get("input") or {}, ensure_ascii=False)}})
             parts.append({"type": "tool_call", "id": call_id})
-    finish = "tool_calls" if calls else FINISH_REASONS.get(data.get("stop_reason"), "stop")
+    finish = "tool_calls" if calls else FINISH_REASONS.get(word(data.get("stop_reason")), "stop")
     return chat_answer(data, parts, calls, finish, chat_usage(data.get("usage")))
 
 
@@ -178,31 +178,31 @@ class ChunkDecoder(ChunkMaker):
 
     def feed(self, kind: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         if kind == "message_start":
-            msg = data.get("message") or {}
+            msg = obj(data.get("message"))
             self.id, self.model = msg.get("id"), msg.get("model")
-            self.usage.update(msg.get("usage") or {})
+            self.usage.update(obj(msg.get("usage")))
             return [self.chunk({"role": "assistant", "content": ""})]
         if kind == "content_block_start":
-            block = data.get("content_block") or {}
+            block = obj(data.get("content_block"))
             if block.get("type") == "tool_use":
-                k = self.calls[data.get("index")] = len(self.calls)
-                return [self.chunk({"tool_calls": [{"index": k, "id": block.get("id"), "type": "function",
-                                                    "function": {"name": block.get("name"), "arguments": ""}}]})]
-            if block.get("type") == "text" and block.get("text"):
+                k = self.calls[self.position(data, "index")] = len(self.calls)
+                return [self.chunk({"tool_calls": [{"index": k, "id": word(block.get("id")), "type": "function",
+                                                    "function": {"name": word(block.get("name")), "arguments": ""}}]})]
+            if block.get("type") == "text" and word(block.get("text")):
                 return [self.chunk({"content": block["text"]})]
             return []
         if kind == "content_block_delta":
-            delta = data.get("delta") or {}
+            delta = obj(data.get("delta"))
             if delta.get("type") == "text_delta":
-                return [self.chunk({"content": delta.get("text") or ""})]
-            if delta.get("type") == "input_json_delta" and data.get("index") in self.calls:
-                return [self.chunk({"tool_calls": [{"index": self.calls[data["index"]],
-                                                    "function": {"arguments": delta.get("partial_json") or ""}}]})]
+                return [self.chunk({"content": word(delta.get("text")) or ""})]
+            if delta.get("type") == "input_json_delta" and self.position(data, "index") in self.calls:
+                return [self.chunk({"tool_calls": [{"index": self.calls[self.position(data, "index")],
+                                                    "function": {"arguments": word(delta.get("partial_json")) or ""}}]})]
             return []
         if kind == "message_delta":
-            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
-            stop = (data.get("delta") or {}).get("stop_reason")
-            finish = "tool_calls" if self.calls else FINISH_REASONS.get(stop, "stop")
+            self.usage.update({k: v for k, v in obj(data.get("usage")).items() if v is not None})
+            stop = obj(data.get("delta")).get("stop_reason")
+            finish = "tool_calls" if self.calls else FINISH_REASONS.get(word(stop), "stop")
             return [self.chunk({}, finish)]
         if kind == "message_stop":
             self.done = True

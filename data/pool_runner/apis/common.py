@@ -84,6 +84,12 @@ class ChunkMaker:
         self.id, self.model, self.calls, self.done = None, None, {}, False
         self.created = int(time.time())
 
+    @staticmethod
+    def position(data: dict, key: str) -> int | None:
+        """An event's block / item index (`index`, `output_index`), or None when it is not an integer."""
+        value = data.get(key)
+        return value if type(value) is int else None
+
     def chunk(self, delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
         """A chat.completion.chunk: one choice's `delta` (none: a usage-only chunk)."""
         out: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -106,3 +112,13 @@ def chat_answer(data: dict[str, Any], parts: list[dict], calls: list[dict], fini
     if usage is not None:
         out["usage"] = usage
     return out
+
+
+def obj(value: Any) -> dict:
+    """An answer's field that must be an object: itself, or {} (a provider's malformed field is read as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def word(value: Any) -> str | None:
+    """An answer's field that must be a string: itself, or None."""
+    return value if isinstance(value, str) else None

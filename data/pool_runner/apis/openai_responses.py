@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import ChunkMaker, answer_blocks, chat_answer, sse, text_of
+from data.pool_runner.apis.common import ChunkMaker, obj, word, answer_blocks, chat_answer, sse, text_of
 from data.pool_runner.wire import WireError
 
 KEPT = ("parallel_tool_calls", "temperature", "top_p", "user", "metadata", "stream")
@@ -74,7 +74,7 @@ def request_from_chat(body: dict[str, Any]) -> dict[str, Any]:
                         for t in body["tools"]]
     choice = body.get("tool_choice")
     if choice is not None and body.get("tools"):
-        out["tool_choice"] = ({"type": "function", "name": (choice.get("function") or {}).get("name")}
+        out["tool_choice"] = ({"type": "function", "name": obj(choice.get("function")).get("name")}
                               if isinstance(choice, dict) else choice)
     tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     if tokens is not None:
@@ -86,7 +86,7 @@ def request_from_chat(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(fmt, dict) and fmt.get("type") == "json_object":
         out["text"] = {"format": {"type": "json_object"}}
     elif isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        out["text"] = {"format": {"type": "json_schema", **(fmt.get("json_schema") or {})}}
+        out["text"] = {"format": {"type": "json_schema", **obj(fmt.get("json_schema"))}}
     out["store"] = False
     return out
 
@@ -104,15 +104,15 @@ def chat_from_response(data: dict[str, Any]) -> dict[str, Any]:
         if kind == "message":
             for part in item.get("content") or []:
                 if isinstance(part, dict) and part.get("type") == "output_text":
-                    parts.append({"type": "text", "text": part.get("text") or ""})
+                    parts.append({"type": "text", "text": word(part.get("text")) or ""})
         elif kind == "function_call":
             if not isinstance(item.get("name"), str):
                 raise WireError(f"function_call item without a name: {item!r:.120}")
-            call_id = item.get("call_id") or f"call_{len(calls)}"
+            call_id = word(item.get("call_id")) or f"call_{len(calls)}"
             calls.append({"id": call_id, "type": "function",
-                          "function": {"name": item["name"], "arguments": item.get("arguments") or ""}})
+                          "function": {"name": item["name"], "arguments": word(item.get("arguments")) or ""}})
             parts.append({"type": "tool_call", "id": call_id})
-    reason = (data.get("incomplete_details") or {}).get("reason")
+    reason = obj(data.get("incomplete_details")).get("reason")
     finish = "tool_calls" if calls else "length" if reason == "max_output_tokens" else "stop"
     return chat_answer(data, parts, calls, finish, chat_usage(data.get("usage")))
 
@@ -124,10 +124,10 @@ def chat_usage(usage: Any) -> dict[str, Any] | None:
     output = usage.get("output_tokens") if type(usage.get("output_tokens")) is int else 0
     out: dict[str, Any] = {"prompt_tokens": usage["input_tokens"], "completion_tokens": output,
                            "total_tokens": usage["input_tokens"] + output}
-    cached = (usage.get("input_tokens_details") or {}).get("cached_tokens")
+    cached = obj(usage.get("input_tokens_details")).get("cached_tokens")
     if type(cached) is int:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
-    reasoning = (usage.get("output_tokens_details") or {}).get("reasoning_tokens")
+    reasoning = obj(usage.get("output_tokens_details")).get("reasoning_tokens")
     if type(reasoning) is int and reasoning:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return out
@@ -159,32 +159,32 @@ class ChunkDecoder(ChunkMaker):
 
     def feed(self, kind: str | None, data: dict[str, Any]) -> list[dict[str, Any]]:
         if kind == "response.created":
-            r = data.get("response") or {}
+            r = obj(data.get("response"))
             self.id, self.model = r.get("id"), r.get("model")
             return [self.chunk({"role": "assistant", "content": ""})]
         if kind == "response.output_item.added":
-            item = data.get("item") or {}
+            item = obj(data.get("item"))
             if item.get("type") != "function_call":
                 return []
-            k = self.calls[data.get("output_index")] = len(self.calls)
-            return [self.chunk({"tool_calls": [{"index": k, "id": item.get("call_id"), "type": "function",
-                                                "function": {"name": item.get("name"), "arguments": ""}}]})]
+            k = self.calls[self.position(data, "output_index")] = len(self.calls)
+            return [self.chunk({"tool_calls": [{"index": k, "id": word(item.get("call_id")), "type": "function",
+                                                "function": {"name": word(item.get("name")), "arguments": ""}}]})]
         if kind == "response.output_text.delta":
-            return [self.chunk({"content": data.get("delta") or ""})]
-        if kind == "response.function_call_arguments.delta" and data.get("output_index") in self.calls:
-            return [self.chunk({"tool_calls": [{"index": self.calls[data["output_index"]],
-                                                "function": {"arguments": data.get("delta") or ""}}]})]
+            return [self.chunk({"content": word(data.get("delta")) or ""})]
+        if kind == "response.function_call_arguments.delta" and self.position(data, "output_index") in self.calls:
+            return [self.chunk({"tool_calls": [{"index": self.calls[self.position(data, "output_index")],
+                                                "function": {"arguments": word(data.get("delta")) or ""}}]})]
         if kind in ("response.completed", "response.incomplete"):
             self.done = True
-            r = data.get("response") or {}
-            reason = (r.get("incomplete_details") or {}).get("reason")
+            r = obj(data.get("response"))
+            reason = obj(r.get("incomplete_details")).get("reason")
             finish = "tool_calls" if self.calls else "length" if reason == "max_output_tokens" else "stop"
             out = [self.chunk({}, finish)]
             usage = chat_usage(r.get("usage"))
             return out + ([self.chunk(usage=usage)] if usage is not None else [])
         if kind in ("response.failed", "error"):
             self.done = True
-            err = (data.get("response") or {}).get("error") if kind == "response.failed" else data
+            err = obj(data.get("response")).get("error") if kind == "response.failed" else data
             return [{"error": err or {"message": "upstream stream error"}}]
         return []
 
