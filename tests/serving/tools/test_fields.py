@@ -18,7 +18,7 @@ from serving.tools.config import FieldWeights, RetrievalConfig, ToolsConfig, loa
 from serving.tools.index import ToolIndex, bm25_tokens, rrf_fuse, top_k
 from serving.tools.policy import AccessPolicy
 from serving.tools.router import ToolRouter
-from tests.serving.conftest import build_tiny_index
+from tests.catalogs import build_tiny_index
 
 ALL_FIELDS = {"w_bm25_fields": FieldWeights(name=0.5, description=0.25, parameters=0.25),
               "w_dense_fields": FieldWeights(name=0.25, description=0.25, parameters=0.25)}
@@ -249,7 +249,7 @@ def test_no_unauthorised_exposure_with_every_field_ranking_on(metatool, index_fo
     """The filter decides before any ranking: the tiny catalog's adversarial queries, and the
     security check on MetaTool (a fifth of it locked behind a permission), with all per-field weights on."""
     from evaluation.tools.evaluate import security_check
-    from tests.serving.test_tool_router import ADVERSARIAL, POLICY, SUPPORT
+    from tests.catalogs import ADVERSARIAL, POLICY, SUPPORT
 
     tiny = index_for_tiny_catalog
     r = ToolRouter(tiny, POLICY, RetrievalConfig(top_k=3, **ALL_FIELDS), pinned=["payments.refund_payment"])
