@@ -311,22 +311,6 @@ def _output(model: str, row: Row) -> Output:
     )
 
 
-def read_result_file(
-    file: Path,
-    *,
-    model: str,
-    category: str,
-    prefix: str,
-    examples: dict[str, Example] | None = None,
-    report: ImportReport | None = None,
-) -> list[Output]:
-    """Outputs of one result file (JSON Lines), decoded."""
-    rows, skipped = _rows_of_file(model, category, file, prefix, examples=examples)
-    if report is not None:
-        report.skipped.update({(model, reason): n for reason, n in skipped.items()})
-    return [_output(model, row) for row in rows]
-
-
 def _rows_of_file(
     model: str, category: str, file: Path, prefix: str, *, examples: dict[str, Example] | None
 ) -> tuple[list[Row], Counter]:

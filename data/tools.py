@@ -122,8 +122,3 @@ def tools_from_docs(docs: Any) -> list[Tool]:
     if isinstance(docs, dict):
         docs = [docs]
     return [tool_from_doc(d) for d in docs]
-
-
-def required_params(tool: Tool) -> list[str]:
-    req = tool.parameters.get("required") or []
-    return [r for r in req if isinstance(r, str)]

@@ -28,7 +28,7 @@ import json
 import platform
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -191,7 +191,3 @@ def _versions() -> dict[str, str]:
 
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "sentence_transformers": sentence_transformers.__version__}
-
-
-def pair_record(pair: Pair) -> dict:
-    return asdict(pair)

@@ -37,10 +37,6 @@ def outcome_of(choice: np.ndarray, correct: np.ndarray, cost: np.ndarray) -> Out
     return Outcome(float(correct[rows, choice].mean()), float(cost[rows, choice].mean()))
 
 
-def single_model_choice(n: int, column: int) -> np.ndarray:
-    return np.full(n, column, dtype=int)
-
-
 def oracle_choice(correct: np.ndarray, cost: np.ndarray) -> np.ndarray:
     """The cheapest model that is correct; when none is, the cheapest model."""
     masked = np.where(correct, cost, np.inf)

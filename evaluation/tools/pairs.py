@@ -181,7 +181,3 @@ def training_asks(pairs: list[Pair], max_parts: int, forbidden: frozenset[str] |
     queries = {p.query for p in pairs}
     asks = {a for q in queries for a in split_intents(q, max_parts) if a != q}
     return sorted(a for a in asks - queries if _fold(a) not in forbidden)
-
-
-def source_counts(pairs: list[Pair]) -> Counter:
-    return Counter(p.source for p in pairs)

@@ -92,12 +92,6 @@ def read_curves(folder: str | Path, files: tuple[str, ...] = RESULT_FILES) -> di
     return curves
 
 
-def curve_at(curve: dict[int, float], n: float) -> float:
-    """The recorded accuracy at n distractors, linear between recorded pool sizes (clamped at the ends)."""
-    xs = sorted(curve)
-    return float(np.interp(n, xs, [curve[x] for x in xs]))
-
-
 def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0

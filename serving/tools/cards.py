@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from data.schema import Tool
 
 Risk = Literal["read", "write", "irreversible"]
 Health = Literal["healthy", "degraded", "down"]
@@ -89,11 +88,6 @@ class ToolCard(BaseModel):
         if self.when_not_to_use:
             desc += f" Do not use when: {self.when_not_to_use}"
         return {"type": "function", "function": {"name": self.exposed_name, "description": desc.strip(), "parameters": self.parameters}}
-
-    def to_tool(self) -> Tool:
-        """The project-wide `data.schema.Tool` form (for packing into the model router)."""
-        fn = self.to_openai()["function"]
-        return Tool(name=fn["name"], description=fn["description"], parameters=fn["parameters"], original=self.model_dump(mode="json"))
 
 
 class GroupCard(BaseModel):

@@ -79,10 +79,6 @@ class Catalog:
     def __len__(self) -> int:
         return len(self.cards)
 
-    def by_exposed_name(self, name: str) -> ToolCard | None:
-        i = self._by_exposed.get(name)
-        return None if i is None else self.cards[i]
-
     def group_names(self) -> list[str]:
         return sorted(self.members)
 

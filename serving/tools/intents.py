@@ -59,17 +59,3 @@ def split_intents(text: str, max_parts: int = 6, min_words: int = 4) -> list[str
         parts[j : j + 2] = [f"{parts[j]} {parts[j + 1]}"]
     return parts or [text]
 
-
-def intent_spans(text: str, parts: list[str]) -> list[tuple[int, int]]:
-    """Character spans of `parts` (from `split_intents(text)`) in `text`: each from its first word to the next part.
-
-    Parts were stripped and merged with single spaces, so they are found by their
-    first word, in order; the spans cover the text from the first part on.
-    """
-    starts, pos = [], 0
-    for p in parts:
-        first = p.split(maxsplit=1)[0] if p.strip() else p
-        at = text.find(first, pos)
-        starts.append(pos if at < 0 else at)
-        pos = starts[-1] + len(first)
-    return [(a, b) for a, b in zip(starts, starts[1:] + [len(text)])]

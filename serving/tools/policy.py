@@ -13,7 +13,6 @@ tenant, role, permission, environment, health, risk.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,9 +95,6 @@ class AccessPolicy(BaseModel):
 class FilterResult:
     visible: np.ndarray  # bool, one per catalog card
     hidden: list[tuple[str, str]] = field(default_factory=list)  # (tool key, reason)
-
-    def reason_counts(self) -> dict[str, int]:
-        return dict(Counter(r for _, r in self.hidden))
 
     def hidden_records(self) -> list[dict[str, str]]:
         """[{tool, reason}], built once per caller: a decision copies the list, not 1,000 dicts."""

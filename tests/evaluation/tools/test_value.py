@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from data.errors import DataError
-from evaluation.tools.value import (Routed, check_per_query, curve_at, curve_checks, estimate, parse_results,
+from evaluation.tools.value import (Routed, check_per_query, curve_checks, estimate, parse_results,
                                    read_curves, read_predictions, read_prices, value_rows, wilson)
 
 RESULTS = """Category Scaling Evaluation Results
@@ -51,14 +51,6 @@ def test_read_curves_requires_agreement(tmp_path):
     _write(tmp_path, "b.txt", RESULTS.replace("80.00%", "81.00%"))
     with pytest.raises(DataError, match="differs"):
         read_curves(tmp_path, ("a.txt", "b.txt"))
-
-
-def test_curve_at_interpolates_between_recorded_pools():
-    c = {0: 0.9, 16: 0.8, 128: 0.5}
-    assert curve_at(c, 0) == pytest.approx(0.9)
-    assert curve_at(c, 8) == pytest.approx(0.85)
-    assert curve_at(c, 72) == pytest.approx(0.65)
-    assert curve_at(c, 1000) == pytest.approx(0.5)  # clamped
 
 
 def _r(i, hit, offered, own=1, category="multiple", tokens=100):

@@ -1,7 +1,6 @@
 """The numpy MiniLM forward matches transformers' model; the hand-built ONNX graph matches numpy."""
 
 import numpy as np
-import pytest
 
 TEXTS = ["What is the area of a triangle with base 10 and height 5?", "convert usd to eur",
          "word " * 300]  # longer than max_length: truncation keeps [CLS] … [SEP]
@@ -36,29 +35,6 @@ def test_onnx_graph_matches_transformers(encoder, tmp_path):
     ref = _transformers_reference()
     got = OnnxQueryEncoder.create(encoder, tmp_path).encode(TEXTS)
     np.testing.assert_allclose((got * ref).sum(1), 1.0, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_standard_dynamo_export_matches_transformers_at_other_shapes(tmp_path):
-    """The standard export path (for the speed comparison in docs/research.md) is right at any shape."""
-    import onnxscript  # noqa: F401  (required: the dynamo exporter needs it)
-    import onnxruntime as ort
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    from serving.tools.encoder import default_model_dir
-    from serving.tools.onnx_encoder import standard_export
-
-    d = str(default_model_dir())
-    path = standard_export(d, tmp_path / "std.onnx")
-    tok, model = AutoTokenizer.from_pretrained(d), AutoModel.from_pretrained(d).eval()
-    batch = tok(TEXTS, return_tensors="pt", padding=True, truncation=True, max_length=128)  # not the traced shape
-    with torch.inference_mode():
-        ref = model(**batch).last_hidden_state.numpy()
-    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
-        None, {k: batch[k].numpy() for k in ("input_ids", "attention_mask")})[0]
-    real = batch["attention_mask"].numpy()[..., None] > 0
-    assert np.abs(np.where(real, got - ref, 0)).max() < 1e-4
 
 
 def test_onnx_graph_matches_numpy(encoder, tmp_path):

@@ -135,17 +135,6 @@ def test_the_evaluation_embeds_what_routing_embeds(index, tmp_path):  # noqa: F8
             np.testing.assert_allclose(v, r._vectors(r.intents(q.text), None), atol=1e-5)
 
 
-def test_intent_spans_cover_the_request_from_each_ask_on():
-    from serving.tools.intents import intent_spans
-
-    text = "Find the area of a rectangle with length 7.  Also, calculate the area of a circle.\nThen do it again now"
-    parts = split_intents(text)
-    spans = intent_spans(text, parts)
-    assert [text[a:b].strip() for a, b in spans] == parts
-    assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    assert all(b == c for (_, b), (c, _) in zip(spans, spans[1:]))
-
-
 class _PackSpy(_Spy):
     def encode_packed(self, texts, max_length=None, pack_tokens=None):
         self.calls.append((list(texts), max_length, pack_tokens))

@@ -44,4 +44,3 @@ def test_first_failing_check_is_the_reason_and_counts():
     res = POLICY.filter(cards, Caller(tenant="acme"))
     assert res.visible.tolist() == [False, False, True]
     assert res.hidden == [("a", "tenant"), ("b", "risk")]
-    assert res.reason_counts() == {"tenant": 1, "risk": 1}
