@@ -108,6 +108,9 @@ class ToolRoutingSettings(BaseModel):
     catalog: list[str] | None = Field(default=None, description="Overrides the tools config's catalog files.")
     top_k: int | None = Field(default=None, ge=1, description="Overrides retrieval.top_k of the tools config.")
     index_dir: str | None = Field(default=None, description="Overrides index_dir of the tools config.")
+    mcp: str | None = Field(default=None, description="An MCP gateway config (configs/mcp.yaml): the catalog is "
+                            "its upstream servers' tools, listed at start, with its policy and retrieval "
+                            "(serving/mcp/catalog.py); the tools config then gives only `groups`.")
 
 
 class StateSettings(BaseModel):

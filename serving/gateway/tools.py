@@ -10,7 +10,10 @@ catalog tool's definition itself. The query is the last user message; the
 caller (tenant, roles, permissions, environment) is the request's API key's
 identity, narrowed by the request's `caller` (serving/gateway/auth.py; a
 string is a tenant); `request_group` calls already in the conversation are
-replayed as expansions, through the same filter.
+replayed as expansions, through the same filter. With `tools.mcp` (an MCP
+gateway config) the catalog is its upstream MCP servers' tools, under the MCP
+config's policy and retrieval (the tools config gives only `groups`), so chat
+callers and MCP hosts see the same tools and groups.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ class GatewayTools:
         from serving.tools.config import load_tools_config
 
         cfg = load_tools_config(settings.config)
+        if settings.mcp is not None:  # the catalog: the MCP servers' tools (serving/mcp/catalog.py)
+            from serving.mcp.catalog import mcp_tool_router
+
+            return cls(mcp_tool_router(settings.mcp, cfg.groups, settings.top_k))
         update: dict[str, Any] = {}
         if settings.catalog is not None:
             update["catalog"] = settings.catalog
