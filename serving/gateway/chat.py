@@ -38,7 +38,7 @@ from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
 from serving.gateway.apis import Api, Inbound, Reply
 from serving.gateway.auth import Identity
-from serving.gateway.budget import StreamCharge, charges_of, payload_size, worst_case_usd
+from serving.gateway.budget import StreamCharge, charges_of, payload_size, tokens_in, worst_case_usd
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.gateway.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
@@ -165,7 +165,8 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
         d = routed.decision
         strategy, source, ranking, costs = d.strategy, routed.extra["strategy_source"], d.ranking, d.costs
         if source == "decision" and strategy.kind == "single" and (
-                kept := keep_or_switch(gw.pool, session, d, time.time())) is not None:
+                kept := keep_or_switch(gw.pool, session, d, time.time(), tokens_in(
+                    payload_size(body), gw.cfg.state.chars_per_token))) is not None:
             strategy, source = kept, "session"
         meta: dict[str, Any] = {"routed": True, "chosen": d.chosen, "decision": routed.to_dict()}
     else:

@@ -20,11 +20,14 @@ slower than `state.unlimited_wait_s`, turns sessions off for that request (a
 late write finishes in the background), never fails or stalls it.
 
 The switch rule prices the cache. Last turn's model saw a prefix of P tokens
-(its input and output: what this turn sends again); within the provider's cache
-lifetime (CACHE_TTL_S) staying costs the router's expected cost for it less
-P × (input price − cached input price), and switching costs the router's
-expected cost for its choice (the prefix at full price) plus P × the cache
-write surcharge (cache write price − input price). The previous model is kept
+(its input and output: what this turn sends again) of this turn's N input
+tokens; within the provider's cache lifetime (CACHE_TTL_S) staying costs the
+router's expected cost for it plus (N − P) × its input price + P × its cached
+input price, and switching costs the router's expected cost for its choice plus
+N × its input price (the prefix paid again) + P × its cache write surcharge
+(cache write price − input price). The router's costs are per query, profiled
+on single-turn traffic; the input of an agent's turn is priced on top from its
+size, so a long conversation weighs what it really costs. The previous model is kept
 unless the switch is cheaper, or it is no longer eligible (the constraints
 exclude it). Only the decision's own single-model strategy is kept or switched:
 a strategy the request or the operator names runs as asked. Past the cache
@@ -178,23 +181,28 @@ def cached(session: Session, now: float) -> bool:
     return st.model is not None and st.prefix_tokens > 0 and now - st.last_at <= CACHE_TTL_S
 
 
-def switch_costs(pool: Pool, prev: str, chosen: str, prefix: int, costs: dict[str, float]) -> dict[str, float]:
-    """Expected USD of staying on `prev` (its cached prefix read at the cached price) and of switching to `chosen`
-    (the prefix at full price, written to its cache)."""
+def switch_costs(pool: Pool, prev: str, chosen: str, prefix: int, tokens: int,
+                 costs: dict[str, float]) -> dict[str, float]:
+    """Expected USD of this turn on `prev` (the `prefix` of its `tokens` input read from its cache at the cached
+    price, the rest at the input price) and on `chosen` (every input token at full price, the prefix written to its
+    cache), each on top of the router's expected cost for the model (`costs`: its profiled cost per query)."""
     def per_token(model: str):
         p = pool.get(model).prices
         return p if p.kind == "token" else None
 
+    prefix = min(prefix, tokens)
     old, new = per_token(prev), per_token(chosen)
+    stay = ((tokens - prefix) * old.input_per_mtok + prefix * old.cached_input_price) / 1e6 if old else 0.0
     saving = prefix * (old.input_per_mtok - old.cached_input_price) / 1e6 if old else 0.0
     surcharge = prefix * max(new.cache_write_price - new.input_per_mtok, 0.0) / 1e6 if new else 0.0
-    return {"stay_usd": costs[prev] - saving, "switch_usd": costs[chosen] + surcharge,
-            "cache_saving_usd": saving, "cache_write_usd": surcharge}
+    switch = tokens * new.input_per_mtok / 1e6 + surcharge if new else 0.0
+    return {"stay_usd": costs[prev] + stay, "switch_usd": costs[chosen] + switch, "cache_saving_usd": saving,
+            "cache_write_usd": surcharge}
 
 
-def keep_or_switch(pool: Pool, session: Session | None, decision, now: float) -> Strategy | None:
+def keep_or_switch(pool: Pool, session: Session | None, decision, now: float, tokens: int) -> Strategy | None:
     """The strategy to run instead of the decision's (the previous model first, the ranking after it), or None
-    to run the decision's; the reason goes in `session.trace`."""
+    to run the decision's; `tokens`: this turn's input tokens (estimated). The reason goes in `session.trace`."""
     if session is None:
         return None
     prev, chosen = session.state.model, decision.chosen
@@ -210,8 +218,8 @@ def keep_or_switch(pool: Pool, session: Session | None, decision, now: float) ->
     if prev in decision.excluded or prev not in decision.costs or prev not in pool.names:
         session.trace["rule"] = "previous_not_eligible"
         return None
-    priced = switch_costs(pool, prev, chosen, session.state.prefix_tokens, decision.costs)
-    session.trace.update({k: round(v, 10) for k, v in priced.items()})
+    priced = switch_costs(pool, prev, chosen, session.state.prefix_tokens, tokens, decision.costs)
+    session.trace.update({k: round(v, 10) for k, v in priced.items()}, input_tokens=tokens)
     if priced["switch_usd"] < priced["stay_usd"]:
         session.trace["rule"] = "switched"
         return None

@@ -20,6 +20,7 @@ from serving.policy import Decision
 POOL = Pool.model_validate({"models": [
     {"name": "big", "prices": {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cached_input_per_mtok": 0.3,
                                "cache_write_per_mtok": 3.75}},
+    {"name": "mid", "prices": {"input_per_mtok": 2.5, "output_per_mtok": 10.0}},
     {"name": "small", "prices": {"input_per_mtok": 0.25, "output_per_mtok": 1.25}},
     {"name": "flat", "prices": {"usd_per_query": 0.001}}]})
 FIRST = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
@@ -52,22 +53,24 @@ def test_a_session_is_named_by_header_then_user_id_then_its_first_turns():
 
 
 def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
-    prefix = 20_000  # tokens big saw last turn; read from its cache at 0.3 instead of 3.0 per million
-    costs = {"big": 0.07, "small": 0.03, "flat": 0.001}
+    prefix, tokens = 20_000, 25_000  # big saw 20,000 of this turn's 25,000 tokens; cached at 0.3 instead of 3.0
+    costs = {"big": 0.01, "mid": 0.01, "small": 0.03, "flat": 0.001}
     s = session("big", prefix)
-    kept = keep_or_switch(POOL, s, decision("small", costs), time.time())
-    assert kept.first == ("big",) and kept.escalate == ("small", "flat") and kept.kind == "single"
-    assert s.trace["rule"] == "kept" and s.trace["router_chose"] == "small"
-    assert s.trace["stay_usd"] == pytest.approx(0.07 - prefix * 2.7 / 1e6)  # 0.016 < 0.03
-    assert s.trace["switch_usd"] == pytest.approx(0.03)  # small has no cache write surcharge
+    kept = keep_or_switch(POOL, s, decision("mid", costs), time.time(), tokens)
+    assert kept.first == ("big",) and kept.escalate == ("mid", "flat", "small") and kept.kind == "single"
+    assert s.trace["rule"] == "kept" and s.trace["router_chose"] == "mid"
+    assert s.trace["stay_usd"] == pytest.approx(0.01 + (5_000 * 3.0 + 20_000 * 0.3) / 1e6)  # 0.031
+    assert s.trace["switch_usd"] == pytest.approx(0.01 + 25_000 * 2.5 / 1e6)  # 0.0725: the prefix paid again
+    assert s.trace["cache_saving_usd"] == pytest.approx(20_000 * 2.7 / 1e6)
     # the router's choice cheaper even after paying the prefix again: switch
     s = session("big", prefix)
-    assert keep_or_switch(POOL, s, decision("small", {**costs, "small": 0.01}), time.time()) is None
-    assert s.trace["rule"] == "switched"
+    assert keep_or_switch(POOL, s, decision("small", {**costs, "big": 0.07}), time.time(), tokens) is None
+    assert s.trace["rule"] == "switched" and s.trace["switch_usd"] == pytest.approx(0.03 + 25_000 * 0.25 / 1e6)
     # switching onto a model whose cache write costs more pays that surcharge too
     s = session("small", prefix)
-    assert keep_or_switch(POOL, s, decision("big", {**costs, "big": 0.03}), time.time()) is not None
+    assert keep_or_switch(POOL, s, decision("big", {**costs, "small": 0.05}), time.time(), tokens) is not None
     assert s.trace["cache_write_usd"] == pytest.approx(prefix * 0.75 / 1e6) and s.trace["rule"] == "kept"
+    assert s.trace["switch_usd"] == pytest.approx(0.01 + (25_000 * 3.0 + 20_000 * 0.75) / 1e6)
 
 
 @pytest.mark.parametrize("prev, age, excluded, rule", [
@@ -75,13 +78,14 @@ def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
     ("big", 1.0, {"big": "cost over cap"}, "previous_not_eligible")])
 def test_the_router_decides_when_there_is_no_cache_to_keep(prev, age, excluded, rule):
     s = session(prev, 20_000, age)
-    assert keep_or_switch(POOL, s, decision("small", {"big": 0.07, "small": 0.03}, excluded), time.time()) is None
+    costs = {"big": 0.07, "small": 0.03}
+    assert keep_or_switch(POOL, s, decision("small", costs, excluded), time.time(), 25_000) is None
     assert s.trace["rule"] == rule
 
 
 def test_a_model_not_priced_per_token_has_no_cache_saving():
     s = session("flat", 20_000)
-    assert keep_or_switch(POOL, s, decision("small", {"flat": 0.001, "small": 0.03}), time.time()) is not None
+    assert keep_or_switch(POOL, s, decision("small", {"flat": 0.001, "small": 0.03}), time.time(), 25_000)
     assert s.trace["cache_saving_usd"] == 0 and s.trace["stay_usd"] == pytest.approx(0.001)
 
 
