@@ -115,13 +115,20 @@ def savings(db: sqlite3.Connection, pool: Pool, *, since: float, reference: str,
     fmt = bucket_of(since, now)
     tokens = ("(SELECT MAX(a.input_tokens) FROM answers a WHERE a.request_id = requests.request_id "
               "AND a.role != 'explore')")
-    groups: dict[str, list[dict]] = {}
-    for name, expr in (("per_day", f"strftime('{fmt}', ts, 'unixepoch')"), ("per_key", "COALESCE(key_id, '')")):
-        rows = db.execute(f"SELECT {expr} AS g, COUNT(*), COALESCE(SUM(cost_usd), 0), SUM(t), COUNT(t) FROM "
-                          f"(SELECT ts, key_id, cost_usd, {tokens} AS t FROM requests WHERE {SERVED} "
-                          "AND status = 200) GROUP BY g ORDER BY g", (since,)).fetchall()
-        groups[name] = [{"group": g, "requests": n, "spent_usd": spent, "input_tokens": t or 0, "with_tokens": nt}
-                        for g, n, spent, t, nt in rows]
+    # One pass, grouped by (bucket, key); MATERIALIZED: the token lookup runs once a request, not once per use.
+    groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}}
+    for day, key, n, spent, t, nt in db.execute(
+            f"WITH x AS MATERIALIZED (SELECT ts, key_id, cost_usd, {tokens} AS t FROM requests WHERE {SERVED} "
+            f"AND status = 200) SELECT strftime('{fmt}', ts, 'unixepoch'), COALESCE(key_id, ''), COUNT(*), "
+            "COALESCE(SUM(cost_usd), 0), SUM(t), COUNT(t) FROM x GROUP BY 1, 2", (since,)):
+        for name, g in (("per_day", day), ("per_key", key)):
+            r = groups[name].setdefault(g, {"group": g, "requests": 0, "spent_usd": 0.0, "input_tokens": 0,
+                                            "with_tokens": 0})
+            r["requests"] += n
+            r["spent_usd"] += spent
+            r["input_tokens"] += t or 0
+            r["with_tokens"] += nt
+    groups = {name: [rows[g] for g in sorted(rows)] for name, rows in groups.items()}
     known = sum(r["input_tokens"] for r in groups["per_day"])
     counted = sum(r["with_tokens"] for r in groups["per_day"])
     mean_in = known / counted if counted else 0.0
