@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest tests/serving/test_gateway_batcher.py -q
 
-The router is the tests' tiny exported one (tests/serving/test_export.py) on the
+The router is the tests' tiny exported one (tests/conftest.py's `exported`) on the
 real ONNX Runtime backend, wrapped only to count its calls and, where a test
 needs requests to pile up, to hold them at a gate the test opens. No timing
 asserts: waits end on a state (calls queued), and speed is measured by

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest -q tests/serving/test_gateway_input.py
 
-A real gateway on loopback (the tiny exported router of test_export.py) in
+A real gateway on loopback (the tiny exported router of tests/conftest.py) in
 front of an upstream that answers every request, so any 5xx is the gateway's.
 The property test sends generated bodies (deep nesting, NaN, surrogates, huge
 numbers, wrong types at every field, oversized arrays) to both endpoints and

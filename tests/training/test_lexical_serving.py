@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest tests/training/test_lexical_serving.py -q            # Triton part: -m integration
 
-A tiny random encoder with MiniLM's real tokenizer (tests/serving/test_export.py's
+A tiny random encoder with MiniLM's real tokenizer (tests/routers.py's
 router) gets a lexical branch fitted on real packed BFCL v1 requests; the
 probabilities the recipe computes for held-out rows (head logits blended with
 `LexicalModel.logits`, in numpy) must be what every serving path returns.

@@ -1,6 +1,6 @@
 """ONNX export: parity with PyTorch on real packed BFCL v1 requests, named dynamic axes, INT8, the Triton repository.
 
-    .venv/bin/python -m pytest tests/serving/test_export.py -q
+    .venv/bin/python -m pytest tests/training/test_export.py -q
 
 The router under test is built with the training stage's real code (RouterModel,
 save_router, packing, metadata scaling) around a tiny random 2-layer BERT and

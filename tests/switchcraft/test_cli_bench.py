@@ -1,6 +1,6 @@
 """`switchcraft bench serve` on the tiny router: every row present, numbers sane, the table written.
 
-    .venv/bin/python -m pytest tests/serving/test_client_bench.py -q
+    .venv/bin/python -m pytest tests/switchcraft/test_cli_bench.py -q
 
 Tiny request count and no Triton (the integration tests start it): this checks
 the benchmark's plumbing and table, not the machine's speed.
