@@ -35,26 +35,32 @@ def bucket_of(since: float, now: float) -> str:
 BUCKETS_PER_E = 40  # latency histogram: buckets of ln(1 + ms) / 40, about 2.5% wide (P50/P99 within ±1.3%)
 
 
-def quantiles(db: sqlite3.Connection, source: str, params: tuple = (), by: str = "''",
-              qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, dict[float, float | None]]:
-    """Latency quantiles per group `by` over `FROM … WHERE …` (`source`: rows with a `latency_ms`), in one scan:
-    SQLite counts a logarithmic histogram, the quantile is its bucket's centre (nearest rank)."""
+def histograms(db: sqlite3.Connection, source: str, params: tuple = (), by: str = "''"
+               ) -> dict[str, list[tuple[int, int]]]:
+    """Per group `by`, the latency histogram over `FROM … WHERE …` (`source`: rows with a `latency_ms`), counted
+    by SQLite in one scan: (bucket, rows), buckets of ln(1 + ms) × BUCKETS_PER_E."""
     hist: dict[str, list[tuple[int, int]]] = {}
     for group, b, n in db.execute(f"SELECT {by}, CAST(ln(1 + MAX(latency_ms, 0)) * {BUCKETS_PER_E} AS INTEGER) AS b, "
                                   f"COUNT(*) {source} AND latency_ms IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2", params):
         hist.setdefault(str(group), []).append((b, n))
-    out = {}
-    for group, buckets in hist.items():
-        total, found = sum(n for _, n in buckets), {}
-        for q in qs:
-            rank, seen = max(1, math.ceil(q * total)), 0
-            for b, n in buckets:
-                seen += n
-                if seen >= rank:
-                    found[q] = math.exp((b + 0.5) / BUCKETS_PER_E) - 1
-                    break
-        out[group] = found
-    return out
+    return hist
+
+
+def quantile_of(buckets: list[tuple[int, int]], q: float) -> float | None:
+    """The q-quantile (nearest rank) of a histogram: its bucket's centre, in ms."""
+    total, seen = sum(n for _, n in buckets), 0
+    rank = max(1, math.ceil(q * total))
+    for b, n in sorted(buckets):
+        seen += n
+        if seen >= rank:
+            return math.exp((b + 0.5) / BUCKETS_PER_E) - 1
+    return None
+
+
+def quantiles(db: sqlite3.Connection, source: str, params: tuple = (), by: str = "''",
+              qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, dict[float, float | None]]:
+    """Latency quantiles per group `by` over `source`, from one histogram scan (`histograms`)."""
+    return {g: {q: quantile_of(h, q) for q in qs} for g, h in histograms(db, source, params, by).items()}
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -167,19 +173,21 @@ def traffic(db: sqlite3.Connection, *, since: float, now: float) -> dict[str, An
         if status != 200:
             errors[status] = errors.get(status, 0) + n
     req = quantiles(db, f"FROM requests WHERE {SERVED} AND status = 200", (since,)).get("", {})
-    up_src = "FROM answers WHERE outcome = 'ok' AND role != 'explore'"
-    per = quantiles(db, up_src, by="model")
-    every = quantiles(db, up_src).get("", {})
-    calls = dict(db.execute(f"SELECT model, COUNT(*) {up_src} GROUP BY model").fetchall())
+    per = histograms(db, "FROM answers WHERE outcome = 'ok' AND role != 'explore'", by="model")
+    merged: dict[int, int] = {}
+    for h in per.values():
+        for b, n in h:
+            merged[b] = merged.get(b, 0) + n
+    every = list(merged.items())
     failed = [{"outcome": o, "calls": n} for o, n in db.execute(
         "SELECT outcome, COUNT(*) FROM answers WHERE outcome != 'ok' GROUP BY outcome ORDER BY COUNT(*) DESC")]
     ranked = lambda d: [{"name": k, "requests": v} for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))]  # noqa: E731
     return {"requests": sum(r["requests"] for r in over_time), "over_time": over_time,
             "strategies": ranked(strategies), "models": ranked(models),
             "latency": {"request_p50_ms": req.get(0.5), "request_p99_ms": req.get(0.99),
-                        "upstream_p50_ms": every.get(0.5), "upstream_p99_ms": every.get(0.99)},
-            "upstream_latency": [{"model": m, "calls": calls.get(m, 0), "p50_ms": q.get(0.5), "p99_ms": q.get(0.99)}
-                                 for m, q in sorted(per.items())],
+                        "upstream_p50_ms": quantile_of(every, 0.5), "upstream_p99_ms": quantile_of(every, 0.99)},
+            "upstream_latency": [{"model": m, "calls": sum(n for _, n in h), "p50_ms": quantile_of(h, 0.5),
+                                  "p99_ms": quantile_of(h, 0.99)} for m, h in sorted(per.items())],
             "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items())], "failed_calls": failed}
 
 
