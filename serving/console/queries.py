@@ -239,12 +239,14 @@ def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
 
 
 def filter_values(db: sqlite3.Connection, since: float) -> dict[str, list]:
-    """The values each filter of the Requests view can take in the range."""
-    out = {}
-    for name, column in (("key", "key_id"), ("model", "answered_by"), ("strategy", "strategy"), ("status", "status")):
-        out[name] = [v for (v,) in db.execute(f"SELECT DISTINCT {column} FROM requests WHERE {SERVED} AND {column} "
-                                             f"IS NOT NULL ORDER BY {column}", (since,))]
-    return out
+    """The values each filter of the Requests view can take in the range (one grouped scan)."""
+    seen: dict[str, set] = {"key": set(), "model": set(), "strategy": set(), "status": set()}
+    for row in db.execute(f"SELECT key_id, answered_by, strategy, status FROM requests WHERE {SERVED} "
+                          "GROUP BY 1, 2, 3, 4", (since,)):
+        for name, value in zip(seen, row):
+            if value is not None:
+                seen[name].add(value)
+    return {name: sorted(values) for name, values in seen.items()}
 
 
 def router_versions(db: sqlite3.Connection, *, since: float) -> list[dict[str, Any]]:
