@@ -307,3 +307,17 @@ def test_a_real_browser_logs_in_opens_every_view_and_follows_a_request_to_its_tr
         browser.close()
     for name in ("savings", "quality", "traffic", "keys", "requests", "router", "trace"):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_a_decision_log_the_views_say_so_and_keys_and_router_still_work(client, monkeypatch):  # noqa: F811
+    use_keys(monkeypatch)
+    for m in POOL.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    with Loopback(create_app(ServingConfig(), client=client, pool=POOL)) as url:
+        s = session(url)
+        for view in ("savings", "quality", "traffic", "requests"):
+            page = s.get(f"/console/{view}")
+            assert page.status_code == 200 and "log.path is null" in shown(page.text, "message"), view
+        assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.000000"
+        assert shown(s.get("/console/router").text, "version") == client.version
+        assert s.get("/console/nothing").status_code == 404 and s.get("/console/savings?range=2y").status_code == 400
