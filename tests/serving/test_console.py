@@ -321,3 +321,19 @@ def test_without_a_decision_log_the_views_say_so_and_keys_and_router_still_work(
         assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.000000"
         assert shown(s.get("/console/router").text, "version") == client.version
         assert s.get("/console/nothing").status_code == 404 and s.get("/console/savings?range=2y").status_code == 400
+
+
+def test_the_router_view_shows_a_reload_and_the_last_learn_comparison(served, exported, tmp_path):
+    url, learned = served["url"], tmp_path / "learned"
+    shutil.copytree(exported[0], learned / "router_onnx")  # the router in service, as `switchcraft learn` leaves one
+    ci = {"mean": 0.9, "low": 0.85, "high": 0.94}
+    (learned / "learn.json").write_text(json.dumps({"comparison": {
+        "n": 240, "router_version": "learned-v2", "in_service": {"accuracy_consensus": {**ci, "mean": 0.8},
+                                                                 "usd_per_million": 600.0},
+        "new": {"accuracy_consensus": ci, "usd_per_million": 417.0}}}))
+    r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned / "router_onnx")}, headers=bearer(KEY))
+    assert r.status_code == 200, r.text
+    page = session(url).get("/console/router").text
+    assert "1 ok, 0 failed" in page and str(learned / "router_onnx") in page
+    table = page.split('id="learn"')[1].split("</table>")[0]
+    assert "learned learned-v2" in table and "0.900" in table and "417" in table and "0.800" in table
