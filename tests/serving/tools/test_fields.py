@@ -95,6 +95,7 @@ def test_the_fields_partition_the_search_text(bfcl_catalog):
     assert search_fields(card)["parameters"].startswith("a Coefficient of x")
 
 
+@pytest.mark.slow
 def test_unset_field_weights_reproduce_the_two_signal_fusion_exactly(metatool):
     bench, index, queries = metatool
     rng = np.random.default_rng(0)
@@ -245,6 +246,7 @@ def test_field_weights_in_the_config_and_their_errors(tmp_path):
     assert e.value.field == "retrieval.w_bm25_fields.description" and e.value.line == 5
 
 
+@pytest.mark.slow
 def test_no_unauthorised_exposure_with_every_field_ranking_on(metatool, index_for_tiny_catalog):
     """The filter decides before any ranking: the tiny catalog's adversarial queries, and the
     security check on MetaTool (a fifth of it locked behind a permission), with all per-field weights on."""
