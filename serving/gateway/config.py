@@ -140,6 +140,11 @@ class StateSettings(BaseModel):
                                    "reservation or an estimate is priced (3 over-counts typical English and JSON).")
     default_output_tokens: int = Field(default=4096, ge=1, description="Output tokens a reservation assumes when "
                                        "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
+    session_ttl_s: float = Field(default=6 * 3600.0, gt=0, description="An agent session idle this long is "
+                                 "forgotten (serving/gateway/sessions.py).")
+    cache_ttl_s: float = Field(default=300.0, ge=0, description="How long a provider keeps a conversation's prompt "
+                               "prefix cached after its last use (Anthropic's default 5 minutes): within it a "
+                               "session prices keeping its model with the cache.")
 
 
 class OtelSettings(BaseModel):

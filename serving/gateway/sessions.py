@@ -15,13 +15,13 @@ key: two keys never share one.
 
 State (model, prefix tokens, turns, the time of the last turn, the tool-router
 keys shown) lives in the gateway's state store beside the budgets (SQLite, or
-Redis shared by every replica), so replicas agree; a store that is down, or
+Redis shared by every replica; `state.session_ttl_s` idle), so replicas agree; a store that is down, or
 slower than `state.unlimited_wait_s`, turns sessions off for that request (a
 late write finishes in the background), never fails or stalls it.
 
 The switch rule prices the cache. Last turn's model saw a prefix of P tokens
 (its input and output: what this turn sends again) of this turn's N input
-tokens; within the provider's cache lifetime (CACHE_TTL_S) staying costs the
+tokens; within the provider's cache lifetime (`state.cache_ttl_s`) staying costs the
 router's expected cost for it plus (N − P) × its input price + P × its cached
 input price, and switching costs the router's expected cost for its choice plus
 N × its input price (the prefix paid again) + P × its cache write surcharge
@@ -45,13 +45,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from data.pool import Pool
-from serving.gateway.state import RedisState, SQLiteState, StateUnavailable
+from serving.gateway.config import StateSettings
+from serving.gateway.state import StateUnavailable
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 HEADER = "x-switchcraft-session"
-SESSION_TTL_S = 6 * 3600.0  # a session idle this long is forgotten
-CACHE_TTL_S = 300.0  # providers keep a prompt prefix about 5 minutes after its last use (Anthropic's default)
+SESSION_TTL_S = StateSettings.model_fields["session_ttl_s"].default  # the defaults of `state.session_ttl_s`
+CACHE_TTL_S = StateSettings.model_fields["cache_ttl_s"].default  # and `state.cache_ttl_s`
 MAX_NAME = 200
 
 
@@ -72,6 +73,7 @@ class Session:
     named_by: str  # header | metadata.user_id | first_turns
     state: SessionState
     trace: dict[str, Any] = field(default_factory=dict)
+    cache_ttl_s: float = CACHE_TTL_S  # how long its provider keeps the prefix cached
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "named_by": self.named_by, "turn": self.state.turns + 1, **self.trace}
@@ -99,50 +101,25 @@ def session_id(key_id: str | None, name: str) -> str:
 
 
 class SessionStore:
-    """Session states in the gateway's state store: a `sessions` table of its SQLite file, `session:<id>` keys of
-    its Redis (expiring), or this process's memory for any other store."""
+    """Session states in the gateway's state store (its `session_get` / `session_put`: a `sessions` table of its
+    SQLite file, expiring `session:<id>` keys of its Redis), forgotten `ttl_s` after their last turn."""
 
-    def __init__(self, store) -> None:
-        self.store, self.memory, self.ready = store, {}, False
+    def __init__(self, store, ttl_s: float = SESSION_TTL_S) -> None:
+        self.store, self.ttl_s = store, ttl_s
 
     async def get(self, sid: str, now: float) -> SessionState | None:
-        s = self.store
-        if isinstance(s, RedisState):
-            raw = await s._call(s.redis.get(s._k("session", sid)))
-        elif isinstance(s, SQLiteState):
-            await self._table()
-            row = await s._run(lambda: s.db.execute("SELECT state FROM sessions WHERE id = ? AND expires > ?",
-                                                    (sid, now)).fetchone())
-            raw = row[0] if row else None
-        else:
-            raw, expires = self.memory.get(sid, (None, 0.0))
-            raw = raw if expires > now else None
+        raw = await self.store.session_get(sid, now)
         return SessionState(**json.loads(raw)) if raw else None
 
     async def put(self, sid: str, state: SessionState, now: float) -> None:
-        s, raw = self.store, json.dumps(asdict(state))
-        if isinstance(s, RedisState):
-            await s._call(s.redis.set(s._k("session", sid), raw, ex=int(SESSION_TTL_S)))
-        elif isinstance(s, SQLiteState):
-            await self._table()
-            await s._run(lambda: s.db.execute("INSERT OR REPLACE INTO sessions (id, state, expires) VALUES (?, ?, ?)",
-                                              (sid, raw, now + SESSION_TTL_S)), write=True)
-        else:
-            self.memory[sid] = (raw, now + SESSION_TTL_S)
-
-    async def _table(self) -> None:
-        if not self.ready:
-            s = self.store
-            await s._run(lambda: s.db.execute("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, "
-                                              "state TEXT NOT NULL, expires REAL NOT NULL)"))
-            self.ready = True
+        await self.store.session_put(sid, json.dumps(asdict(state)), now=now, ttl_s=self.ttl_s)
 
 
 def store_of(gw) -> SessionStore:
     """The gateway's session store (made on first use, over its state store)."""
     stores = gw.__dict__.setdefault("_sessions", {})
     if id(gw.state) not in stores:
-        stores[id(gw.state)] = SessionStore(gw.state)
+        stores[id(gw.state)] = SessionStore(gw.state, getattr(gw.cfg.state, "session_ttl_s", SESSION_TTL_S))
     return stores[id(gw.state)]
 
 
@@ -157,7 +134,8 @@ async def open_session(gw, headers, body: dict[str, Any], api: str, key_id: str 
     except (StateUnavailable, TimeoutError) as e:
         log.warning(json.dumps({"event": "session_unavailable", "op": "get", "error": str(e) or "timed out"}))
         return None
-    return Session(sid, named[1], state or SessionState())
+    return Session(sid, named[1], state or SessionState(),
+                   cache_ttl_s=getattr(gw.cfg.state, "cache_ttl_s", CACHE_TTL_S))
 
 
 LATE: set[asyncio.Task] = set()  # store calls a request stopped waiting for, left to finish
@@ -178,7 +156,7 @@ async def bounded(gw, call):
 def cached(session: Session, now: float) -> bool:
     """Is the last turn's prefix still in its provider's cache?"""
     st = session.state
-    return st.model is not None and st.prefix_tokens > 0 and now - st.last_at <= CACHE_TTL_S
+    return st.model is not None and st.prefix_tokens > 0 and now - st.last_at <= session.cache_ttl_s
 
 
 def switch_costs(pool: Pool, prev: str, chosen: str, prefix: int, tokens: int,

@@ -145,6 +145,15 @@ class StateStore(ABC):
     async def aclose(self) -> None:
         return None
 
+    async def session_get(self, sid: str, now: float) -> str | None:
+        """A session's state (JSON) unless it expired; this base keeps sessions in this process's memory."""
+        raw, expires = self.__dict__.setdefault("_sessions", {}).get(sid, (None, 0.0))
+        return raw if expires > now else None
+
+    async def session_put(self, sid: str, raw: str, *, now: float, ttl_s: float) -> None:
+        """Store a session's state (JSON), forgotten `ttl_s` after `now`."""
+        self.__dict__.setdefault("_sessions", {})[sid] = (raw, now + ttl_s)
+
 
 # --------------------------------------------------------------------------------------------------- SQLite
 
@@ -160,6 +169,7 @@ CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL
                                    key_id TEXT NOT NULL, model TEXT NOT NULL, kind TEXT NOT NULL,
                                    usd REAL NOT NULL, request_id TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS ledger_key_day ON ledger (key_id, day);
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, state TEXT NOT NULL, expires REAL NOT NULL);
 """
 
 
@@ -303,6 +313,15 @@ class SQLiteState(StateStore):
 
     async def ping(self) -> None:
         await self._run(lambda: self.db.execute("SELECT 1").fetchone())
+
+    async def session_get(self, sid: str, now: float) -> str | None:
+        row = await self._run(lambda: self.db.execute("SELECT state FROM sessions WHERE id = ? AND expires > ?",
+                                                      (sid, now)).fetchone())
+        return row[0] if row else None
+
+    async def session_put(self, sid: str, raw: str, *, now: float, ttl_s: float) -> None:
+        await self._run(lambda: self.db.execute("INSERT OR REPLACE INTO sessions (id, state, expires) VALUES (?, ?, ?)",
+                                                (sid, raw, now + ttl_s)), write=True)
 
     async def aclose(self) -> None:
         with self.lock:
@@ -468,6 +487,12 @@ class RedisState(StateStore):
 
     async def ping(self) -> None:
         await self._call(self.redis.ping())
+
+    async def session_get(self, sid: str, now: float) -> str | None:
+        return await self._call(self.redis.get(self._k("session", sid)))  # Redis expires it
+
+    async def session_put(self, sid: str, raw: str, *, now: float, ttl_s: float) -> None:
+        await self._call(self.redis.set(self._k("session", sid), raw, ex=max(1, int(ttl_s))))
 
     async def aclose(self) -> None:
         await self.redis.aclose()
