@@ -17,7 +17,7 @@ from data.pool import load_pool
 from evaluation.jobs.loop import run_loop
 from tests.routers import REPO
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FAST_TRAIN = ["frozen.epochs=60", "lexical.enabled=false"]
 
 

@@ -17,7 +17,7 @@ import pytest
 from serving.client import RouterClient
 from serving.triton import TritonServer, write_model_repository
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

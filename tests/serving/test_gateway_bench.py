@@ -35,6 +35,7 @@ def test_a_short_run_with_every_endpoint_killed_answers_then_fails_fast(exported
     assert "| ok | failed (by status) | lost |" in to_markdown(result)
 
 
+@pytest.mark.slow
 def test_two_processes_share_one_real_redis(exported, shared_data, tmp_path):  # noqa: F811
     cfg = GatewayBenchConfig(router_dir=exported[0], data_root=shared_data, pool=REPO / "configs" / "pool.yaml",
                              requests=12, concurrency=4, max_seconds=120, processes=2, state="redis")
@@ -55,6 +56,7 @@ def test_the_run_is_bounded_and_checked(kw, fragment, tmp_path):
         GatewayBenchConfig(router_dir=tmp_path, data_root=tmp_path, **{"requests": 10, **kw})
 
 
+@pytest.mark.slow
 def test_overhead_measures_direct_named_and_routed_on_the_same_requests(exported, shared_data, tmp_path):  # noqa: F811
     from evaluation.bench.overhead import OverheadConfig, run_overhead, to_markdown, write_results
 
