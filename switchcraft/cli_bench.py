@@ -47,6 +47,7 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("tools")(bench_tools)
     bench_app.command("loop")(bench_loop)
     bench_app.command("mcp")(bench_mcp)
+    bench_app.command("sessions")(__import__("evaluation.bench.sessions", fromlist=["main"]).main)
 
 
 def bench_verify(

@@ -1,0 +1,319 @@
+"""Per-call vs session-aware routing, priced on replayed multi-turn conversations: a cost simulation.
+
+    switchcraft bench sessions --router runs/v3/router --pool configs/pools/bfcl_v3_2025.yaml \\
+        --outputs runs/v3/outputs.parquet --out runs/v3/bench_sessions.json
+
+The traffic is BFCL v4's `multi_turn_*` categories as `switchcraft ingest --source bfcl_v4` reads them: one
+example per user turn (`bfcl_v4:<entry>:turn<k>`, the earlier turns and their ground-truth calls as history),
+grouped back into conversations by entry. Each turn is routed by the router (its own single-model decision,
+serving.policy; cascades off), then priced two ways:
+
+- per call: the router's choice every turn, every turn's whole input at the full input price;
+- session-aware: the gateway's own rule (serving/gateway/sessions.py `keep_or_switch`) keeps the previous turn's
+  model unless switching is cheaper after paying its cached prefix again; a turn on the model that served the
+  previous one, with the same tools, reads that prefix from the provider's cache (cached-input price) and writes
+  the rest (cache-write price); any other turn writes its whole input.
+
+A third row, per call with the cache, bills the per-call choices the way the session rows are billed (a turn that
+happens to stay on one model reads its cache), so what keeping a model adds beyond the cache itself shows.
+
+Input tokens are what the gateway estimates from a request's size (`state.chars_per_token`); the prefix a turn
+leaves is its input plus its answer (the ground-truth calls, what the next turn sends again). Output is priced at
+each model's mean recorded output tokens per query (`--outputs`, reasoning included), else at the answer's size;
+a model priced per GPU-second or per query costs its profiled cost per query. Turns are `--turn-gap-s` apart
+(inside the cache lifetime unless set past it). Not recorded, so not priced: BFCL's tool results (its backends
+run the calls; the data has none), the extra calls of a turn that needs several, and whether answers are right.
+The figures are $ per million conversations with 95% bootstrap intervals over conversations
+(evaluation/offline/stats.py), the accuracy slot carrying each row's share of turns that switch model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports this module to register it: the heavy imports wait for a run
+    from data.pool import Pool
+    from serving.policy import Decision
+
+# Cache prices, USD per million input tokens (cached read, cache write), from each provider's published price:
+#   OpenAI (openai.com/api/pricing, Aug 2025): cached input is 1/4 of the input price for the GPT-4.1 family, o3
+#     and o4-mini, 1/2 for GPT-4o and GPT-4o mini; no write surcharge (caching is automatic).
+#   Anthropic (docs.anthropic.com prompt caching): a cache read is 0.1x the input price, a 5-minute cache write 1.25x.
+#   DeepSeek (api-docs.deepseek.com/quick_start/pricing-details-usd, before 5 Sept 2025): cache hit 0.07 (chat),
+#     0.14 (reasoner); no write surcharge.
+# Models not listed (Together's serverless models, self-hosted ones, Gemini, Mistral) get no discount.
+CACHE_PRICES: dict[str, tuple[float, float | None]] = {
+    "gpt-4.1": (0.50, None), "o3-high": (0.50, None), "o4-mini-high": (0.275, None),
+    "gpt-4o-2024-08-06": (1.25, None), "gpt-4o-mini": (0.075, None),
+    "gpt-4o-2024-08-06-FC": (1.25, None), "gpt-4o-mini-2024-07-18": (0.075, None),
+    "claude-4-sonnet-thinking-off": (0.30, 3.75), "claude-4-sonnet-thinking-on": (0.30, 3.75),
+    "claude-3-5-sonnet-20240620": (0.30, 3.75), "claude-3-opus-20240229": (1.50, 18.75),
+    "claude-3-haiku-20240307": (0.03, 0.30),
+    "deepseek-v3-0324": (0.07, None), "deepseek-r1-0528": (0.14, None),
+}
+ROWS = ("per_call", "per_call_cached", "session")
+
+
+@dataclass
+class Turn:
+    example_id: str
+    input_tokens: int  # the gateway's estimate from the request's size
+    answer_tokens: int  # the ground-truth assistant message: what the next turn sends again
+    tools: str  # the tool list's identity: a change breaks the provider's cache
+
+
+@dataclass
+class Conversation:
+    id: str
+    turns: list[Turn] = field(default_factory=list)
+
+
+def with_cache_prices(pool: Pool, table: dict[str, tuple[float, float | None]] = CACHE_PRICES) -> Pool:
+    """`pool` with `table`'s cache prices on its per-token models that have none of their own."""
+    from data.pool import Pool
+
+    raw = pool.model_dump(exclude_none=True)
+    for m in raw["models"]:
+        p = m.get("prices") or {}
+        if m["name"] in table and "input_per_mtok" in p and "cached_input_per_mtok" not in p:
+            cached, write = table[m["name"]]
+            p["cached_input_per_mtok"] = cached
+            if write is not None:
+                p["cache_write_per_mtok"] = write
+    return Pool.model_validate(raw)
+
+
+def chat_body(example) -> dict[str, Any]:
+    """The Chat Completions body of an example's request (what the gateway sizes)."""
+    tools = [{"type": "function", "function": t.original or {"name": t.name, "description": t.description,
+                                                                "parameters": t.parameters}} for t in example.tools]
+    return {"messages": [m.model_dump(mode="json", exclude_none=True) for m in example.messages], "tools": tools}
+
+
+def conversations(examples: list, chars_per_token: float = 3.0) -> tuple[list[Conversation], list[list]]:
+    """Turns grouped by conversation (`<source>:<entry>:turn<k>`), in turn order; and their examples alike."""
+    from serving.gateway.budget import payload_size, tokens_in
+
+    by_entry: dict[str, list] = defaultdict(list)
+    for ex in examples:
+        entry, _, turn = ex.id.rpartition(":turn")
+        if not turn.isdigit():
+            raise ValueError(f"{ex.id}: not a multi-turn example id (<source>:<entry>:turn<k>); ingest bfcl_v4's "
+                             "multi_turn_* categories")
+        by_entry[entry].append(ex)
+    convs, grouped = [], []
+    for entry, exs in by_entry.items():
+        exs.sort(key=lambda e: int(e.id.rpartition(":turn")[2]))
+        conv = Conversation(entry)
+        for ex in exs:
+            body = chat_body(ex)
+            alt = ex.expected.alternatives[0] if ex.expected.alternatives else []
+            answer = [{"name": c.name, "arguments": {k: (a.values or [None])[0] for k, a in c.args.items()}}
+                      for c in alt]
+            conv.turns.append(Turn(ex.id, tokens_in(payload_size(body), chars_per_token),
+                                   tokens_in(payload_size({"tool_calls": answer}), chars_per_token),
+                                   hashlib.sha256(json.dumps(body["tools"], sort_keys=True).encode()).hexdigest()))
+        convs.append(conv)
+        grouped.append(exs)
+    return convs, grouped
+
+
+class Biller:
+    """What a provider bills for one turn on a model."""
+
+    def __init__(self, pool: Pool, costs: dict[str, float], output_tokens: dict[str, float] | None = None) -> None:
+        self.pool, self.costs, self.output_tokens = pool, costs, output_tokens or {}
+
+    def __call__(self, model: str, turn: Turn, cached_prefix: int, cache: bool) -> float:
+        p = self.pool.get(model).prices
+        if p.kind != "token":
+            return self.costs[model]
+        out = self.output_tokens.get(model, turn.answer_tokens) * p.output_per_mtok
+        if not cache:
+            return (turn.input_tokens * p.input_per_mtok + out) / 1e6
+        hit = min(cached_prefix, turn.input_tokens)
+        return (hit * p.cached_input_price + (turn.input_tokens - hit) * p.cache_write_price + out) / 1e6
+
+
+def replay(conv: Conversation, decisions: list[Decision], pool: Pool, bill: Biller, gap_s: float,
+           ttl_s: float) -> dict[str, Any]:
+    """One conversation under each row: its $ and its models, turn by turn."""
+    from serving.gateway.sessions import Session, SessionState, keep_or_switch
+
+    per_call = [d.chosen for d in decisions]
+    session = Session(conv.id, "header", SessionState(), cache_ttl_s=ttl_s)
+    t0, served, rules = time.time() - gap_s * len(conv.turns), [], []
+    for k, (turn, d) in enumerate(zip(conv.turns, decisions, strict=True)):
+        now = t0 + k * gap_s
+        session.trace = {}
+        kept = keep_or_switch(pool, session, d, now, turn.input_tokens)  # the gateway's own rule
+        model = kept.first[0] if kept is not None else d.chosen
+        served.append(model)
+        rules.append(session.trace.get("rule"))
+        st = session.state  # what serving/gateway/sessions.py `remember` keeps after a turn
+        st.model, st.prefix_tokens, st.turns, st.last_at = model, turn.input_tokens + turn.answer_tokens, k + 1, now
+
+    def billed(models: list[str], cache: bool) -> float:
+        total = 0.0
+        for k, (turn, model) in enumerate(zip(conv.turns, models)):
+            prev = conv.turns[k - 1] if k else None
+            warm = (prev is not None and models[k - 1] == model and prev.tools == turn.tools and gap_s <= ttl_s)
+            total += bill(model, turn, prev.input_tokens + prev.answer_tokens if warm else 0, cache)
+        return total
+
+    def switches(models: list[str]) -> int:
+        return sum(a != b for a, b in zip(models, models[1:]))
+
+    return {"id": conv.id, "turns": len(conv.turns), "rules": rules,
+            "usd": {"per_call": billed(per_call, False), "per_call_cached": billed(per_call, True),
+                    "session": billed(served, True)},
+            "switches": {"per_call": switches(per_call), "per_call_cached": switches(per_call),
+                         "session": switches(served)},
+            "models": {"per_call": per_call, "session": served}}
+
+
+def summarize(replays: list[dict[str, Any]], resamples: int = 2000) -> dict[str, Any]:
+    """$ per million conversations per row with 95% intervals, the paired difference from per call, switch rates."""
+    import numpy as np
+
+    from evaluation.offline.stats import paired_bootstrap
+
+    transitions = np.array([max(r["turns"] - 1, 0) for r in replays], dtype=float)
+    rows = {}
+    for row in ROWS:
+        sw = np.array([r["switches"][row] for r in replays], dtype=float)
+        rows[row] = (np.divide(sw, transitions, out=np.zeros_like(sw), where=transitions > 0),
+                     np.array([r["usd"][row] for r in replays]))
+    ci = paired_bootstrap(rows, reference="per_call", resamples=resamples)
+    out: dict[str, Any] = {"conversations": len(replays), "turns": int(sum(r["turns"] for r in replays)),
+                           "rows": {}}
+    for row in ROWS:
+        sw = np.array([r["switches"][row] for r in replays])
+        c = ci[row]
+        out["rows"][row] = {
+            "usd_per_million_conversations": float(rows[row][1].mean() * 1e6),
+            "usd_ci": [c.usd_per_million.low, c.usd_per_million.high],
+            "delta_vs_per_call": float((rows[row][1] - rows["per_call"][1]).mean() * 1e6),
+            "delta_ci": [c.delta_usd_per_million.low, c.delta_usd_per_million.high],
+            "switches_per_transition": float(sw.sum() / max(transitions.sum(), 1)),
+            "switch_rate_ci": [c.accuracy.low, c.accuracy.high],
+            "conversations_with_a_switch": float((sw > 0).mean()),
+        }
+    rules: dict[str, int] = defaultdict(int)
+    for r in replays:
+        for rule in r["rules"]:
+            rules[str(rule)] += 1
+    out["session_rules"] = dict(sorted(rules.items()))
+    for row in ("per_call", "session"):
+        served: dict[str, int] = defaultdict(int)
+        for r in replays:
+            for m in r["models"][row]:
+                served[m] += 1
+        out["rows"][row]["turns_per_model"] = dict(sorted(served.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def recorded_output_tokens(path: str | Path, pool: Pool) -> dict[str, float]:
+    """Mean recorded output tokens per query for each pool model (outputs.parquet: `model`, `usage` JSON)."""
+    import pandas as pd
+
+    df = pd.read_parquet(path, columns=["model", "usage"])
+    names = {m.recorded_as or m.name: m.name for m in pool.models}
+    tokens = df["usage"].map(lambda u: (json.loads(u) if isinstance(u, str) else (u or {})).get("output_tokens"))
+    df = df.assign(out=pd.to_numeric(tokens, errors="coerce"), name=df["model"].map(names)).dropna()
+    return {str(k): float(v) for k, v in df.groupby("name")["out"].mean().items()}
+
+
+def route_turns(router_dir: str | Path, grouped: list[list], pool: Pool) -> tuple[list[list[Decision]], dict]:
+    """The router's single-model decision for every turn (serving.policy, as the gateway decides)."""
+    import numpy as np
+
+    from serving.client import policy_from_info
+    from training.router import load_router
+
+    router = load_router(router_dir, device="cpu")
+    missing = [m for m in router.models if m not in pool.names]
+    if missing:
+        raise ValueError(f"{router_dir}: the router's models {missing} are not in the pool; pass its pool (--pool)")
+    policy = policy_from_info(router.info)
+    flat = [ex for exs in grouped for ex in exs]
+    probs = router.predict(flat) if flat else np.zeros((0, len(router.models)))
+    it = iter(probs)
+    return [[policy.decide(next(it)) for _ in exs] for exs in grouped], dict(policy.costs)
+
+
+@dataclass
+class SessionBenchConfig:
+    router: Path
+    pool: Path
+    source_path: str = "package:bfcl_eval/data"
+    categories: tuple[str, ...] = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                                   "multi_turn_long_context")
+    limit: int | None = None  # conversations, the first ones
+    outputs: Path | None = None
+    turn_gap_s: float = 20.0
+    cache_ttl_s: float | None = None  # default: the gateway's
+    chars_per_token: float = 3.0
+    resamples: int = 2000
+    out: Path | None = None
+
+
+def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
+    from data.config import package_path
+    from data.pool import load_pool
+    from data.sources import IngestReport, read_source
+    from serving.gateway.sessions import CACHE_TTL_S
+
+    pool = with_cache_prices(load_pool(cfg.pool))
+    location = cfg.source_path
+    if location.startswith("package:"):
+        location = str(package_path(location.removeprefix("package:")))
+    examples = read_source("bfcl_v4", location, IngestReport(), categories=list(cfg.categories))
+    convs, grouped = conversations(examples, cfg.chars_per_token)
+    if cfg.limit is not None:
+        convs, grouped = convs[:cfg.limit], grouped[:cfg.limit]
+    if not convs:
+        raise ValueError(f"{cfg.source_path}: no multi-turn conversations in categories {list(cfg.categories)}")
+    decisions, costs = route_turns(cfg.router, grouped, pool)
+    output_tokens = recorded_output_tokens(cfg.outputs, pool) if cfg.outputs else None
+    bill = Biller(pool, costs, output_tokens)
+    ttl = cfg.cache_ttl_s if cfg.cache_ttl_s is not None else CACHE_TTL_S
+    replays = [replay(c, d, pool, bill, cfg.turn_gap_s, ttl) for c, d in zip(convs, decisions)]
+    result = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+              "cache_prices": {m: CACHE_PRICES[m] for m in pool.names if m in CACHE_PRICES},
+              **summarize(replays, cfg.resamples)}
+    if cfg.out is not None:
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.out.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = [f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers not "
+             "replayed)", "", "| routing | $ / M conversations [95% CI] | vs per call [95% CI] | switches / turn | "
+             "conversations with a switch |", "|---|---|---|---|---|"]
+    for row, r in result["rows"].items():
+        lines.append(f"| {row} | {r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, "
+                     f"{r['usd_ci'][1]:,.0f}] | {r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, "
+                     f"{r['delta_ci'][1]:+,.0f}] | {r['switches_per_transition']:.3f} | "
+                     f"{r['conversations_with_a_switch']:.1%} |")
+    lines.append(f"\nsession rules: {result['session_rules']}")
+    lines += [f"turns per model, {row}: {result['rows'][row]['turns_per_model']}" for row in ("per_call", "session")]
+    return "\n".join(lines)
+
+
+def main(router: Path = Path("runs/v3/router"), pool: Path = Path("configs/pools/bfcl_v3_2025.yaml"),
+         outputs: Path | None = None, category: list[str] = list(SessionBenchConfig.categories),  # noqa: B006
+         limit: int | None = None, turn_gap_s: float = 20.0, data: str = SessionBenchConfig.source_path,
+         out: Path | None = None) -> None:
+    """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
+    bootstrap intervals), the paired difference, how often each switches model (a cost simulation)."""
+    result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
+                                          limit=limit, outputs=outputs, turn_gap_s=turn_gap_s, out=out))
+    print(to_markdown(result))
