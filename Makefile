@@ -6,11 +6,14 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 RUN ?= runs/default
+# The headline pool (15 LLMs of 2025 on BFCL v3) and its second benchmark's (SECOND= for none).
+POOL ?= configs/pools/bfcl_v3_2025.yaml
+SECOND ?= configs/pools/nexusbench_2025.yaml
 STAMP := $(VENV)/.installed
 # The MCP servers the MCP gateway's tests start over stdio (node/package.json), from npm.
 NODE_STAMP := node/node_modules/.installed
 
-.PHONY: install reproduce data outputs labels train tools-train test test-fast lint bench bench-tools clean
+.PHONY: install reproduce reproduce-2024 data outputs labels train tools-train test test-fast lint bench bench-tools clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +37,10 @@ $(NODE_STAMP): node/package.json node/package-lock.json
 install: $(STAMP) $(NODE_STAMP)
 
 reproduce: $(STAMP)
-	$(BIN)/switchcraft reproduce --run-dir $(RUN)
+	$(BIN)/switchcraft reproduce --run-dir $(RUN) --pool $(POOL) $(if $(SECOND),--with-pool $(SECOND))
+
+reproduce-2024: $(STAMP)
+	$(BIN)/switchcraft reproduce --run-dir runs/bfcl_v1 --pool configs/pool.yaml
 
 data: $(STAMP)
 	$(BIN)/switchcraft ingest --all --out $(RUN)/examples.parquet

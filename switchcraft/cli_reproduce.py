@@ -1,8 +1,9 @@
 """`switchcraft reproduce` (the main job) and `switchcraft evaluate` (the report of a run's held-out predictions).
 
-    switchcraft reproduce --run-dir runs/default
+    switchcraft reproduce --run-dir runs/default                       # the 2025 pool on BFCL v3
+    switchcraft reproduce --pool configs/pool.yaml --run-dir runs/bfcl_v1   # the 2024 pool on BFCL v1
     switchcraft evaluate runs/finetune --out runs/finetune/report
-    switchcraft retest --run-dir runs/default [--earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25]
+    switchcraft retest --run-dir runs/bfcl_v1 [--earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25]
 
 Wiring: `register(app)` adds `reproduce`, `evaluate` and `retest`.
 """
@@ -28,7 +29,8 @@ def register(app: typer.Typer) -> None:
 def reproduce(
     run_dir: Path = typer.Option(Path("runs/default"), help="Where everything is written."),
     train_config: Path = typer.Option(Path("configs/train.yaml"), help="Training config."),
-    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool."),
+    pool: Path = typer.Option(Path("configs/pools/bfcl_v3_2025.yaml"), help="The model pool (its `benchmark:` "
+                              "says which; the 2024 BFCL v1 pool: configs/pool.yaml)."),
     data_config: Path = typer.Option(Path("configs/data.yaml"), help="Data config."),
     max_examples: int = typer.Option(None, help="Use a slice of the queries (smoke runs)."),
     folds: int = typer.Option(None, help="Number of folds (default: the training config's)."),
@@ -37,6 +39,8 @@ def reproduce(
     knn: bool = typer.Option(True, help="Include the kNN baseline (embeds every query once more)."),
     labels: str = typer.Option("truth", "--labels", help="truth | consensus: also fit everything on consensus labels "
                                "(no expected answers) and score it with the true ones (report: 'Without ground truth')."),
+    with_pool: list[Path] = typer.Option(None, "--with-pool", help="A second benchmark's pool (repeatable): run the "
+                                         "same job on it into <run-dir>/<benchmark>/, its headline a report section."),
     override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
 ) -> None:
     """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
@@ -49,7 +53,8 @@ def reproduce(
         fail(f"--labels {labels!r}: expected truth or consensus")
     opts = ReproduceOptions(run_dir=run_dir, data_config=data_config, pool=pool, train_config=train_config,
                             train_overrides=list(override or []), max_examples=max_examples, folds=folds,
-                            target=target, budget_per_million=budget, knn=knn, labels=labels)
+                            target=target, budget_per_million=budget, knn=knn, labels=labels,
+                            with_pools=list(with_pool or []))
     try:
         result = run_reproduce(opts, console)
     except (DataError, UnknownNameError) as e:
@@ -64,7 +69,8 @@ def evaluate(
     run_dir: Path = typer.Argument(..., help="A training run: its oof_predictions.parquet is evaluated."),
     labels: Path = typer.Option(None, help="labels.parquet (default: <run_dir>/labels.parquet, else runs/default's)."),
     examples: Path = typer.Option(None, help="examples.parquet (default: beside the labels)."),
-    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool (its order names the columns)."),
+    pool: Path = typer.Option(None, help="The model pool (its order names the columns; default: the one the run "
+                              "was made with, from <run_dir>/reproduce.json, else configs/pool.yaml)."),
     out: Path = typer.Option(None, help="Report folder (default: <run_dir>/report)."),
     target: str = typer.Option("match_best", help="τ calibration target: match_best | budget."),
     budget: float = typer.Option(None, help="USD per million queries, for --target budget."),
@@ -75,6 +81,7 @@ def evaluate(
 
     if target == "budget" and budget is None:
         fail("--target budget needs --budget USD_PER_MILLION")
+    pool = pool or run_pool(run_dir)
     try:
         ev, report, deploy = evaluate_run(run_dir, labels=labels, examples=examples, pool=pool, out=out, target=target,
                                   budget_per_million=budget)
@@ -90,8 +97,18 @@ def evaluate(
     console.print(f"report: {report}", highlight=False)
 
 
+def run_pool(run_dir: Path, default: Path = Path("configs/pool.yaml")) -> Path:
+    """The pool a run was made with (its reproduce.json says), else `default`."""
+    import json
+
+    try:
+        return Path(json.loads((Path(run_dir) / "reproduce.json").read_text())["pool"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+
+
 def retest(
-    run_dir: Path = typer.Option(Path("runs/default"), help="A reproduce run (its labels and pool)."),
+    run_dir: Path = typer.Option(Path("runs/bfcl_v1"), help="A BFCL v1 reproduce run (its labels and pool)."),
     data_config: Path = typer.Option(Path("configs/data.yaml"), help="Data config (outputs.bfcl_v1_earlier)."),
     pool: Path = typer.Option(Path("configs/pool.yaml"), help="The model pool."),
     earlier: str = typer.Option(None, help="The earlier run's recorded outputs (default: the data config's)."),

@@ -1,11 +1,12 @@
 """The main job: the oracle-gap tables from real recordings, end to end.
 
-    switchcraft reproduce                      # BFCL v1, the 2024 pool: runs/default/report/report.md
-    switchcraft reproduce --pool configs/pools/bfcl_v3_2025.yaml --run-dir runs/v3   # BFCL v3, the 2025 pool
+    switchcraft reproduce                      # BFCL v3, the 2025 pool: runs/default/report/report.md
+    switchcraft reproduce --with-pool configs/pools/nexusbench_2025.yaml   # + NexusBench's table (make reproduce)
+    switchcraft reproduce --pool configs/pool.yaml --run-dir runs/bfcl_v1   # BFCL v1, the 2024 pool
     switchcraft reproduce --run-dir runs/tiny --max-examples 120 --folds 3   # a quick slice
     switchcraft reproduce --labels consensus   # also fit everything on consensus labels (no ground truth)
 
-The benchmark is the pool file's `benchmark:` (default bfcl_v1): its source (`sources.<benchmark>`) is
+The benchmark is the pool file's `benchmark:` (bfcl_v1 when it has none): its source (`sources.<benchmark>`) is
 ingested and its recordings (`outputs.<benchmark>`) imported, as configs/data.yaml places them.
 
 Steps (each writes into the run dir, each timed):
@@ -50,7 +51,7 @@ from training.recipe import OOF_FILE, run_training
 class ReproduceOptions:
     run_dir: Path = Path("runs/default")
     data_config: Path = Path("configs/data.yaml")
-    pool: Path = Path("configs/pool.yaml")
+    pool: Path = Path("configs/pools/bfcl_v3_2025.yaml")  # the 2024 BFCL v1 pool: configs/pool.yaml
     train_config: Path = Path("configs/train.yaml")
     train_overrides: list[str] = field(default_factory=list)
     max_examples: int | None = None  # a slice, for smoke runs and tests
@@ -61,6 +62,7 @@ class ReproduceOptions:
     import_all_models: bool = True  # False: only the pool's recordings (quick slices)
     progress: bool = field(default_factory=lambda: __import__("sys").stdout.isatty())  # bars only on a terminal
     labels: str = "truth"  # "consensus": also fit on consensus labels (report section "Without ground truth")
+    with_pools: list[Path] = field(default_factory=list)  # second benchmarks: each run into <run_dir>/<benchmark>/
 
 
 @dataclass
@@ -167,7 +169,8 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                                          **ev.all_rows)
             console.print(f"strategy policy (≤ 20% of best-single cost) written into {path}")
         context = {
-            "command": "switchcraft reproduce" + ("" if opts.pool == ReproduceOptions.pool else f" --pool {opts.pool}"),
+            "command": "switchcraft reproduce" + ("" if opts.pool == ReproduceOptions.pool else f" --pool {opts.pool}")
+                       + "".join(f" --with-pool {p}" for p in opts.with_pools),
             "benchmark": bench,
             "pool": str(opts.pool),
             "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
@@ -211,14 +214,41 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     retest_result = step("test–retest", _retest)
     extra_metrics, extra_markdown = context.pop("extra", ({}, []))
+    if opts.with_pools:
+        more_metrics, more_markdown = _companions(opts, run, console)
+        extra_metrics, extra_markdown = {**extra_metrics, **more_metrics}, [*extra_markdown, *more_markdown]
     if harness:
         extra_markdown = ["## Labels", "", f"Every label here is {HARNESS_LABELS}.", "", *extra_markdown]
     report = write_report(ev, run / "report", context=context, retest=retest_result, extra_metrics=extra_metrics,
                           extra_markdown=extra_markdown)
-    (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report)}, indent=2))
+    (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report), "pool": str(opts.pool),
+                                                    "benchmark": bench}, indent=2))
     from evaluation.report.tables import headline
 
     return ReproduceResult(report, headline(ev), timings)
+
+
+def _companions(opts: ReproduceOptions, run: Path, console: Console) -> tuple[dict, list[str]]:
+    """Each `--with-pool` pool's own reproduce into <run>/<benchmark>/, and its headline as a report section."""
+    from dataclasses import replace
+
+    from evaluation.report.tables import headline_markdown
+
+    metrics: dict = {"second_benchmarks": {}}
+    lines: list[str] = []
+    for path in opts.with_pools:
+        bench = load_pool(path).benchmark
+        console.rule(f"[bold]second benchmark: {bench} ({path})")
+        sub = reproduce(replace(opts, pool=Path(path), run_dir=run / bench, with_pools=[], labels="truth"), console)
+        rel = sub.report.relative_to(run) if sub.report.is_relative_to(run) else sub.report
+        metrics["second_benchmarks"][bench] = {"pool": str(path), "report": str(rel),
+                                               "headline": sub.headline.to_dict(orient="records"),
+                                               "timings_s": sub.timings}
+        lines += [f"## Second benchmark: {bench} (pool {path})", "",
+                  *([f"Labels: {HARNESS_LABELS}.", ""] if bench == "nexusbench" else []),
+                  f"Its own run, held out the same way; every table in [its report]({rel}).", "",
+                  headline_markdown(sub.headline), ""]
+    return metrics, lines
 
 
 HARNESS_LABELS = ("the NexusBench harness's verdict of the whole episode (`Final Accuracy`), not switchcraft's "

@@ -16,6 +16,7 @@ from evaluation.jobs.reproduce import ReproduceOptions, reproduce
 
 REPO = Path(__file__).resolve().parents[3]
 POOL = REPO / "configs/pools/bfcl_v3_2025.yaml"
+NEXUS = REPO / "configs/pools/nexusbench_2025.yaml"
 
 
 def _opts(run: Path, pool: Path, **kw) -> ReproduceOptions:
@@ -28,7 +29,8 @@ def v3_run(tmp_path_factory, shared_data):
     run = tmp_path_factory.mktemp("v3")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SWITCHCRAFT_DATA_ROOT", str(shared_data))
-        result = reproduce(_opts(run, POOL, max_examples=150, folds=3, knn=False), Console(quiet=True))
+        result = reproduce(_opts(run, POOL, max_examples=150, folds=3, knn=False, with_pools=[NEXUS]),
+                           Console(quiet=True))
     return run, result
 
 
@@ -48,6 +50,19 @@ def test_v3_slice_runs_end_to_end_and_writes_the_report(v3_run):
     assert "## How much of the oracle is luck: test–retest" in text and "bfcl_v3 has one" in text
     assert set(result.timings) >= {"ingest", "import recorded outputs", "label", "evaluate"}
     assert "strategy_policy" in json.loads((run / "router" / "router.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_second_benchmark_runs_into_its_own_folder_and_joins_the_report(v3_run):
+    run, result = v3_run
+    second = json.loads((run / "report" / "metrics.json").read_text())["second_benchmarks"]["nexusbench"]
+    assert second["pool"] == str(NEXUS) and second["report"] == "nexusbench/report/report.md"
+    own = json.loads((run / "nexusbench" / "report" / "metrics.json").read_text())
+    assert own["context"]["benchmark"] == "nexusbench" and own["n_queries"] == 150
+    assert [r["routing"] for r in second["headline"]] == [r["routing"] for r in own["headline"]]
+    text = result.report.read_text()
+    assert "## Second benchmark: nexusbench" in text and "NexusBench harness's verdict" in text
+    assert "--with-pool" in json.loads((run / "report" / "metrics.json").read_text())["context"]["command"]
 
 
 @pytest.mark.slow
