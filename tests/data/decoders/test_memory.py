@@ -10,8 +10,6 @@ import gc
 import json
 import tracemalloc
 
-import pytest
-
 from data.decoders import decode
 from data.decoders.names import map_names
 from data.schema import Call, Tool
@@ -49,7 +47,6 @@ def _traced_after(n: int) -> int:
         tracemalloc.stop()
 
 
-@pytest.mark.slow
 def test_memory_does_not_grow_with_the_number_of_distinct_tool_lists():
     # One request's tools are ~250 KB of Python objects; 200 requests held would be ~50 MB.
     few = _traced_after(20)
