@@ -191,8 +191,7 @@ def summarize(replays: list[dict[str, Any]], resamples: int = 2000) -> dict[str,
         rows[row] = (np.divide(sw, transitions, out=np.zeros_like(sw), where=transitions > 0),
                      np.array([r["usd"][row] for r in replays]))
     ci = paired_bootstrap(rows, reference="per_call", resamples=resamples)
-    out: dict[str, Any] = {"conversations": len(replays), "turns": int(sum(r["turns"] for r in replays)),
-                           "rows": {}}
+    out: dict[str, Any] = {"rows": {}}
     for row in ROWS:
         sw = np.array([r["switches"][row] for r in replays])
         c = ci[row]
@@ -230,8 +229,10 @@ def recorded_output_tokens(path: str | Path, pool: Pool) -> dict[str, float]:
     return {str(k): float(v) for k, v in df.groupby("name")["out"].mean().items()}
 
 
-def route_turns(router_dir: str | Path, grouped: list[list], pool: Pool) -> tuple[list[list[Decision]], dict]:
-    """The router's single-model decision for every turn (serving.policy, as the gateway decides)."""
+def route_turns(router_dir: str | Path, grouped: list[list], pool: Pool,
+                thresholds: tuple[float | None, ...] = (None,)) -> tuple[dict[float, list[list[Decision]]], dict]:
+    """The router's single-model decision for every turn at each threshold τ (None: the router's own; the gateway's
+    `model: "router-<τ>"`), by serving.policy as the gateway decides; and the router's profiled costs."""
     import numpy as np
 
     from serving.client import policy_from_info
@@ -244,8 +245,12 @@ def route_turns(router_dir: str | Path, grouped: list[list], pool: Pool) -> tupl
     policy = policy_from_info(router.info)
     flat = [ex for exs in grouped for ex in exs]
     probs = router.predict(flat) if flat else np.zeros((0, len(router.models)))
-    it = iter(probs)
-    return [[policy.decide(next(it)) for _ in exs] for exs in grouped], dict(policy.costs)
+    out = {}
+    for tau in thresholds:
+        it = iter(probs)
+        out[policy.threshold if tau is None else tau] = [[policy.decide(next(it), threshold=tau) for _ in exs]
+                                                         for exs in grouped]
+    return out, dict(policy.costs)
 
 
 @dataclass
@@ -256,6 +261,7 @@ class SessionBenchConfig:
     categories: tuple[str, ...] = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                                    "multi_turn_long_context")
     limit: int | None = None  # conversations, the first ones
+    thresholds: tuple[float | None, ...] = (None,)  # None: the router's own
     outputs: Path | None = None
     turn_gap_s: float = 20.0
     cache_ttl_s: float | None = None  # default: the gateway's
@@ -280,14 +286,16 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
         convs, grouped = convs[:cfg.limit], grouped[:cfg.limit]
     if not convs:
         raise ValueError(f"{cfg.source_path}: no multi-turn conversations in categories {list(cfg.categories)}")
-    decisions, costs = route_turns(cfg.router, grouped, pool)
+    by_tau, costs = route_turns(cfg.router, grouped, pool, cfg.thresholds)
     output_tokens = recorded_output_tokens(cfg.outputs, pool) if cfg.outputs else None
     bill = Biller(pool, costs, output_tokens)
     ttl = cfg.cache_ttl_s if cfg.cache_ttl_s is not None else CACHE_TTL_S
-    replays = [replay(c, d, pool, bill, cfg.turn_gap_s, ttl) for c, d in zip(convs, decisions)]
     result = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
               "cache_prices": {m: CACHE_PRICES[m] for m in pool.names if m in CACHE_PRICES},
-              **summarize(replays, cfg.resamples)}
+              "conversations": len(convs), "turns": sum(len(c.turns) for c in convs), "thresholds": {}}
+    for tau, decisions in by_tau.items():
+        replays = [replay(c, d, pool, bill, cfg.turn_gap_s, ttl) for c, d in zip(convs, decisions)]
+        result["thresholds"][f"{tau:g}"] = summarize(replays, cfg.resamples)
     if cfg.out is not None:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         cfg.out.write_text(json.dumps(result, indent=2))
@@ -296,24 +304,30 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
 
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers not "
-             "replayed)", "", "| routing | $ / M conversations [95% CI] | vs per call [95% CI] | switches / turn | "
-             "conversations with a switch |", "|---|---|---|---|---|"]
-    for row, r in result["rows"].items():
-        lines.append(f"| {row} | {r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, "
-                     f"{r['usd_ci'][1]:,.0f}] | {r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, "
-                     f"{r['delta_ci'][1]:+,.0f}] | {r['switches_per_transition']:.3f} | "
-                     f"{r['conversations_with_a_switch']:.1%} |")
-    lines.append(f"\nsession rules: {result['session_rules']}")
-    lines += [f"turns per model, {row}: {result['rows'][row]['turns_per_model']}" for row in ("per_call", "session")]
-    return "\n".join(lines)
+             "replayed)", "", "| τ | routing | $ / M conversations [95% CI] | vs per call [95% CI] | switches / turn "
+             "| conversations with a switch |", "|---|---|---|---|---|---|"]
+    notes = []
+    for tau, summary in result["thresholds"].items():
+        for row, r in summary["rows"].items():
+            lines.append(f"| {tau} | {row} | {r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, "
+                         f"{r['usd_ci'][1]:,.0f}] | {r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, "
+                         f"{r['delta_ci'][1]:+,.0f}] | {r['switches_per_transition']:.3f} | "
+                         f"{r['conversations_with_a_switch']:.1%} |")
+        notes.append(f"τ {tau}: session rules {summary['session_rules']}")
+        notes += [f"τ {tau}: turns per model, {row}: {summary['rows'][row]['turns_per_model']}"
+                  for row in ("per_call", "session")]
+    return "\n".join(lines + [""] + notes)
 
 
 def main(router: Path = Path("runs/v3/router"), pool: Path = Path("configs/pools/bfcl_v3_2025.yaml"),
          outputs: Path | None = None, category: list[str] = list(SessionBenchConfig.categories),  # noqa: B006
-         limit: int | None = None, turn_gap_s: float = 20.0, data: str = SessionBenchConfig.source_path,
+         limit: int | None = None, threshold: list[float] = [],  # noqa: B006
+         turn_gap_s: float = 20.0, data: str = SessionBenchConfig.source_path,
          out: Path | None = None) -> None:
     """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
-    bootstrap intervals), the paired difference, how often each switches model (a cost simulation)."""
+    bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
+    set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
     result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
-                                          limit=limit, outputs=outputs, turn_gap_s=turn_gap_s, out=out))
+                                          limit=limit, thresholds=tuple(threshold) or (None,), outputs=outputs,
+                                          turn_gap_s=turn_gap_s, out=out))
     print(to_markdown(result))
