@@ -16,6 +16,15 @@ from data.schema import Example
 REPO = Path(__file__).resolve().parents[2]
 
 
+SECRET = "sk-test-0123456789abcdef-never-log-me"  # every pool model's key in these tests: never in an output
+
+
+@pytest.fixture
+def keys(monkeypatch, default_pool):
+    for m in default_pool.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+
+
 @pytest.fixture(scope="session")
 def bfcl_examples(shared_data) -> list[Example]:
     from data.sources import read_source

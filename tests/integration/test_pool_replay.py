@@ -12,18 +12,9 @@ import pytest
 from data.pool_runner import CallStore, run_pool
 from data.replay.serve import ReplayServer, build_state
 from data.schema import read_outputs
-from tests.integration.conftest import pool_at, sample_examples
+from tests.integration.conftest import SECRET, pool_at, sample_examples
 
 pytestmark = pytest.mark.integration
-SECRET = "sk-test-0123456789abcdef-never-log-me"
-
-
-@pytest.fixture
-def keys(monkeypatch, default_pool):
-    for m in default_pool.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-
-
 def test_replayed_run_equals_recordings_byte_for_byte(
     tmp_path, keys, bfcl_examples, pool_recordings, recordings_dir, default_pool
 ):

@@ -10,12 +10,12 @@ import pytest
 from data.pool_runner import run_pool
 from data.replay.serve import ReplayServer, build_state
 from tests.integration.conftest import pool_at, sample_examples
-from tests.integration.test_pool_replay import SECRET, keys  # noqa: F401
+from tests.integration.conftest import SECRET
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_changed_temperature_sends_that_models_calls_again(tmp_path, keys, bfcl_examples, pool_recordings,  # noqa: F811
+def test_a_changed_temperature_sends_that_models_calls_again(tmp_path, keys, bfcl_examples, pool_recordings,
                                                              default_pool):
     state = build_state(None, bfcl_examples, pool=default_pool, recordings=pool_recordings, api_key=SECRET)
     sample = sample_examples(bfcl_examples, state.recordings, per_category=1, pairs=1)
