@@ -3,6 +3,7 @@
     switchcraft reproduce --run-dir runs/default                       # the 2025 pool on BFCL v3
     switchcraft reproduce --pool configs/pool.yaml --run-dir runs/bfcl_v1   # the 2024 pool on BFCL v1
     switchcraft evaluate runs/finetune --out runs/finetune/report
+    switchcraft readme-table runs/default --check README.md   # the README's table against the run's metrics.json
     switchcraft retest --run-dir runs/bfcl_v1 [--earlier ../shared/data/bfcl_v1_pool_outputs_2024-07-25]
 
 Wiring: `register(app)` adds `reproduce`, `evaluate` and `retest`.
@@ -24,6 +25,7 @@ def register(app: typer.Typer) -> None:
     app.command("reproduce")(reproduce)
     app.command("evaluate")(evaluate)
     app.command("retest")(retest)
+    app.command("readme-table")(readme_table)
 
 
 def reproduce(
@@ -129,3 +131,23 @@ def retest(
         fail(str(e))
     console.print(md.read_text(encoding="utf-8"), highlight=False, markup=False)
     console.print(f"wrote {md.parent}/ in {time.perf_counter() - t0:.1f} s", highlight=False)
+
+
+def readme_table(
+    run_dir: Path = typer.Argument(Path("runs/default"), help="A reproduce run (its report/metrics.json)."),
+    check: Path = typer.Option(None, "--check", help="A README: exit 1 naming each row of the run's table it lacks."),
+) -> None:
+    """The README's headline table from a run's metrics.json; with --check, whether the README still says it."""
+    from evaluation.report import readme
+
+    try:
+        if check is None:
+            console.print(readme.table(run_dir), highlight=False, markup=False, soft_wrap=True)
+            return
+        stale = readme.check(check, run_dir)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    if stale:
+        fail(f"{check} does not hold {len(stale)} row(s) of {run_dir}'s table; print it with `switchcraft readme-table "
+             f"{run_dir}`:\n" + "\n".join(stale))
+    console.print(f"{check} holds every row of {run_dir}'s table", highlight=False)
