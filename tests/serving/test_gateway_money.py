@@ -96,6 +96,7 @@ def route_body(example) -> dict:
     return {"messages": openai_body(example)["messages"], "tools": openai_body(example)["tools"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["redis", "sqlite"])
 def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, replay, examples, exported,  # noqa: F811
                                                                        redis_server, tmp_path):
