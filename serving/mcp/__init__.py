@@ -5,8 +5,10 @@
 
 Modules: `config` (configs/mcp.yaml), `upstream` (one upstream server: connect, list, call, down and retried),
 `bridge` (upstream tools → namespaced tool cards, groups, the retrieval index), `gateway` (what a caller may
-list, find and call), `meta` (find_tools, call_tool), `ledger` (rate limit, call log), `server` (the SDK server:
-HTTP and stdio). docs/mcp.md is the reference.
+list, find and call; tool-list changes published to subscribed hosts), `meta` (find_tools, call_tool), `ledger`
+(rate limit, in the shared state store when configured; call log), `server` (the SDK server: HTTP and stdio; a
+host's disconnect cancels its call), `catalog` (the upstreams' tools as the chat gateway's tool router).
+docs/mcp.md is the reference.
 """
 
 from serving.mcp.config import McpConfig, load_mcp_config
