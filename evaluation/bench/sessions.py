@@ -170,11 +170,16 @@ def replay(conv: Conversation, decisions: list[Decision], pool: Pool, bill: Bill
     def switches(models: list[str]) -> int:
         return sum(a != b for a, b in zip(models, models[1:]))
 
+    def unsure(models: list[str]) -> int:  # turns served by a model the router's P(correct) puts below τ
+        return sum(d.probabilities.get(m, 0.0) < d.threshold for d, m in zip(decisions, models))
+
     return {"id": conv.id, "turns": len(conv.turns), "rules": rules,
             "usd": {"per_call": billed(per_call, False), "per_call_cached": billed(per_call, True),
                     "session": billed(served, True)},
             "switches": {"per_call": switches(per_call), "per_call_cached": switches(per_call),
                          "session": switches(served)},
+            "below_threshold": {"per_call": unsure(per_call), "per_call_cached": unsure(per_call),
+                                "session": unsure(served)},
             "models": {"per_call": per_call, "session": served}}
 
 
@@ -203,6 +208,8 @@ def summarize(replays: list[dict[str, Any]], resamples: int = 2000) -> dict[str,
             "switches_per_transition": float(sw.sum() / max(transitions.sum(), 1)),
             "switch_rate_ci": [c.accuracy.low, c.accuracy.high],
             "conversations_with_a_switch": float((sw > 0).mean()),
+            "turns_below_threshold": float(sum(r["below_threshold"][row] for r in replays)
+                                           / max(sum(r["turns"] for r in replays), 1)),
         }
     rules: dict[str, int] = defaultdict(int)
     for r in replays:
@@ -305,14 +312,14 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers not "
              "replayed)", "", "| τ | routing | $ / M conversations [95% CI] | vs per call [95% CI] | switches / turn "
-             "| conversations with a switch |", "|---|---|---|---|---|---|"]
+             "| conversations with a switch | turns on a model below τ |", "|---|---|---|---|---|---|---|"]
     notes = []
     for tau, summary in result["thresholds"].items():
         for row, r in summary["rows"].items():
             lines.append(f"| {tau} | {row} | {r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, "
                          f"{r['usd_ci'][1]:,.0f}] | {r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, "
                          f"{r['delta_ci'][1]:+,.0f}] | {r['switches_per_transition']:.3f} | "
-                         f"{r['conversations_with_a_switch']:.1%} |")
+                         f"{r['conversations_with_a_switch']:.1%} | {r['turns_below_threshold']:.1%} |")
         notes.append(f"τ {tau}: session rules {summary['session_rules']}")
         notes += [f"τ {tau}: turns per model, {row}: {summary['rows'][row]['turns_per_model']}"
                   for row in ("per_call", "session")]

@@ -67,6 +67,14 @@ def test_the_summary_gives_intervals_over_conversations_and_the_paired_differenc
     assert per_call["switches_per_transition"] == pytest.approx(6 / 8) and per_call["conversations_with_a_switch"] == 0.75
     assert session["switches_per_transition"] == 0 and session["delta_ci"][1] < 0  # cheaper in every resample
     assert s["session_rules"] == {"kept": 3, "new": 4, "same_model": 5}
+    assert per_call["turns_below_threshold"] == 0 and session["turns_below_threshold"] == 0  # P 0.9 ≥ τ 0.5
+
+
+def test_a_kept_model_the_router_is_unsure_of_is_counted():
+    unsure = Decision("small", "rule", 0.8, {"big": 0.7, "small": 0.85}, COSTS, ["small", "big"])
+    r = replay(conversation(), [decision("big"), unsure, decision("big")], POOL, Biller(POOL, COSTS), gap_s=20.0,
+               ttl_s=300.0)
+    assert r["rules"][1] == "kept" and r["below_threshold"] == {"per_call": 0, "per_call_cached": 0, "session": 1}
 
 
 def test_cache_prices_come_from_the_table_only_where_the_pool_has_none():
