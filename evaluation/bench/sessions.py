@@ -1,12 +1,14 @@
 """Per-call vs session-aware routing, priced on replayed multi-turn conversations: a cost simulation.
 
     switchcraft bench sessions --router runs/v3/router --pool configs/pools/bfcl_v3_2025.yaml \\
-        --outputs runs/v3/outputs.parquet --out runs/v3/bench_sessions.json
+        --outputs runs/v3/outputs.parquet --threshold 0.5 --threshold 0.8 --threshold 0.85 --threshold 0.9 \\
+        --out runs/bench_sessions/v3.json              # CPU only, about 5 minutes on two busy cores
 
 The traffic is BFCL v4's `multi_turn_*` categories as `switchcraft ingest --source bfcl_v4` reads them: one
 example per user turn (`bfcl_v4:<entry>:turn<k>`, the earlier turns and their ground-truth calls as history),
-grouped back into conversations by entry. Each turn is routed by the router (its own single-model decision,
-serving.policy; cascades off), then priced two ways:
+grouped back into conversations by entry. Each turn is routed by the router (its single-model decision by
+serving.policy at each `--threshold` τ, the gateway's `router-<τ>`; none: the router's own; cascades off), then
+priced two ways:
 
 - per call: the router's choice every turn, every turn's whole input at the full input price;
 - session-aware: the gateway's own rule (serving/gateway/sessions.py `keep_or_switch`) keeps the previous turn's
@@ -24,7 +26,8 @@ a model priced per GPU-second or per query costs its profiled cost per query. Tu
 (inside the cache lifetime unless set past it). Not recorded, so not priced: BFCL's tool results (its backends
 run the calls; the data has none), the extra calls of a turn that needs several, and whether answers are right.
 The figures are $ per million conversations with 95% bootstrap intervals over conversations
-(evaluation/offline/stats.py), the accuracy slot carrying each row's share of turns that switch model.
+(evaluation/offline/stats.py; its accuracy slot carries each conversation's share of turns that switch model),
+and the share of turns served by a model the router puts below τ (the rule weighs cost, not confidence).
 """
 
 from __future__ import annotations
