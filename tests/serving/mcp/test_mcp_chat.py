@@ -74,6 +74,7 @@ def mcp_visible(mcp_yaml, encoder, caller: dict) -> tuple[set[str], list[str]]:
     return anyio.run(seen)
 
 
+@pytest.mark.slow
 def test_chat_routes_over_the_mcp_catalog(gateway, mcp_yaml, encoder):
     url, seen = gateway
     read = routed(url, "analyst", "read the contents of the text file notes.txt")

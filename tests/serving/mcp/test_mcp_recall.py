@@ -11,7 +11,7 @@ import pytest
 
 from tests.serving.mcp.conftest import structured
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 QUERIES = [
     "read the contents of a text file", "list what is in a directory", "find files whose names match a pattern",
