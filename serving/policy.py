@@ -58,6 +58,7 @@ class Decision:
     # What to run: single(chosen) with the ranking as fallbacks, unless a strategy policy chose a cascade.
     strategy: Strategy | None = None
     strategy_why: dict | None = None  # set when a strategy policy chose the strategy (training.policy.StrategyPolicy)
+    lam: float | None = None  # the λ of rule "lambda"
 
     def __post_init__(self) -> None:
         if self.strategy is None:
@@ -160,7 +161,8 @@ class CostAwarePolicy:
             ranking = sorted(confident, key=lambda m: (costs[m], -p[m], m)) + sorted(rest, key=lambda m: (-p[m], costs[m], m))
             fired = "cheapest_confident" if confident else "most_probable"
         return Decision(
-            chosen=ranking[0], rule=fired, threshold=tau, probabilities=p, costs=costs, ranking=ranking, excluded=excluded
+            chosen=ranking[0], rule=fired, threshold=tau, probabilities=p, costs=costs, ranking=ranking, excluded=excluded,
+            lam=float(lam) if rule == "lambda" else None,
         )
 
 

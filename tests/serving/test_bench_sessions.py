@@ -70,11 +70,12 @@ def test_the_summary_gives_intervals_over_conversations_and_the_paired_differenc
     assert per_call["turns_below_threshold"] == 0 and session["turns_below_threshold"] == 0  # P 0.9 ≥ τ 0.5
 
 
-def test_a_kept_model_the_router_is_unsure_of_is_counted():
-    unsure = Decision("small", "rule", 0.8, {"big": 0.7, "small": 0.85}, COSTS, ["small", "big"])
+def test_a_previous_model_the_router_is_unsure_of_is_not_kept_however_cheap_its_cache():
+    unsure = Decision("small", "cheapest_confident", 0.8, {"big": 0.7, "small": 0.85}, COSTS, ["small", "big"])
     r = replay(conversation(), [decision("big"), unsure, decision("big")], POOL, Biller(POOL, COSTS), gap_s=20.0,
                ttl_s=300.0)
-    assert r["rules"][1] == "kept" and r["below_threshold"] == {"per_call": 0, "per_call_cached": 0, "session": 1}
+    assert r["rules"][1] == "previous_below_the_rule"
+    assert r["below_threshold"] == {"per_call": 0, "per_call_cached": 0, "session": 0}
 
 
 def test_cache_prices_come_from_the_table_only_where_the_pool_has_none():

@@ -146,3 +146,18 @@ def test_a_slow_store_turns_the_session_off_without_stalling_the_request(monkeyp
     t0 = time.monotonic()
     assert asyncio.run(open_session(gw, {HEADER: "run-1"}, {}, "chat", "k")) is None
     assert time.monotonic() - t0 < 1.0
+
+
+def test_the_previous_model_must_pass_the_decisions_own_rule_cache_priced_in():
+    from serving.gateway.sessions import good_enough
+    from serving.policy import Decision
+
+    costs = {"a": 0.001, "b": 0.002}
+    priced = {"stay_usd": 0.0012, "switch_usd": 0.0020}
+    tau = Decision("a", "cheapest_confident", 0.8, {"a": 0.9, "b": 0.79}, costs, ["a", "b"])
+    assert not good_enough(tau, "b", priced)  # below τ: never kept, however cheap its cache
+    assert good_enough(Decision("a", "cheapest_confident", 0.8, {"a": 0.9, "b": 0.81}, costs, ["a", "b"]), "b", priced)
+    lam = Decision("a", "lambda", 0.5, {"a": 0.90, "b": 0.85}, costs, ["a", "b"], lam=0.01)
+    assert good_enough(lam, "b", priced)  # 0.01·0.85 − 0.0012 ≥ 0.01·0.90 − 0.0020
+    assert not good_enough(lam, "b", {"stay_usd": 0.0012, "switch_usd": 0.0010})
+    assert not good_enough(Decision("a", "most_probable", 0.95, {"a": 0.9, "b": 0.8}, costs, ["a", "b"]), "b", priced)
