@@ -43,6 +43,7 @@ def reproduce(
                                "(no expected answers) and score it with the true ones (report: 'Without ground truth')."),
     with_pool: list[Path] = typer.Option(None, "--with-pool", help="A second benchmark's pool (repeatable): run the "
                                          "same job on it into <run-dir>/<benchmark>/, its headline a report section."),
+    transfer: bool = typer.Option(True, help="With --with-pool: score each run's router on the other's queries."),
     override: list[str] = typer.Argument(None, help="Training config overrides key=value (e.g. mode=finetune)."),
 ) -> None:
     """The main job: ingest → import recordings → label → train (k-fold) → evaluate → report."""
@@ -56,7 +57,7 @@ def reproduce(
     opts = ReproduceOptions(run_dir=run_dir, data_config=data_config, pool=pool, train_config=train_config,
                             train_overrides=list(override or []), max_examples=max_examples, folds=folds,
                             target=target, budget_per_million=budget, knn=knn, labels=labels,
-                            with_pools=list(with_pool or []))
+                            with_pools=list(with_pool or []), transfer=transfer)
     try:
         result = run_reproduce(opts, console)
     except (DataError, UnknownNameError) as e:

@@ -63,6 +63,7 @@ class ReproduceOptions:
     progress: bool = field(default_factory=lambda: __import__("sys").stdout.isatty())  # bars only on a terminal
     labels: str = "truth"  # "consensus": also fit on consensus labels (report section "Without ground truth")
     with_pools: list[Path] = field(default_factory=list)  # second benchmarks: each run into <run_dir>/<benchmark>/
+    transfer: bool = True  # with a second benchmark: each run's router scored on the other's queries
 
 
 @dataclass
@@ -248,7 +249,37 @@ def _companions(opts: ReproduceOptions, run: Path, console: Console) -> tuple[di
                   *([f"Labels: {HARNESS_LABELS}.", ""] if bench == "nexusbench" else []),
                   f"Its own run, held out the same way; every table in [its report]({rel}).", "",
                   headline_markdown(sub.headline), ""]
+        if opts.transfer:
+            more_metrics, more_lines = _transfer_both_ways(run, run / bench, console)
+            metrics["second_benchmarks"][bench]["transfer"] = more_metrics
+            lines += more_lines
     return metrics, lines
+
+
+def _transfer_both_ways(main: Path, second: Path, console: Console) -> tuple[dict, list[str]]:
+    """Each run's final router scored on the other's queries (`evaluation.offline.transfer`), into
+    <main>/transfer/<a>_to_<b>/, and both tables as a report section."""
+    from evaluation.offline.transfer import load_side, transfer, transfer_markdown, write_transfer
+
+    out_metrics: dict = {}
+    lines = ["## Transfer between the benchmarks", "",
+             "Each final router (every labelled query of its benchmark) scored on the other benchmark's queries over "
+             "the models both pools share; non-live → live within BFCL v3 is `switchcraft transfer --split live_` "
+             "(docs/transfer.md).", ""]
+    for a, b in ((main, second), (second, main)):
+        name = f"{a.name}_to_{b.name}"
+        t0 = time.perf_counter()
+        try:
+            result = transfer(load_side(a), load_side(b))
+        except (DataError, FileNotFoundError) as e:  # a section, not the job: say why it is missing
+            console.print(f"transfer {name} skipped: {e}", highlight=False)
+            lines += [f"Transfer {a.name} → {b.name} not measured: {e}", ""]
+            continue
+        path = write_transfer(result, main / "transfer" / name)
+        console.print(f"transfer {a.name} → {b.name}: {path} ({time.perf_counter() - t0:.0f} s)", highlight=False)
+        out_metrics[name] = result.table().to_dict(orient="records")
+        lines += [f"### {a.name} → {b.name}", "", transfer_markdown(result), ""]
+    return out_metrics, lines
 
 
 HARNESS_LABELS = ("the NexusBench harness's verdict of the whole episode (`Final Accuracy`), not switchcraft's "

@@ -63,6 +63,12 @@ def test_the_second_benchmark_runs_into_its_own_folder_and_joins_the_report(v3_r
     text = result.report.read_text()
     assert "## Second benchmark: nexusbench" in text and "NexusBench harness's verdict" in text
     assert "--with-pool" in json.loads((run / "report" / "metrics.json").read_text())["context"]["command"]
+    # Each final router scored on the other benchmark's queries, over the 8 models the pools share.
+    assert "## Transfer between the benchmarks" in text and f"### {run.name} → nexusbench" in text
+    for name in (f"{run.name}_to_nexusbench", f"nexusbench_to_{run.name}"):
+        rows = pd.read_csv(run / "transfer" / name / "transfer.csv")
+        assert len(json.loads((run / "transfer" / name / "transfer.json").read_text())["shared_models"]) == 8
+        assert {"oracle"} <= set(rows.routing) and second["transfer"][name]
 
 
 @pytest.mark.slow
@@ -86,3 +92,20 @@ def test_a_pool_naming_an_unknown_benchmark_is_refused(tmp_path):
     assert e.value.path == str(pool) and e.value.field == "benchmark" and e.value.line is not None
     assert "bfcl_v1" in str(e.value) and "bfcl_v3" in str(e.value)
     assert not (tmp_path / "run" / "examples.parquet").exists()
+
+
+@pytest.mark.slow
+def test_a_pool_drawn_from_the_2025_models_runs_end_to_end(tmp_path, shared_data):
+    import yaml
+
+    from data.pool.sample import sample_from_pool
+
+    pool = tmp_path / "drawn.yaml"
+    pool.write_text(yaml.safe_dump(sample_from_pool(POOL, n=5, seed=4), sort_keys=False))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SWITCHCRAFT_DATA_ROOT", str(shared_data))
+        result = reproduce(_opts(tmp_path / "run", pool, max_examples=100, folds=3, knn=False), Console(quiet=True))
+    metrics = json.loads((tmp_path / "run" / "report" / "metrics.json").read_text())
+    assert len(metrics["models"]) == 5 and metrics["context"]["benchmark"] == "bfcl_v3"
+    assert any(r["routing"].startswith("switchcraft strategies") for r in metrics["headline"])
+    assert result.report.exists()
