@@ -79,7 +79,7 @@ def test_an_unwritable_log_path_is_a_start_up_error_naming_it(tmp_path, exported
 
 
 # --- what a caller sends ---------------------------------------------------------------------------------------
-def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):
+def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):  # noqa: F811
     url = make_gateway()
     for model, status in (("m" * 1_000_000, 404), ("router-" + "9" * 500_000, 400), ("router" + "x" * 300_000, 400)):
         for path in ("/v1/chat/completions", "/v1/messages"):
@@ -88,7 +88,7 @@ def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):
             assert "characters)" in r.text
 
 
-def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_gateway):
+def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_gateway):  # noqa: F811
     url = make_gateway()
     for path in ("/v1/chat/completions/", "/v1/route/", "/healthz/"):
         r = httpx.post(url + path, content=ROUTE, headers={**AUTH, "host": "evil.example",
@@ -98,7 +98,7 @@ def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_ga
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/route", "/v1/chat/completions", "/v1/messages"])
-def test_bodies_are_utf8_json_only(make_gateway, endpoint):
+def test_bodies_are_utf8_json_only(make_gateway, endpoint):  # noqa: F811
     """RFC 8259 §8.1: JSON between systems is UTF-8. UTF-16/32 bodies are a 400, a non-JSON Content-Type (or
     another charset) a 415, each in the endpoint's error shape; a UTF-8 byte order mark is ignored."""
     url = make_gateway()

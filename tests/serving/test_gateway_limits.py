@@ -83,7 +83,7 @@ async def timed_posts(url: str, bodies: list[tuple[str, dict, dict]]) -> list[tu
         return await asyncio.gather(*(one(*b) for b in bodies))
 
 
-def test_a_locked_state_file_stalls_no_key_without_limits_and_refuses_limited_keys_quickly(make_gateway, examples,
+def test_a_locked_state_file_stalls_no_key_without_limits_and_refuses_limited_keys_quickly(make_gateway, examples,  # noqa: F811
                                                                                           tmp_path):
     """Another process holds the SQLite file locked: eight requests at once of a key without limits are served
     without waiting for it (their charges land once the lock is gone, none lost); eight of a key with limits get
@@ -194,7 +194,7 @@ def test_the_bounds_name_the_field_in_each_apis_own_body(make_gateway):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("metadata: is ")
 
 
-def test_healthz_answers_quickly_while_heavy_bodies_are_read(make_gateway, examples):
+def test_healthz_answers_quickly_while_heavy_bodies_are_read(make_gateway, examples):  # noqa: F811
     """Heavy bodies (a 1.8 MB metadata, a 100,000-value enum, a 1.9 MB conversation) four at a time for a few
     seconds: /healthz keeps answering within 0.5 s, and the bounds refuse the first two at once."""
     url = make_gateway()
