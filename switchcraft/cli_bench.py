@@ -4,12 +4,14 @@
     switchcraft bench pool [--concurrency 8 --concurrency 64] [--calls 1630]
     switchcraft bench train [--only frozen,finetune,distilbert,add_model] [--steps 40]
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router
+    # gateway, overhead, soak and loop replay BFCL v1's recordings: the 2024 pool's router, made by
+    #   make reproduce-2024 && switchcraft export runs/bfcl_v1/router --out runs/bfcl_v1/router_onnx --int8
     switchcraft bench long-input --router runs/default/router_onnx
     switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300]
     switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json] [--stages 0.3]
-    switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 [--kill api.openai.com]
-    switchcraft bench overhead --router runs/default/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
-    switchcraft bench soak --router runs/default/router_onnx --minutes 10
+    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 [--kill api.openai.com]
+    switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
+    switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
     switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
 
@@ -90,7 +92,7 @@ def bench_serve(
 
 
 def bench_gateway(
-    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+    router: Path = typer.Option(Path("runs/bfcl_v1/router_onnx"), "--router", help="An exported router (switchcraft "
                                 "export), or with --triton its model repository."),
     n: int = typer.Option(400, "--requests", "-n", help="Requests to send (BFCL v1 queries, cycled)."),
     concurrency: int = typer.Option(16, "--concurrency", "-c", help="Requests in flight at once."),
@@ -125,7 +127,7 @@ def bench_gateway(
 
 
 def bench_overhead(
-    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+    router: Path = typer.Option(Path("runs/bfcl_v1/router_onnx"), "--router", help="An exported router (switchcraft "
                                 "export)."),
     concurrency: list[int] = typer.Option([1, 16, 64], "--concurrency", "-c", help="Requests in flight; repeat for "
                                           "several levels."),
@@ -144,7 +146,7 @@ def bench_overhead(
 
 
 def bench_soak(
-    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="An exported router (switchcraft "
+    router: Path = typer.Option(Path("runs/bfcl_v1/router_onnx"), "--router", help="An exported router (switchcraft "
                                 "export); reloaded from the same directory during the run."),
     minutes: float = typer.Option(10.0, "--minutes", help="How long to run (at most 120)."),
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="Requests in flight at once."),
@@ -246,7 +248,7 @@ def bench_tools(
 
 
 def bench_loop(
-    router: Path = typer.Option(Path("runs/default/router_onnx"), "--router", help="The router in service at the start."),
+    router: Path = typer.Option(Path("runs/bfcl_v1/router_onnx"), "--router", help="The router in service at the start."),
     data_root: Path = typer.Option(DATA_ROOT, "--data-root", help="Shared data root (bfcl_v1/ and the recordings)."),
     requests: int = typer.Option(200, "--requests", help="BFCL v1 queries served and logged to learn from."),
     score: int = typer.Option(200, "--score", help="The next queries, served and scored after the reload."),

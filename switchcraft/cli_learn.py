@@ -27,7 +27,7 @@ def learn(
     from_log: Path = typer.Option(..., "--from-log", help="The decision log folder (the gateway's log.path)."),
     run_dir: Path = typer.Option(Path("runs/learned"), "--run-dir", help="Where the labels, router and "
                                  "router_onnx/ (ready to serve) go."),
-    pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool the gateway serves."),
+    pool: Path = typer.Option(Path("configs/pools/bfcl_v3_2025.yaml"), help="The pool the gateway serves (configs/serving.yaml's)."),
     train_config: Path = typer.Option(Path("configs/train.yaml"), help="Training config (the usual recipe)."),
     holdout: float = typer.Option(0.25, help="The latest share of requests held out for the comparison."),
     data_root: Path = typer.Option(None, help="Shared data root: requests naming a BFCL v1 query "

@@ -1,6 +1,6 @@
 """Load test of the whole gateway stack on loopback, optionally with an upstream endpoint killed mid-run.
 
-    switchcraft bench gateway --router runs/default/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
+    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
     switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
 
 Starts one replay server per upstream endpoint of the pool (real recorded BFCL

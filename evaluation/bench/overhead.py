@@ -1,6 +1,6 @@
 """What the gateway adds to a request: the same upstream called directly and through the gateway, in one run.
 
-    switchcraft bench overhead --router runs/default/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
+    switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
 
 One replay server per pool endpoint answers with the recorded BFCL v1 outputs (no model latency: what remains is
 HTTP, JSON and whatever sits in between). For each concurrency and each state store (memory, SQLite, Redis: the

@@ -1,6 +1,6 @@
 """A soak of the whole gateway: mixed and hostile traffic, reloads and a Redis restart for N minutes.
 
-    switchcraft bench soak --router runs/default/router_onnx --minutes 10
+    switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
 
 The stack of `switchcraft bench gateway` (replay upstreams answering with recorded BFCL v1 outputs and usage,
 `switchcraft serve` in its own process, its limits and ledger in a real Redis) under a fixed mix, at a fixed

@@ -72,6 +72,7 @@ def test_an_unwritable_log_path_is_a_start_up_error_naming_it(tmp_path, exported
     for where in (blocker / "log", occupied):
         out = subprocess.run([sys.executable, "-m", "switchcraft.cli", "serve", "--config",
                               str(REPO / "configs" / "serving.yaml"), f"router.dir={exported[0]}", f"log.path={where}",
+                              f"upstream.pool={REPO / 'configs' / 'pool.yaml'}",
                               f"port={free_port()}"], env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
         text = out.stdout + out.stderr
         assert out.returncode == 1 and "Traceback" not in text, text[-3000:]
