@@ -49,6 +49,7 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("tools")(bench_tools)
     bench_app.command("loop")(bench_loop)
     bench_app.command("mcp")(bench_mcp)
+    bench_app.command("mcp-recall")(bench_mcp_recall)
     bench_app.command("sessions")(__import__("evaluation.bench.sessions", fromlist=["main"]).main)
 
 
@@ -279,3 +280,21 @@ def bench_mcp(
     from evaluation.bench.mcp import main
 
     main(servers, tools, requests, data_root, run_dir)
+
+
+def bench_mcp_recall(
+    bench: str = typer.Option("metatool", "--bench", help="metatool | seal_tools | stabletoolbench | bfcl"),
+    limit: int = typer.Option(2000, "--limit", help="Held-out queries, a fixed sample (0: all)."),
+    data_root: Path = typer.Option(DATA_ROOT, "--data-root", help="Shared data root."),
+    run_dir: Path = typer.Option(Path("runs/mcp"), "--run-dir", help="Where recall_<bench>.json goes."),
+) -> None:
+    """find_tools through the MCP gateway against the in-process tool router: Recall@K on a held-out set."""
+    import json
+
+    from evaluation.bench.mcp_recall import run, server_name
+
+    r = run(bench, limit, str(data_root), str(run_dir))
+    console.print(json.dumps({k: r[k] for k in ("benchmark", "queries", "tools", "served", "recall",
+                                                 "same_top10_as_in_process_gateway_catalog")}, indent=2),
+                  highlight=False, markup=False)
+    console.print(f"→ {run_dir / f'recall_{server_name(bench)}.json'}", highlight=False)

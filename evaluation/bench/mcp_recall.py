@@ -1,7 +1,7 @@
 """find_tools through the MCP gateway against the in-process tool router: Recall@K on a held-out tool-retrieval set.
 
-    python -m evaluation.bench.mcp_recall                                  # MetaTool, 2,000 held-out queries
-    python -m evaluation.bench.mcp_recall --bench seal_tools --limit 0     # every held-out query
+    switchcraft bench mcp-recall                                  # MetaTool, 2,000 held-out queries
+    switchcraft bench mcp-recall --bench seal_tools --limit 0     # every held-out query
     → runs/mcp/recall_<bench>.json
 
 The benchmark's catalog (evaluation/tools/data.py) is served as one upstream
@@ -156,22 +156,3 @@ def run(bench_name: str = "metatool", limit: int = 2000, data_root: str = "../sh
               "retrieval": cfg.retrieval.model_dump(mode="json"), "encoder": getattr(encoder, "name", "")}
     (work / f"recall_{name}.json").write_text(json.dumps(record, indent=2))
     return record
-
-
-def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bench", default="metatool", help="metatool | seal_tools | stabletoolbench | bfcl")
-    ap.add_argument("--limit", type=int, default=2000, help="held-out queries, a fixed sample (0: all)")
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--run-dir", default="runs/mcp")
-    a = ap.parse_args()
-    r = run(a.bench, a.limit, a.data_root, a.run_dir)
-    print(json.dumps({k: r[k] for k in ("benchmark", "queries", "tools", "served", "recall",
-                                        "same_top10_as_in_process_gateway_catalog")}, indent=2))
-    print(f"→ {Path(a.run_dir) / f'recall_{server_name(a.bench)}.json'}")
-
-
-if __name__ == "__main__":
-    main()
