@@ -208,7 +208,9 @@ def summarize(replays: list[dict[str, Any]], resamples: int = 2000) -> dict[str,
             "usd_ci": [c.usd_per_million.low, c.usd_per_million.high],
             "delta_vs_per_call": float((rows[row][1] - rows["per_call"][1]).mean() * 1e6),
             "delta_ci": [c.delta_usd_per_million.low, c.delta_usd_per_million.high],
-            "switches_per_transition": float(sw.sum() / max(transitions.sum(), 1)),
+            # The mean of each conversation's share of its turn transitions that switched: the estimand of the
+            # interval beside it (bootstrapped over conversations).
+            "switches_per_transition": float(rows[row][0].mean()),
             "switch_rate_ci": [c.accuracy.low, c.accuracy.high],
             "conversations_with_a_switch": float((sw > 0).mean()),
             "turns_below_threshold": float(sum(r["below_threshold"][row] for r in replays)
