@@ -361,16 +361,28 @@ class ConsensusRun:
     seconds: float
 
 
-def to_labels(res: ConsensusResult, costs: Mapping[tuple[str, str], float | None]) -> pd.DataFrame:
+def to_labels(res: ConsensusResult, costs: Mapping[tuple[str, str], float | None],
+              no_answer: Iterable[tuple[str, str]] = ()) -> pd.DataFrame:
     """The Label contract's columns (reason "ok" / "consensus_wrong", detail p=…) plus p_correct, confidence,
-    abstained: `data.schema.read_labels` reads it as labels."""
+    abstained: `data.schema.read_labels` reads it as labels. `no_answer`: (example, model) pairs whose output was
+    an inference error — known wrong without any expected answer, labelled `no_answer` as the verifier does
+    (they cast no vote)."""
     f = res.frame
-    return pd.DataFrame({
+    answered = pd.DataFrame({
         "example_id": f["example_id"], "model": f["model"], "correct": f["correct"].astype(bool),
         "reason": np.where(f["correct"], "ok", "consensus_wrong"),
         "detail": [f"consensus p={p:.3f}" + (" abstained" if a else "") for p, a in zip(f["p_correct"], f["abstained"])],
         "cost_usd": [costs.get((e, m)) for e, m in zip(f["example_id"], f["model"])],
         "p_correct": f["p_correct"], "confidence": f["confidence"], "abstained": f["abstained"].astype(bool)})
+    seen = set(zip(f["example_id"], f["model"]))
+    errors = [(e, m) for e, m in no_answer if (e, m) not in seen]
+    if not errors:
+        return answered
+    failed = pd.DataFrame({
+        "example_id": [e for e, _ in errors], "model": [m for _, m in errors], "correct": False, "reason": "no_answer",
+        "detail": "inference error: no answer (no vote)", "cost_usd": [costs.get(k) for k in errors],
+        "p_correct": 0.0, "confidence": 1.0, "abstained": False})
+    return pd.concat([answered, failed], ignore_index=True)
 
 
 def run_consensus_labels(pool_path: str | Path, outputs_path: str | Path, examples_path: str | Path,
@@ -395,13 +407,17 @@ def run_consensus_labels(pool_path: str | Path, outputs_path: str | Path, exampl
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     path = run / CONSENSUS_LABELS
-    to_labels(res, costs).to_parquet(path, index=False)
+    from data.decoders.base import is_no_answer
+
+    no_answer = [(o.example_id, by_recording[o.model].name) for o in outputs
+                 if o.model in by_recording and o.calls is None and is_no_answer(o.decode_error)]
+    to_labels(res, costs, no_answer).to_parquet(path, index=False)
     agreement = None
     if truth is not None and Path(truth).exists():
         agreement = agreement_with_truth(res.frame, read_labels(truth), {e: x.category for e, x in examples.items()})
     seconds = time.perf_counter() - t0
     meta = {"command": "switchcraft label --consensus", "pool": str(pool_path), "outputs": str(outputs_path),
-            "labels": int(len(res.frame)), "queries": len(res.example_ids), "iterations": res.consensus.iterations,
+            "labels": int(len(res.frame)) + len(set(no_answer)), "no_answer": len(set(no_answer)), "queries": len(res.example_ids), "iterations": res.consensus.iterations,
             "abstained_queries": int(res.consensus.abstained.sum()), "reliability": res.reliability,
             "config": res.consensus.config.__dict__, "truth": str(truth) if truth else None, "agreement": agreement,
             "seconds": round(seconds, 2)}

@@ -72,6 +72,19 @@ def test_consensus_does_not_count_no_answer_as_a_vote():
     assert set(consensus_labels(direct, {"t:1": [WEATHER]}, models=pool.names).frame["model"]) == {"a"}
 
 
+def test_consensus_labels_an_inference_error_no_answer_without_a_vote():
+    from data.consensus import to_labels
+
+    pool = Pool.model_validate({"models": [{"name": m, "prompt_style": "prompt", "prices": {"usd_per_query": 0.001}}
+                                           for m in ("a", "b", "c")]})
+    outputs = [_out("a", None, "no_call: free text"), _out("b", None, ERROR), _out("c", None, ERROR)]
+    res = consensus_labels(answers_of_outputs(outputs, pool), {"t:1": [WEATHER]}, models=pool.names)
+    labels = to_labels(res, {("t:1", "a"): 0.001}, [("t:1", "b"), ("t:1", "c")]).set_index("model")
+    assert set(labels.index) == {"a", "b", "c"}  # every output has a label, as the verifier gives one
+    assert labels.loc[["b", "c"], "reason"].tolist() == ["no_answer", "no_answer"]
+    assert not labels.loc[["b", "c"], "correct"].any() and labels.loc["a", "reason"] in ("ok", "consensus_wrong")
+
+
 def test_the_importer_counts_inference_errors_per_model_and_never_decodes_them(tmp_path):
     folder = tmp_path / "m1"
     folder.mkdir()
