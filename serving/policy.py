@@ -64,6 +64,18 @@ class Decision:
         if self.strategy is None:
             self.strategy = Strategy.single(self.chosen, tuple(self.ranking[1:]))
 
+    def accepts(self, model: str, stay_usd: float, switch_usd: float) -> bool:
+        """Whether this decision's own rule would accept `model` in place of `chosen`, with `stay_usd` the cost of
+        running `model` and `switch_usd` that of running `chosen` (a session's cache priced into each): under the
+        threshold rule only a model above τ (or, where none is, one as probable as the chosen); under the λ rule
+        only where λ·p − cost is no worse than the chosen model's."""
+        p = self.probabilities
+        if self.rule == "cheapest_confident":
+            return p.get(model, 0.0) > self.threshold
+        if self.rule == "lambda" and self.lam is not None:
+            return self.lam * p.get(model, 0.0) - stay_usd >= self.lam * p[self.chosen] - switch_usd
+        return p.get(model, 0.0) >= p.get(self.chosen, 0.0)
+
     def to_dict(self) -> dict:
         return {
             "strategy": self.strategy.to_dict(),

@@ -198,7 +198,8 @@ def keep_or_switch(pool: Pool, session: Session | None, decision, now: float, to
         return None
     priced = switch_costs(pool, prev, chosen, session.state.prefix_tokens, tokens, decision.costs)
     session.trace.update({k: round(v, 10) for k, v in priced.items()}, input_tokens=tokens)
-    if not good_enough(decision, prev, priced):
+    # A cache never keeps a session on a model the router's own rule would not accept.
+    if not decision.accepts(prev, priced["stay_usd"], priced["switch_usd"]):
         session.trace["rule"] = "previous_below_the_rule"
         return None
     if priced["switch_usd"] < priced["stay_usd"]:
@@ -206,19 +207,6 @@ def keep_or_switch(pool: Pool, session: Session | None, decision, now: float, to
         return None
     session.trace.update(rule="kept", kept=prev, router_chose=chosen)
     return Strategy.single(prev, tuple(m for m in decision.ranking if m != prev))
-
-
-def good_enough(decision, prev: str, priced: dict[str, float]) -> bool:
-    """Whether the decision's own rule would accept the previous model, its cache priced in: the threshold rule
-    only a model above τ (or, when none is, one as probable as the chosen); the λ rule only where λ·p − cost,
-    with staying and switching priced as they would be billed, is no worse than the chosen model's. Cheaper
-    alone is not enough: a cache must not keep a session on a model the router does not trust."""
-    p = decision.probabilities
-    if decision.rule == "cheapest_confident":
-        return p.get(prev, 0.0) > decision.threshold
-    if decision.rule == "lambda" and decision.lam is not None:
-        return decision.lam * p.get(prev, 0.0) - priced["stay_usd"] >= decision.lam * p[decision.chosen] - priced["switch_usd"]
-    return p.get(prev, 0.0) >= p.get(decision.chosen, 0.0)
 
 
 def grow_tools(gw, asked, session: Session | None):

@@ -149,8 +149,10 @@ def test_a_slow_store_turns_the_session_off_without_stalling_the_request(monkeyp
 
 
 def test_the_previous_model_must_pass_the_decisions_own_rule_cache_priced_in():
-    from serving.gateway.sessions import good_enough
     from serving.policy import Decision
+
+    def good_enough(decision, prev, priced):
+        return decision.accepts(prev, priced["stay_usd"], priced["switch_usd"])
 
     costs = {"a": 0.001, "b": 0.002}
     priced = {"stay_usd": 0.0012, "switch_usd": 0.0020}
