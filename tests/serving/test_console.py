@@ -236,6 +236,8 @@ class Browser:
         caps = {"browserName": "chrome", "goog:chromeOptions": {
             "binary": CHROMIUM, "args": FLAGS + [f"--user-data-dir={profile}"]}}
         self.session = self.call("POST", "", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
+        # a click that submits a form returns before the next page is there: finding an element waits for it
+        self.call("POST", "/timeouts", {"implicit": 20_000, "pageLoad": 60_000})
 
     def call(self, method: str, path: str, body: dict | None = None):
         where = "/session" + (f"/{self.session}" if path != "" else "") + path
@@ -261,6 +263,12 @@ class Browser:
     def url(self) -> str:
         return self.call("GET", "/url")
 
+    def wait_url(self, url: str) -> str:
+        deadline = time.monotonic() + 20
+        while (now := self.url()) != url and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return now
+
     def screenshot(self, path: Path) -> None:
         path.write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
 
@@ -285,7 +293,7 @@ def test_a_real_browser_logs_in_opens_every_view_and_follows_a_request_to_its_tr
         assert browser.text("#error") == REFUSED and browser.call("GET", "/cookie") == []
         browser.type("#key", KEY)
         browser.click("#login")
-        assert browser.url() == url + "/console/savings"
+        assert browser.wait_url(url + "/console/savings") == url + "/console/savings"
         (cookie,) = browser.call("GET", "/cookie")
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
         assert browser.call("POST", "/execute/sync", {"script": "return document.cookie", "args": []}) == ""
