@@ -40,6 +40,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from data.pool import Pool
 from serving.client import RouterClient
@@ -53,7 +54,7 @@ from serving.gateway.apis import anthropic_messages, openai_responses
 from serving.gateway.chat import CHAT, handler
 from serving.gateway.config import ServingConfig
 from serving.gateway.decision_log import DecisionLog
-from serving.gateway.errors import CatchAll
+from serving.gateway.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.parts import Gateway, ToolSelector
@@ -136,8 +137,9 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.metrics, app.state.client, app.state.tools, app.state.keys = gw.metrics, client, gw.tools, gw.keys
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
-    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s,
-                       shapes={api.path: api.error_body for api in APIS})
+    shapes = {api.path: api.error_body for api in APIS}
+    app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
+    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
     _routes(app, gw)
     mount_console(app, gw)  # /console: the operator's pages (serving/console/), admin keys only
     return app

@@ -76,6 +76,27 @@ def retry_after_headers(ms: int) -> dict[str, str]:
     return {"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)}
 
 
+def route_errors(shapes: dict):
+    """The handler of Starlette's own 404 and 405 (`app.add_exception_handler(HTTPException, …)`): the error object
+    of the API whose path this nearly is (`/v1/messages/` answers Anthropic's shape), not Starlette's
+    `{"detail": …}`; a trailing slash is named as the likely mistake."""
+
+    async def handle(request, exc) -> JSONResponse:
+        path = request.url.path
+        shape = shapes.get(path.rstrip("/"), GatewayError.body)
+        if exc.status_code == 404:
+            hint = f"; without the trailing slash: {path.rstrip('/')}" if path.rstrip("/") in ENDPOINTS else ""
+            e = GatewayError(404, f"no such endpoint: {request.method} {path}{hint}", type="not_found_error")
+        elif exc.status_code == 405:
+            e = GatewayError(405, f"{path} does not take {request.method}", type="invalid_request_error",
+                             headers=dict(exc.headers or {}))
+        else:
+            e = GatewayError(exc.status_code, str(exc.detail), type="invalid_request_error")
+        return error_response(e, _request_id(request.scope), shape=shape)
+
+    return handle
+
+
 class BodyTimeout(Exception):
     """The request body did not arrive within `body_timeout_s` of the request's headers."""
 

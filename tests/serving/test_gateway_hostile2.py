@@ -96,6 +96,14 @@ def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_ga
                                                            "content-type": "application/json"}, timeout=30)
         assert r.status_code != 307 and "location" not in r.headers, (path, r.status_code, r.headers)
         assert "evil.example" not in r.text
+        # a 404 in the API's own error shape, naming the likely mistake
+        error = r.json()["error"]
+        assert r.status_code == 404 and error["type"] == "not_found_error" and error["code"] == 404, r.text
+        assert ("without the trailing slash: " + path.rstrip("/") in error["message"]) == path.startswith("/v1/")
+    r = httpx.post(url + "/v1/messages/", content=ROUTE, headers=AUTH, timeout=30)
+    assert r.status_code == 404 and r.json()["type"] == "error" and r.json()["error"]["type"] == "not_found_error"
+    r = httpx.get(url + "/v1/chat/completions", headers=AUTH, timeout=30)
+    assert r.status_code == 405 and r.json()["error"]["message"] == "/v1/chat/completions does not take GET"
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/route", "/v1/chat/completions", "/v1/messages"])
