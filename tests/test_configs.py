@@ -63,3 +63,14 @@ def test_mixed_pool_prices_open_weight_models_as_bfcl_does(shared_data):
             ref = bfcl[m.recording]
             assert m.prices.gpu_usd_per_hour == ref.gpu_usd_per_hour
             assert m.prices.gpu_seconds_per_query == pytest.approx(ref.gpu_seconds_per_query, rel=1e-5)
+
+
+def test_the_serving_config_names_every_top_level_setting():
+    """configs/serving.yaml is where an operator learns what can be set: each top-level setting is written out."""
+    import yaml
+
+    from serving.gateway.config import ServingConfig
+
+    written = set(yaml.safe_load((CONFIGS / "serving.yaml").read_text()))
+    missing = sorted(set(ServingConfig.model_fields) - written)
+    assert not missing, f"configs/serving.yaml: add {missing} with their defaults and a comment"
