@@ -13,6 +13,9 @@ answer). Every decision carries `router_version`, and the decision log keeps it 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 import json
 import logging
 import time
@@ -33,6 +36,26 @@ def client_from(settings, path: str | Path) -> RouterClient:
     return RouterClient.from_dir(path, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
                                  timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
                                  spin=r.spin, rule=r.rule, lam=r.lam)
+
+
+def _libc_trim():
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def release_memory() -> None:
+    """Give a closed router's memory back to the system. Its ONNX session and tokenizer are freed by glibc into
+    the arenas of the worker threads that used them, and glibc keeps freed arena pages: without a trim every
+    reload left its predecessor's ~30-90 MB resident (`switchcraft bench soak` RSS +21% over ten reloads)."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def check_models(client: RouterClient, pool_names: list[str]) -> None:
@@ -72,7 +95,7 @@ class RouterSlot:
                 raise ValueError(message) from None
             old_client, old_batcher = self.client, self.batcher
             self.client, self.batcher, self.loaded_from = new, self.make_batcher(new), str(path)
-            task = asyncio.get_running_loop().create_task(self._drain(old_batcher))
+            task = asyncio.get_running_loop().create_task(self._drain(old_batcher, old_client))
             self.draining.add(task)
             task.add_done_callback(self.draining.discard)
             self.metrics.router_reloads.labels(outcome="ok").inc()
@@ -81,12 +104,15 @@ class RouterSlot:
             log.info(json.dumps({"event": "router_reload", "ok": True, **out}))
             return out
 
-    async def _drain(self, batcher) -> None:
-        """The old router finishes what it admitted, then closes."""
+    async def _drain(self, batcher, client: RouterClient) -> None:
+        """The old router finishes what it admitted, then closes and its memory goes back to the system."""
         deadline = time.monotonic() + DRAIN_S
         while getattr(batcher, "admitted", 0) > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await batcher.aclose()
+        client.close()
+        del batcher, client
+        await anyio.to_thread.run_sync(release_memory)
 
     async def aclose(self) -> None:
         for task in list(self.draining):
