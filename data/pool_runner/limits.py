@@ -1,6 +1,6 @@
 """Per-model request pacing and the run's hard spending limit.
 
-python -m pytest -q tests/data/test_pool_limits.py
+python -m pytest -q tests/data/pool_runner/test_limits.py
 """
 
 from __future__ import annotations

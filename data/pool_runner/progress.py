@@ -1,6 +1,6 @@
 """One progress bar per model, with what it has cost so far (rich; silent off a terminal).
 
-.venv/bin/python -m pytest -q tests/data/test_pool_runner_units.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_units.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ The request hash covers everything that changes what the model is asked
 a restarted run recognises the calls it already paid for and a changed prompt
 is a new call.
 
-    python -m pytest -q tests/data/test_pool_request.py
+    python -m pytest -q tests/data/pool_runner/test_request.py
 """
 
 from __future__ import annotations

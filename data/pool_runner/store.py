@@ -7,7 +7,7 @@ what was in flight (asked again with the same Idempotency-Key). Commits are
 grouped: one writer thread commits whatever has queued up in one transaction,
 which keeps fsyncs off the request path at high concurrency.
 
-    python -m pytest -q tests/data/test_pool_store.py
+    python -m pytest -q tests/data/pool_runner/test_store.py
 """
 
 from __future__ import annotations

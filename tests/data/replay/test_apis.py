@@ -1,6 +1,6 @@
 """The pool runner against the replay server in each provider API (Chat Completions, Messages, Responses).
 
-.venv/bin/python -m pytest -q tests/data/test_replay_apis.py
+.venv/bin/python -m pytest -q tests/data/replay/test_apis.py
 
 Tiny recordings built here: a call, a text answer, text then a call and a call then text (order kept), one with
 cache counts and one without token counts. Each pool model speaks one API; the runner's stored answers equal the

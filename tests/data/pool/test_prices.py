@@ -1,7 +1,7 @@
 """Pool prices of every kind (per token, per GPU-second, per query) and the refusal of a pool
 that its recordings cannot cost.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_prices.py
+.venv/bin/python -m pytest -q tests/data/pool/test_prices.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Request building (native vs prompt styles), the request hash, and the replay server's matching.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_request.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_request.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cost profiles: exact values on tiny recordings, and the real table for all 51 priced BFCL v1 models.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_cost_profile.py
+.venv/bin/python -m pytest -q tests/data/pool/test_cost_profile.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Request pacing, the hard budget, backoff and Retry-After parsing.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_limits.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_limits.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The durable call store: commits before counting, done rows are final, grouped commits.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_store.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_store.py
 """
 
 from __future__ import annotations

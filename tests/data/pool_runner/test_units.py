@@ -1,6 +1,6 @@
 """Runner pieces that need no server: API keys from the environment, progress bars with spend.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_runner_units.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_units.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The pool's provider APIs: a chat request in Messages and Responses, their answers back, the `api` field.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_runner_apis.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_apis.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Wire format <-> Output.raw: the round trip the replay guarantee rests on.
 
-.venv/bin/python -m pytest -q tests/data/test_pool_wire.py
+.venv/bin/python -m pytest -q tests/data/pool_runner/test_wire.py
 """
 
 from __future__ import annotations
