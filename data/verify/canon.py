@@ -1,6 +1,6 @@
 r"""Canonical forms of strings, so that values equal in meaning compare equal.
 
-Rules (each has unit cases in tests/data/test_verify_canon.py):
+Rules (each has unit cases in tests/data/verify/test_values.py):
 - case, surrounding and repeated whitespace do not matter;
 - trivial punctuation (. , ; : ! ? and quote marks) does not matter, except
   between two digits ("1.5" is not "15"); periods join ("U.S." = "US");

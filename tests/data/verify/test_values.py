@@ -2,7 +2,7 @@
 documented defaults, Java/JavaScript encodings. Each rule has a case that
 passes only with the rule and a case showing its limit.
 
-    .venv/bin/python -m pytest -q tests/data/test_verify_values.py
+    .venv/bin/python -m pytest -q tests/data/verify/test_values.py
 """
 
 from __future__ import annotations

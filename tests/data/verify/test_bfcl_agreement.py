@@ -1,7 +1,7 @@
 """Agreement with BFCL's checker: id alignment, disagreement classes, the report,
 and the real 71-model comparison.
 
-    .venv/bin/python -m pytest -q tests/data/test_agreement.py
+    .venv/bin/python -m pytest -q tests/data/verify/test_bfcl_agreement.py
 """
 
 from __future__ import annotations

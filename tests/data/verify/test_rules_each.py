@@ -1,6 +1,6 @@
 """One case for each verifier rule whose deletion no other test noticed.
 
-    .venv/bin/python -m pytest -q tests/data/test_verify_rules_each.py
+    .venv/bin/python -m pytest -q tests/data/verify/test_rules_each.py
 
 Each test asserts the rule's verdict and its contrast (the same output without
 the rule's condition fails), so deleting the rule fails the test.
@@ -8,7 +8,7 @@ the rule's condition fails), so deleting the rule fails the test.
 
 from __future__ import annotations
 
-from tests.data.test_verify import WEATHER, call, check, fn
+from tests.data.verify.helpers import WEATHER, call, check, fn
 
 
 def test_out_of_domain_is_a_declined_call_where_no_call_is_expected():

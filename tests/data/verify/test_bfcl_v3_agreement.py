@@ -1,7 +1,7 @@
 """Our verifier against BFCL's checker on the 2025 BFCL v3 run: v3's classing rules on tiny cases, and the
 real run's figures.
 
-    .venv/bin/python -m pytest -q tests/data/test_bfcl_v3_agreement.py
+    .venv/bin/python -m pytest -q tests/data/verify/test_bfcl_v3_agreement.py
 """
 
 from __future__ import annotations

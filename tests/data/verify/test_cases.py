@@ -1,7 +1,7 @@
 """The `switchcraft verify CASES.jsonl` contract: one verdict line per case, in
 order; malformed cases get `invalid_case` and the rest still run.
 
-    .venv/bin/python -m pytest -q tests/data/test_verify_cases.py
+    .venv/bin/python -m pytest -q tests/data/verify/test_cases.py
 """
 
 from __future__ import annotations

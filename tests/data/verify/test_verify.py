@@ -1,51 +1,17 @@
 """Unit cases for the verifier's call-level rules, one group per rule.
 
-.venv/bin/python -m pytest -q tests/data/test_verify.py
+.venv/bin/python -m pytest -q tests/data/verify/test_verify.py
 """
 
 from __future__ import annotations
 
 import pytest
 
-from data.schema import Call
 from data.sources.bfcl_common import expected_from_ground_truth
 from data.tools import tools_from_docs
-from data.verify import REASONS, prepare, verify, verify_turns
-from data.verify.reasons import Verdict, fail
-
-
-def fn(name, props, required=None):
-    return {
-        "name": name,
-        "description": "",
-        "parameters": {
-            "type": "dict",
-            "properties": props,
-            "required": list(props) if required is None else required,
-        },
-    }
-
-
-WEATHER = fn(
-    "weather.get",
-    {
-        "city": {"type": "string", "description": "City name."},
-        "days": {"type": "integer", "description": "Days ahead. Default is 1."},
-        "unit": {"type": "string", "description": "Unit. Default is 'celsius'."},
-        "detailed": {"type": "boolean", "description": "More detail.", "default": False},
-    },
-    required=["city"],
-)
-
-
-def check(docs, gt, calls, *, language=None, decode_error=None) -> Verdict:
-    tools = tools_from_docs(docs)
-    p = prepare(expected_from_ground_truth(gt, tools=tools), tools, language=language)
-    return verify(p, calls, decode_error)
-
-
-def call(name, **args):
-    return Call(name=name, arguments=args)
+from data.verify import REASONS, prepare, verify_turns
+from data.verify.reasons import fail
+from tests.data.verify.helpers import WEATHER, call, check, fn
 
 
 # --- names ---------------------------------------------------------------------
@@ -294,7 +260,7 @@ def test_one_case_per_reason(reason):
 
 
 def test_every_reason_has_a_case():
-    # invalid_case belongs to the verify command: tests/data/test_verify_cases.py; no_answer (an output that is
+    # invalid_case belongs to the verify command: tests/data/verify/test_cases.py; no_answer (an output that is
     # an inference error, not calls): tests/data/test_no_answer.py; episode_failed (a harness's label, never the
     # verifier's): tests/data/test_nexusbench.py
     assert set(REASONS) - {"invalid_case", "no_answer", "episode_failed"} == set(REASON_CASES)
