@@ -134,7 +134,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
                   docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
     app.state.gateway = gw
-    app.state.metrics, app.state.client, app.state.tools, app.state.keys = gw.metrics, client, gw.tools, gw.keys
+    app.state.metrics, app.state.tools, app.state.keys = gw.metrics, gw.tools, gw.keys  # the router: gw.slot
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
     shapes = {api.path: api.error_body for api in APIS}

@@ -74,6 +74,7 @@ class RouterSlot:
         self.lock = asyncio.Lock()
         self.draining: set[asyncio.Task] = set()
         self.loaded_from = default_dir
+        self.loaded: RouterClient | None = None  # a client this slot loaded (closed when replaced); not the first
 
     async def reload(self, path: str | None = None) -> dict:
         """Serve the router in `path` (default: the configured router.dir) from now on; ValueError /
@@ -93,9 +94,9 @@ class RouterSlot:
                 self.metrics.router_reloads.labels(outcome="failed").inc()
                 log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": message}))
                 raise ValueError(message) from None
-            old_client, old_batcher = self.client, self.batcher
-            self.client, self.batcher, self.loaded_from = new, self.make_batcher(new), str(path)
-            task = asyncio.get_running_loop().create_task(self._drain(old_batcher, old_client))
+            old_client, old_batcher, owned = self.client, self.batcher, self.loaded
+            self.client, self.batcher, self.loaded_from, self.loaded = new, self.make_batcher(new), str(path), new
+            task = asyncio.get_running_loop().create_task(self._drain(old_batcher, owned))
             self.draining.add(task)
             task.add_done_callback(self.draining.discard)
             self.metrics.router_reloads.labels(outcome="ok").inc()
@@ -104,14 +105,16 @@ class RouterSlot:
             log.info(json.dumps({"event": "router_reload", "ok": True, **out}))
             return out
 
-    async def _drain(self, batcher, client: RouterClient) -> None:
-        """The old router finishes what it admitted, then closes and its memory goes back to the system."""
+    async def _drain(self, batcher, owned: RouterClient | None) -> None:
+        """The old router finishes what it admitted, then closes (the client too, when this slot loaded it; the
+        one the gateway was built with belongs to its caller) and its memory goes back to the system."""
         deadline = time.monotonic() + DRAIN_S
         while getattr(batcher, "admitted", 0) > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await batcher.aclose()
-        client.close()
-        del batcher, client
+        if owned is not None:
+            owned.close()
+        del batcher, owned
         await anyio.to_thread.run_sync(release_memory)
 
     async def aclose(self) -> None:
