@@ -65,3 +65,23 @@ def build_tiny_router(out: Path, examples: list) -> Path:
 def decide_with(info: dict):
     costs = np.array([info["cost_profile"][m] for m in info["models"]])
     return lambda p: choose_batch(p, costs, info["threshold"])
+
+
+def training_blend(router_dir, requests, wc: float | None = None) -> np.ndarray:
+    """The recipe's held-out computation: head ⊕ lexical blend, then the category branch on the same TF-IDF and
+    scaled metadata, in numpy (at weight `wc`; default: the router's own)."""
+    import torch
+
+    from training.export import RequestEncoder
+    from training.router import load_router
+
+    router = load_router(router_dir)
+    feed = RequestEncoder(router.tokenizer, router.info).batch(requests)
+    with torch.no_grad():
+        head = router.model(torch.from_numpy(feed["metadata"]), input_ids=torch.from_numpy(feed["input_ids"]),
+                            attention_mask=torch.from_numpy(feed["attention_mask"])).double().numpy()
+    ids = [router.pack_request(m, t).ids for m, t in requests]
+    z = router.lexical.blend(head, ids)
+    k, wc = router.category.n_models, router.category.weight if wc is None else wc
+    z[:, :k] = (1 - wc) * z[:, :k] + wc * router.category.logits(router.lexical.features(ids), feed["metadata"])
+    return 1.0 / (1.0 + np.exp(-z / router.temperatures))

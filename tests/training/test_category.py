@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import sparse
 
+from tests.routers import training_blend
 from training.category import CategoryModel
 
 
@@ -93,24 +94,6 @@ def category_dir(tmp_path_factory, shared_data):
     info = {k: v for k, v in router.info.items() if k not in ("format", "head", "versions", "saved")}
     save_router(out, router.model, router.tokenizer, info, lexical=lex, category=cat)
     return out, requests
-
-
-def training_blend(router_dir, requests, wc: float | None = None) -> np.ndarray:
-    """The recipe's held-out computation: head ⊕ lexical blend, then the category branch on the same TF-IDF and
-    scaled metadata, in numpy (at weight `wc`; default: the router's own)."""
-    from training.export import RequestEncoder
-    from training.router import load_router
-
-    router = load_router(router_dir)
-    feed = RequestEncoder(router.tokenizer, router.info).batch(requests)
-    with torch.no_grad():
-        head = router.model(torch.from_numpy(feed["metadata"]), input_ids=torch.from_numpy(feed["input_ids"]),
-                            attention_mask=torch.from_numpy(feed["attention_mask"])).double().numpy()
-    ids = [router.pack_request(m, t).ids for m, t in requests]
-    z = router.lexical.blend(head, ids)
-    k, wc = router.category.n_models, router.category.weight if wc is None else wc
-    z[:, :k] = (1 - wc) * z[:, :k] + wc * router.category.logits(router.lexical.features(ids), feed["metadata"])
-    return 1.0 / (1.0 + np.exp(-z / router.temperatures))
 
 
 def test_pytorch_and_onnx_serve_the_training_blend_with_the_category_branch(category_dir, tmp_path):

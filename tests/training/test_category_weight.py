@@ -36,9 +36,8 @@ def test_the_configured_weight_is_saved_and_served(toy_task, tiny_backbone, tmp_
     weight is in router.json and metrics.json, and PyTorch and the ONNX graph compute the blend with it."""
     from data.schema import read_examples, write_examples
     from serving.client import RouterClient
-    from tests.routers import decide_with
+    from tests.routers import decide_with, training_blend
     from tests.training.conftest import toy_overrides
-    from tests.training.test_category import training_blend
     from training.config import load_train_config
     from training.export import export_router
     from training.recipe import run_training

@@ -11,11 +11,11 @@ import pytest
 
 from evaluation.offline.stats import paired_bootstrap
 from evaluation.offline.strategy_eval import best_fixed_strategy, evaluate_strategy_policy, fixed_ceilings, fold_simulations
-from tests.training.test_policy_simulate import COSTS, _cd, _synthetic
+from tests.training.policy.helpers import COSTS, cascade_data, synthetic
 from training.policy.simulate import menu_of, simulate
 
 def test_policy_beats_the_strong_model_at_a_fraction_of_its_cost_on_synthetic_data():
-    cd, probs = _synthetic()
+    cd, probs = synthetic()
     specs = menu_of(3)
     sims = fold_simulations(cd, specs)
     res = evaluate_strategy_policy(cd, probs, target="cost_fraction", cost_fraction=0.5, specs=specs, sims=sims)
@@ -29,7 +29,7 @@ def test_policy_beats_the_strong_model_at_a_fraction_of_its_cost_on_synthetic_da
 
 
 def test_the_in_sample_ceiling_is_the_best_strategy_and_the_best_mix_of_two_within_each_budget():
-    cd, _ = _synthetic()
+    cd, _ = synthetic()
     specs = menu_of(3)
     tight, loose = fixed_ceilings(cd, (0.1, 0.7), specs=specs)
     sim = simulate(cd, specs, COSTS)
@@ -76,7 +76,7 @@ def test_held_out_labels_never_choose_the_parameters():
     from evaluation.offline.strategy_eval import _fold_split
     from training.policy.fit import default_menu, fit_policies
 
-    cd, probs = _synthetic(n=400)
+    cd, probs = synthetic(n=400)
     cd, declines = _with_kinds(cd)
     specs = default_menu(cd)
     assert any(len(s) == 5 for s in specs)  # the rule variants are on the menu
@@ -85,7 +85,7 @@ def test_held_out_labels_never_choose_the_parameters():
     for k in cd.data.fold_ids:
         assert {"first_declines": "first"} in sims[k].rules.values()
         train, test = _fold_split(cd, k)
-        flipped = _cd(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
+        flipped = cascade_data(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
         flipped.kinds = cd.kinds
         flipped.data.correct[test[declines[test]], 0] = False
         other_sims = fold_simulations(flipped, specs)
@@ -95,7 +95,7 @@ def test_held_out_labels_never_choose_the_parameters():
         assert other_menu == menu and other.lam == base.lam and other.c == base.c
         assert other.choose(probs[test]).tolist() == base.choose(probs[test]).tolist()
     # The same change on every row does move the rules: the check above can see a leak.
-    every = _cd(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
+    every = cascade_data(cd.data.correct.copy(), agree_ab=cd.agree[:, 0, 1].copy(), folds=cd.data.folds)
     every.kinds = cd.kinds
     every.data.correct[declines, 0] = False
     assert {"first_declines": "first"} not in fold_simulations(every, specs)[0].rules.values()

@@ -1,7 +1,7 @@
 """One set of cascade rules, three runners: the gateway's cascade (on stub upstream answers), the vectorised
 simulation on recordings and the replay of logged answers must do the same thing for every strategy.
 
-    .venv/bin/python -m pytest -q tests/training/test_policy_parity.py
+    .venv/bin/python -m pytest -q tests/training/policy/test_parity.py
 
 The answers: every combination of five per model over four models (no call, f(a=1), f(a=2), both calls,
 g()), so every kind of disagreement, every side a tie-breaker can take and every escalation occur. Every

@@ -1,7 +1,7 @@
 """The cascade's rules, one case each: what a strategy does after the first answers, after the tie-breaker,
 on escalation, and which model is the cheaper.
 
-    .venv/bin/python -m pytest -q tests/training/test_policy_rules.py
+    .venv/bin/python -m pytest -q tests/training/policy/test_rules.py
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The strategies on recordings: the cascade's runs simulated (training.policy.simulate), the menu, the resolve
 rules fitted per kind of disagreement, the policy's regularisation (training.policy.fit).
 
-    .venv/bin/python -m pytest -q tests/training/test_policy_simulate.py
+    .venv/bin/python -m pytest -q tests/training/policy/test_simulate.py
 """
 
 from __future__ import annotations
@@ -13,30 +13,11 @@ from data.pool import Pool
 from data.schema import Call, Example, Expected, Message, Output, Tool
 from evaluation.offline.routing_eval import RoutingData
 from training.policy.simulate import CascadeData, menu_of, pareto_menu, simulate, spec_name
-
-MODELS = ["cheap_a", "cheap_b", "strong"]
-COSTS = np.array([1.0, 2.0, 10.0])
-
-
-def _cd(correct, agree_ab, agree_ta=None, agree_tb=None, latency=None, folds=None):
-    correct = np.asarray(correct, bool)
-    n = len(correct)
-    agree = np.zeros((n, 3, 3), bool)
-    agree[:, range(3), range(3)] = True
-    agree[:, 0, 1] = agree[:, 1, 0] = agree_ab
-    if agree_ta is not None:
-        agree[:, 2, 0] = agree[:, 0, 2] = agree_ta
-    if agree_tb is not None:
-        agree[:, 2, 1] = agree[:, 1, 2] = agree_tb
-    data = RoutingData([f"x:{i}" for i in range(n)], np.array(["c"] * n), MODELS, correct,
-                       np.tile(COSTS, (n, 1)), np.zeros(n, int) if folds is None else np.asarray(folds))
-    lat = np.tile([1.0, 2.0, 5.0], (n, 1)) if latency is None else np.asarray(latency, float)
-    return CascadeData(data, agree, lat, {m: n for m in MODELS})
-
+from tests.training.policy.helpers import COSTS, MODELS, cascade_data, synthetic
 
 def test_agreement_answers_with_the_cheaper_and_pays_both():
     # Row 0: they agree, only b is right (labels can differ in rare cases): the cheaper's (a's) label counts.
-    cd = _cd([[False, True, True], [True, True, False]], agree_ab=[True, True])
+    cd = cascade_data([[False, True, True], [True, True, False]], agree_ab=[True, True])
     sim = simulate(cd, [(0, 1, None, 2)], COSTS)
     assert sim.correct[:, 0].tolist() == [False, True]
     assert sim.cost[:, 0].tolist() == [3.0, 3.0]
@@ -45,7 +26,7 @@ def test_agreement_answers_with_the_cheaper_and_pays_both():
 
 
 def test_disagreement_escalates_and_sums_latency():
-    cd = _cd([[True, False, True], [True, False, False]], agree_ab=[False, False])
+    cd = cascade_data([[True, False, True], [True, False, False]], agree_ab=[False, False])
     sim = simulate(cd, [(0, 1, None, 2), (0, 1, None, 0)], COSTS)
     assert sim.correct[:, 0].tolist() == [True, False]  # the strong model's labels
     assert sim.cost[:, 0].tolist() == [13.0, 13.0] and sim.calls[:, 0].tolist() == [3, 3]
@@ -56,7 +37,7 @@ def test_disagreement_escalates_and_sums_latency():
 
 
 def test_tie_breaker_sides_with_one_then_escalates_when_it_agrees_with_neither():
-    cd = _cd([[False, True, True], [True, False, False], [False, False, False]], agree_ab=[False] * 3,
+    cd = cascade_data([[False, True, True], [True, False, False], [False, False, False]], agree_ab=[False] * 3,
              agree_ta=[False, True, False], agree_tb=[True, False, False])
     # 4 models are needed for t → e; reuse column 0 as e (already called).
     sim = simulate(cd, [(0, 1, 2, 0)], COSTS)
@@ -69,7 +50,7 @@ def test_tie_breaker_sides_with_one_then_escalates_when_it_agrees_with_neither()
 
 def test_an_agreement_answers_with_the_cheaper_whichever_side_it_is_on():
     # They agree on both rows; a is right on row 0 only, b on row 1 only (labels can differ in rare cases).
-    cd = _cd([[True, False, False], [False, True, False]], agree_ab=[True, True])
+    cd = cascade_data([[True, False, False], [False, True, False]], agree_ab=[True, True])
     a_cheaper = simulate(cd, [(0, 1, None, 2)], np.array([1.0, 2.0, 10.0]))
     b_cheaper = simulate(cd, [(0, 1, None, 2)], np.array([2.0, 1.0, 10.0]))
     assert a_cheaper.correct[:, 0].tolist() == [True, False]  # a's labels
@@ -112,7 +93,7 @@ def test_a_tie_break_answers_with_the_cheaper_of_the_agreeing_pair_whichever_it_
 
 
 def test_unknown_latency_stays_unknown():
-    cd = _cd([[True, True, True]], agree_ab=[True], latency=[[np.nan, 2.0, 5.0]])
+    cd = cascade_data([[True, True, True]], agree_ab=[True], latency=[[np.nan, 2.0, 5.0]])
     sim = simulate(cd, [(0, 1, None, 2), (1, 1, None, 1)], COSTS)
     assert np.isnan(sim.latency[0, 0]) and sim.latency[0, 1] == 2.0
 
@@ -123,26 +104,12 @@ def test_menu_and_frontier():
     assert sum(1 for a, b, _, _ in specs if a == b) == 3
     assert spec_name((0, 1, 2, 2), MODELS).startswith("agree(cheap_a, cheap_b")  # t == e is never listed…
     assert (0, 1, 2, 2) not in specs
-    cd = _cd([[False, True, True]] * 4, agree_ab=[True] * 4)
+    cd = cascade_data([[False, True, True]] * 4, agree_ab=[True] * 4)
     sim = simulate(cd, specs, COSTS)
     front = pareto_menu(sim, np.arange(4))
     accs = sim.correct.mean(axis=0)[front]
     costs = sim.cost.mean(axis=0)[front]
     assert list(costs) == sorted(costs) and all(np.diff(accs) > 0)
-
-
-def _synthetic(n=600, seed=0):
-    """Cheap models right 85%/80%, agreeing when both right; strong right 95%; 5 folds."""
-    rng = np.random.default_rng(seed)
-    hard = rng.random(n) < 0.3
-    a = rng.random(n) < np.where(hard, 0.5, 0.99)
-    b = rng.random(n) < np.where(hard, 0.4, 0.98)
-    s = rng.random(n) < np.where(hard, 0.9, 0.99)
-    correct = np.stack([a, b, s], axis=1)
-    cd = _cd(correct, agree_ab=a & b, folds=np.arange(n) % 5)
-    probs = np.clip(np.stack([np.where(hard, 0.5, 0.95), np.where(hard, 0.4, 0.9), np.where(hard, 0.9, 0.97)], 1)
-                    + rng.normal(0, 0.03, (n, 3)), 0.01, 0.99)
-    return cd, probs
 
 
 def test_from_outputs_reads_native_text_as_no_call_and_refuses_missing_outputs():
@@ -177,7 +144,7 @@ def test_resolve_rules_are_fitted_on_training_rows_per_kind_of_disagreement():
     # where only strong is right. Rules are fitted on the even rows only.
     n = 40
     correct = np.array([[True, False, True]] * 20 + [[False, False, True]] * 20)
-    cd = _cd(correct, agree_ab=[False] * n)
+    cd = cascade_data(correct, agree_ab=[False] * n)
     cd.kinds = np.zeros((n, 3, 3), np.int8)
     cd.kinds[:20, 0, 1] = DISAGREEMENT_KINDS.index("first_declines") + 1
     cd.kinds[20:, 0, 1] = DISAGREEMENT_KINDS.index("arguments") + 1
@@ -190,12 +157,12 @@ def test_resolve_rules_are_fitted_on_training_rows_per_kind_of_disagreement():
     assert sim.correct[:, 0].all() and sim.cost[:, 0].tolist() == [13.0] * n  # the spec without rules
     assert spec_name((0, 1, None, 2, 0.0), MODELS, sim.rules[1]) == "agree(cheap_a, cheap_b → strong; first_declines: first)"
     # Labels of rows outside fit_rows never move a rule.
-    flipped = _cd(correct.copy(), agree_ab=[False] * n)
+    flipped = cascade_data(correct.copy(), agree_ab=[False] * n)
     flipped.kinds = cd.kinds
     flipped.data.correct[1:20:2, 0] = False
     assert simulate(flipped, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train).rules == {0: {"first_declines": "first"}}
     # With a tolerance, a cheaper way a little less accurate is taken: a is right on 9 of the 10 training rows.
-    worse = _cd(correct.copy(), agree_ab=[False] * n)
+    worse = cascade_data(correct.copy(), agree_ab=[False] * n)
     worse.kinds, worse.data.correct[0, 0] = cd.kinds, False
     assert simulate(worse, [(0, 1, None, 2, 0.0)], COSTS, fit_rows=train).rules == {0: {}}
     assert simulate(worse, [(0, 1, None, 2, 0.1)], COSTS, fit_rows=train).rules == {0: {"first_declines": "first"}}
@@ -235,7 +202,7 @@ def test_the_regressions_regularisation_is_chosen_on_inner_folds_by_a_standard_e
     simplest (c = 0: one strategy for every request) is kept."""
     from training.policy.fit import _simplest_within_noise, fit_policies
 
-    cd, probs = _synthetic()
+    cd, probs = synthetic()
     specs = menu_of(3)
     rows = np.arange(len(probs))
     sim = simulate(cd, specs, COSTS)
