@@ -89,7 +89,7 @@ def test_reproduce_prints_the_first_screen(monkeypatch, tmp_path):
     import pandas as pd
 
     from evaluation.jobs import reproduce as job
-    from tests.switchcraft.test_tables import METRICS
+    from tests.headlines import METRICS
 
     report = tmp_path / "report" / "report.md"
     monkeypatch.setattr(job, "reproduce", lambda opts, console: job.ReproduceResult(

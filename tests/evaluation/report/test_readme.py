@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from evaluation.report import readme
 from switchcraft.cli import app
-from tests.switchcraft.test_tables import _row
+from tests.headlines import headline_row
 
 
 @pytest.fixture()
 def run(tmp_path):
-    rows = [_row(name, 0.85 + i / 100, 0.84 + i / 100, 0.86 + i / 100, 100.0 * (i + 1), 0.5, -0.01, 0.02)
+    rows = [headline_row(name, 0.85 + i / 100, 0.84 + i / 100, 0.86 + i / 100, 100.0 * (i + 1), 0.5, -0.01, 0.02)
             for i, (name, _) in enumerate(readme.ROWS)]
     rows[7]["tau"] = "qwen3-32b"
     metrics = {"headline": rows, "singles": [{"model": "a", "usd_per_million": 9.0}, {"model": "b", "usd_per_million": 3.0}]}
