@@ -1,7 +1,7 @@
 """`switchcraft bench sessions`: per-call vs session-aware routing priced on multi-turn conversations, the
 gateway's own keep-or-switch rule deciding, providers' cache prices billing.
 
-    .venv/bin/python -m pytest -q tests/serving/test_bench_sessions.py
+    .venv/bin/python -m pytest -q tests/evaluation/bench/test_sessions.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`switchcraft bench gateway`: the whole stack on loopback (replay upstreams, `switchcraft serve` in its own process).
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_bench.py
+    .venv/bin/python -m pytest -q tests/evaluation/bench/test_gateway.py
 
 A short bounded run with every endpoint killed for a second: requests before
 the outage are answered, those during it get a 503 (never a hang), and the
@@ -19,6 +19,7 @@ from tests.routers import REPO
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_a_short_run_with_every_endpoint_killed_answers_then_fails_fast(exported, shared_data, tmp_path):  # noqa: F811
     cfg = GatewayBenchConfig(router_dir=exported[0], data_root=shared_data, pool=REPO / "configs" / "pool.yaml",
                              requests=30, concurrency=2, kill=["all"], kill_at=6, kill_for_s=1.0, max_seconds=120)
