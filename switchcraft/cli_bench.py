@@ -14,6 +14,7 @@
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
     switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
+    switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md] [--screenshots DIR]
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 """
@@ -51,6 +52,7 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("mcp")(bench_mcp)
     bench_app.command("mcp-recall")(bench_mcp_recall)
     bench_app.command("sessions")(__import__("evaluation.bench.sessions", fromlist=["main"]).main)
+    bench_app.command("console")(__import__("evaluation.bench.console", fromlist=["main"]).main)
 
 
 def bench_verify(

@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -72,22 +73,43 @@ def first_answer_id(db: sqlite3.Connection, schema: str, request_id_from: int) -
     return row[0] if row[0] is not None else 0
 
 
+@dataclass
+class LogFile:
+    """One attached file of the log: its schema name, the first request and answer ids of the range, and
+    whether it holds the writer's per-hour summary."""
+    schema: str
+    path: Path
+    first_request: int
+    first_answer: int
+    summary: bool
+
+
+class LogConnection(sqlite3.Connection):
+    """The connection `open_log` returns: `files` (oldest first) and `since`, for the queries that read each file
+    on its own (the summary, the newest rows first)."""
+    files: list[LogFile]
+    since: float
+
+
 @contextmanager
-def open_log(folder: str | Path, since: float = 0.0) -> Iterator[sqlite3.Connection]:
+def open_log(folder: str | Path, since: float = 0.0) -> Iterator[LogConnection]:
     """A connection whose `requests` and `answers` views span every file of the log, holding only what was logged
     from `since` on (FileNotFoundError when the folder holds no log). SQLite attaches at most 10 files by
     default: more than the log keeps (`log.keep`)."""
     files = log_files(folder)
     if not files:
         raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
-    db = sqlite3.connect(":memory:", uri=True, check_same_thread=False)
+    db = sqlite3.connect(":memory:", uri=True, check_same_thread=False, factory=LogConnection)
     db.row_factory = sqlite3.Row
+    db.files, db.since = [], since
     try:
         parts: dict[str, list[str]] = {"requests": [], "answers": []}
         for i, path in enumerate(files):
             db.execute(f"ATTACH DATABASE ? AS f{i}", (f"file:{quote(str(Path(path).resolve()))}?mode=ro",))
             req_lo = first_id(db, f"f{i}.requests", since) if since > 0 else 0
             ans_lo = first_answer_id(db, f"f{i}", req_lo) if req_lo > 0 else 0
+            summary = db.execute(f"SELECT 1 FROM f{i}.sqlite_master WHERE name = 'summary'").fetchone() is not None
+            db.files.append(LogFile(f"f{i}", Path(path), req_lo, ans_lo, summary))
             parts["requests"].append(f"SELECT {', '.join(COLUMNS['requests'])} FROM f{i}.requests "
                                      f"WHERE id >= {int(req_lo)} AND ts >= {float(since)!r}")
             parts["answers"].append(f"SELECT {', '.join(COLUMNS['answers'])} FROM f{i}.answers "
@@ -97,3 +119,63 @@ def open_log(folder: str | Path, since: float = 0.0) -> Iterator[sqlite3.Connect
         yield db
     finally:
         db.close()
+
+
+# ---------------------------------------------------------------------------------------------- the summary
+
+HOUR = 3600
+
+
+def _windows(f: LogFile, since: float, now: float, raw_only: bool):
+    """(summary hours [h0, h1) or None, raw time windows [(from, to or None)]) of one file for a range."""
+    h0, h1 = -(-int(since) // HOUR) if since > 0 else 0, int(now // HOUR)
+    if not f.summary or raw_only or h0 >= h1:
+        return None, [(since, None)]
+    return (h0, h1), [(since, h0 * HOUR), (h1 * HOUR, None)]
+
+
+def _id_window(db: sqlite3.Connection, f: LogFile, t0: float, t1: float | None) -> tuple[int, int]:
+    """Request ids [first, end) of a file holding every row with ts in [t0, t1)."""
+    first = max(f.first_request, first_id(db, f"{f.schema}.requests", t0) if t0 > 0 else 0)
+    if t1 is None:
+        return first, db.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {f.schema}.requests").fetchone()[0]
+    return first, first_id(db, f"{f.schema}.requests", t1 + 2 * SLACK_S)
+
+
+def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_only: bool = False
+           ) -> dict[str, dict[tuple, list]]:
+    """The summary's figures of the range `open_log` was given, summed over the log's files: per facet
+    (serving.gateway.decision_log.FACETS) {(time bucket, d1, d2, d3): [n, s1, s2, s3, s4, s5, lo, hi]}.
+
+    `wanted` maps each facet to the strftime format of its time bucket (UTC), or None for no time (the bucket is
+    then ''). Whole hours of the range come from each file's summary, the partial hours at its edges (and every
+    hour of a file without a summary, or with `raw_only`) from its rows, through the same SQL the writer used
+    (`facet_sql`): the sums are those of the rows."""
+    from serving.gateway.decision_log import MEASURES, facet_sql
+
+    sums = ", ".join(f"SUM({m})" for m in MEASURES[:6])
+    out: dict[str, dict[tuple, list]] = {name: {} for name in wanted}
+    for f in db.files:
+        hours, windows = _windows(f, db.since, now, raw_only)
+        spans = [_id_window(db, f, t0, t1) + (t0, t1) for t0, t1 in windows if t1 is None or t0 < t1]
+        for name, fmt in wanted.items():
+            g = f"strftime('{fmt}', hour * {HOUR}, 'unixepoch')" if fmt else "''"
+            by = "1, 2, 3, 4" if fmt else "d1, d2, d3"  # without time: the summary's key order, no sort
+            sources = [f"{facet_sql(name, f.schema, window=w)}" for w in spans if w[0] < w[1]]
+            queries = [f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM ({s}) GROUP BY {by}"
+                       for s in sources]
+            if hours is not None:
+                queries.append(f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM {f.schema}.summary WHERE "
+                               f"facet = '{name}' AND hour >= {hours[0]} AND hour < {hours[1]} GROUP BY {by}")
+            acc = out[name]
+            for q in queries:
+                for row in db.execute(q):
+                    key, values = tuple(row[:4]), list(row[4:])
+                    have = acc.get(key)
+                    if have is None:
+                        acc[key] = values
+                        continue
+                    for i in range(6):
+                        have[i] += values[i]
+                    have[6], have[7] = min(have[6], values[6]), max(have[7], values[7])
+    return out

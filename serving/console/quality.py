@@ -14,9 +14,12 @@ accuracy of everything served (exploration samples requests at random, `explore.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from typing import Any
+
+import numpy as np
 
 from data.schema import Tool
 from serving.console.queries import SERVED, rate
@@ -26,8 +29,22 @@ MAX_EXPLORED = 1000
 
 def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPLORED):
     """(answer rows, tools per request, answering model per request) of the newest explored requests."""
-    ids = db.execute(f"SELECT request_id, answered_by, request FROM requests WHERE {SERVED} AND status = 200 AND "
-                     "request_id IN (SELECT request_id FROM answers WHERE role = 'explore') ORDER BY ts DESC LIMIT ?", (since, limit)).fetchall()
+    ids, looked = [], set()
+    for f in reversed(db.files):  # newest file first, each read backwards from its last explored answer
+        explored = db.execute(f"SELECT request_id FROM {f.schema}.answers WHERE id >= ? AND role = 'explore' "
+                              "ORDER BY id DESC", (f.first_answer,))
+        for (rid,) in explored:
+            if len(ids) >= limit:
+                break
+            if rid in looked:
+                continue
+            looked.add(rid)
+            row = db.execute(f"SELECT request_id, answered_by, request FROM requests WHERE request_id = ? AND "
+                             f"{SERVED} AND status = 200 LIMIT 1", (rid, since)
+                             ).fetchone()
+            if row is not None:
+                ids.append(tuple(row))
+        explored.close()
     served = {rid: by for rid, by, _ in ids}
     tools = {}
     for rid, _, text in ids:
@@ -44,10 +61,37 @@ def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPL
     return rows, tools, served
 
 
+def labels(rows: list[dict], tools: dict[str, list[Tool]], names: list[str]):
+    """data.consensus's labels of the answer rows, comparing each distinct pair of answers of a request once
+    (answers that spell the same calls are common; the comparison is most of the page's time): the same
+    agreement tensor `agreement_tensor` builds, then the same fit."""
+    from data.consensus import fit_consensus, result_of
+    from data.verify.agree import calls_agree
+
+    ids = sorted({r["example_id"] for r in rows})
+    row, col = {e: i for i, e in enumerate(ids)}, {m: j for j, m in enumerate(names)}
+    n, m = len(ids), len(names)
+    calls: list[list[list | None]] = [[None] * m for _ in range(n)]
+    for r in rows:
+        calls[row[r["example_id"]]][col[r["model"]]] = r["calls"]
+    answered = np.array([[c is not None for c in cs] for cs in calls], dtype=bool).reshape(n, m)
+    declined = np.array([[c is not None and not c for c in cs] for cs in calls], dtype=bool).reshape(n, m)
+    agree = np.zeros((n, m, m), dtype=bool)
+    for i, e in enumerate(ids):
+        here = np.flatnonzero(answered[i])
+        agree[i, here, here] = True
+        spelled = {j: json.dumps(calls[i][j], sort_keys=True) for j in here}
+        seen: dict[tuple[str, str], bool] = {}
+        for a, b in itertools.combinations(here, 2):
+            key = (spelled[a], spelled[b])
+            if key not in seen:  # calls_agree checks both directions: symmetric
+                seen[key] = seen[key[::-1]] = calls_agree(tools[e], calls[i][a], calls[i][b])
+            agree[i, a, b] = agree[i, b, a] = seen[key]
+    return result_of(ids, names, fit_consensus(agree, answered, declined))
+
+
 def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | None = None) -> dict[str, Any]:
     """Estimated accuracy of the served answers and each model's agreement with consensus, with counts."""
-    from data.consensus import consensus_labels
-
     rows, tools, served = explored_answers(db, since)
     out: dict[str, Any] = {"explored": len(served), "limit": MAX_EXPLORED, "text_kept": any(tools.values()),
                            "served": rate(0, 0), "per_model": []}
@@ -55,7 +99,7 @@ def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | Non
     if len({r["model"] for r in rows}) < 2 or not voters:
         return out
     names = sorted({r["model"] for r in rows} | set(pool_names or []))
-    res = consensus_labels(rows, tools, models=names)
+    res = labels(rows, tools, names)
     frame = res.frame
     correct = {(e, m): bool(c) for e, m, c in zip(frame["example_id"], frame["model"], frame["correct"])}
     hits = [correct[(rid, by)] for rid, by in served.items() if (rid, by) in correct]

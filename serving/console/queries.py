@@ -18,9 +18,12 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 from typing import Any
 
 from data.pool import Pool
+from serving.console.logdb import LogConnection, facets
+from serving.gateway.decision_log import LATENCY_BUCKETS_PER_E
 from serving.gateway.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
@@ -32,7 +35,7 @@ def bucket_of(since: float, now: float) -> str:
     return "%Y-%m-%d %H:00" if since and now - since <= 86400 + 1 else "%Y-%m-%d"
 
 
-BUCKETS_PER_E = 40  # latency histogram: buckets of ln(1 + ms) / 40, about 2.5% wide (P50/P99 within ±1.3%)
+BUCKETS_PER_E = LATENCY_BUCKETS_PER_E  # buckets of ln(1 + ms) / 40, about 2.5% wide (P50/P99 within ±1.3%)
 
 
 def histograms(db: sqlite3.Connection, source: str, params: tuple = (), by: str = "''"
@@ -79,18 +82,26 @@ def rate(k: int, n: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- savings
 
-def reference_cost(pool: Pool, db: sqlite3.Connection, reference: str) -> dict[str, Any]:
+def _none(v):
+    return None if v == "" else v
+
+
+def reference_cost(pool: Pool, answers: dict[tuple, list], reference: str) -> dict[str, Any]:
     """How a request is priced as if `reference` had answered it: its price, and its typical output tokens
-    (the mean over its logged answers; without any, over every model's: the estimate says which)."""
+    (the mean over its logged answers; without any, over every model's: the estimate says which). `answers`:
+    the range's `answer` facet (serving/console/logdb.py `facets`)."""
     model = pool.get(reference)  # KeyError naming the pool's models
-    row = db.execute("SELECT AVG(output_tokens), COUNT(output_tokens), AVG(latency_ms) FROM answers "
-                     "WHERE model = ? AND outcome = 'ok'", (reference,)).fetchone()
-    source = f"mean of {row[1]} logged answers of {reference}"
-    out_tokens, latency_ms = row[0], row[2]
-    if not row[1]:
-        row = db.execute("SELECT AVG(output_tokens), COUNT(output_tokens) FROM answers WHERE outcome = 'ok'"
-                         ).fetchone()
-        out_tokens, source = row[0] or 0.0, f"mean of {row[1]} logged answers of every model ({reference} has none)"
+    ok = [(k[1], v) for k, v in answers.items() if k[3] == "ok"]
+    mine = [v for m, v in ok if m == reference]
+    tokens, counted = sum(v[2] for v in mine), sum(v[3] for v in mine)
+    latency_n = sum(v[5] for v in mine)
+    latency_ms = sum(v[4] for v in mine) / latency_n if latency_n else None
+    source = f"mean of {counted} logged answers of {reference}"
+    out_tokens = tokens / counted if counted else None
+    if not counted:
+        tokens, counted = sum(v[2] for _, v in ok), sum(v[3] for _, v in ok)
+        out_tokens = tokens / counted if counted else 0.0
+        source = f"mean of {counted} logged answers of every model ({reference} has none)"
     p = model.prices
     return {"model": reference, "kind": p.kind, "input_per_mtok": p.input_per_mtok, "output_per_mtok":
             p.output_per_mtok, "usd_per_query": p.usd_per_query, "gpu_usd_per_hour": p.gpu_usd_per_hour,
@@ -112,27 +123,24 @@ def default_reference(pool: Pool) -> str:
     return max(pool.models, key=lambda m: (m.prices.output_per_mtok or 0.0, m.prices.input_per_mtok or 0.0)).name
 
 
-def savings(db: sqlite3.Connection, pool: Pool, *, since: float, reference: str, now: float) -> dict[str, Any]:
+def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now: float,
+            raw_only: bool = False) -> dict[str, Any]:
     """Spend of the answered requests vs the estimate of sending each to `reference`, per day and per key.
 
     A request's input tokens are those its first answer reported (the log's `input_tokens`); a request without
     any (no usage came back) counts at the mean of the others."""
-    ref = reference_cost(pool, db, reference)
-    fmt = bucket_of(since, now)
-    tokens = ("(SELECT MAX(a.input_tokens) FROM answers a WHERE a.request_id = requests.request_id "
-              "AND a.role != 'explore')")
-    # One pass, grouped by (bucket, key); MATERIALIZED: the token lookup runs once a request, not once per use.
+    f = facets(db, {"key": bucket_of(since, now), "answer": None}, now=now, raw_only=raw_only)
+    ref = reference_cost(pool, f["answer"], reference)
     groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}}
-    for day, key, n, spent, t, nt in db.execute(
-            f"WITH x AS MATERIALIZED (SELECT ts, key_id, cost_usd, {tokens} AS t FROM requests WHERE {SERVED} "
-            f"AND status = 200) SELECT strftime('{fmt}', ts, 'unixepoch'), COALESCE(key_id, ''), COUNT(*), "
-            "COALESCE(SUM(cost_usd), 0), SUM(t), COUNT(t) FROM x GROUP BY 1, 2", (since,)):
+    for (day, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
+        if status != 200:
+            continue
         for name, g in (("per_day", day), ("per_key", key)):
             r = groups[name].setdefault(g, {"group": g, "requests": 0, "spent_usd": 0.0, "input_tokens": 0,
                                             "with_tokens": 0})
             r["requests"] += n
             r["spent_usd"] += spent
-            r["input_tokens"] += t or 0
+            r["input_tokens"] += t
             r["with_tokens"] += nt
     groups = {name: [rows[g] for g in sorted(rows)] for name, rows in groups.items()}
     known = sum(r["input_tokens"] for r in groups["per_day"])
@@ -143,82 +151,93 @@ def savings(db: sqlite3.Connection, pool: Pool, *, since: float, reference: str,
             filled = r["input_tokens"] + mean_in * (r["requests"] - r["with_tokens"])
             r["reference_usd"] = counterfactual_usd(ref, r["requests"], filled)
             r["saved_usd"] = r["reference_usd"] - r["spent_usd"]
-    explore = db.execute("SELECT COALESCE(SUM(cost_usd), 0), COUNT(*) FROM answers WHERE role = 'explore'"
-                         ).fetchone()
+    explore = [v for k, v in f["answer"].items() if k[2] == "explore"]
     spent = sum(r["spent_usd"] for r in groups["per_day"])
     counter = sum(r["reference_usd"] for r in groups["per_day"])
     n = sum(r["requests"] for r in groups["per_day"])
     return {"reference": ref, **groups, "requests": n, "without_tokens": n - counted, "spent_usd": spent,
-            "reference_usd": counter, "saved_usd": counter - spent, "explore_usd": explore[0],
-            "explore_calls": explore[1], "saved_share": (counter - spent) / counter if counter else None,
-            "models": pool.names}
+            "reference_usd": counter, "saved_usd": counter - spent, "explore_usd": sum(v[1] for v in explore),
+            "explore_calls": sum(v[0] for v in explore), "saved_share": (counter - spent) / counter if counter
+            else None, "models": pool.names}
 
 
 # ------------------------------------------------------------------------------------------------- traffic
 
-def traffic(db: sqlite3.Connection, *, since: float, now: float) -> dict[str, Any]:
+def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = False) -> dict[str, Any]:
     """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests and of
     upstream calls (per model); errors by status and failed calls by outcome (the log's view of the range)."""
-    fmt = bucket_of(since, now)
-    over_time = [{"group": g, "requests": n, "errors": e} for g, n, e in db.execute(
-        f"SELECT strftime('{fmt}', ts, 'unixepoch') AS g, COUNT(*), SUM(status != 200) FROM requests "
-        f"WHERE {SERVED} GROUP BY g ORDER BY g", (since,))]
+    f = facets(db, {"key": bucket_of(since, now), "mix": None, "rlat": None, "alat": None, "answer": None},
+               now=now, raw_only=raw_only)
+    times: dict[str, list[int]] = {}
+    for (g, _key, status, _), v in f["key"].items():
+        t = times.setdefault(g, [0, 0])
+        t[0] += v[0]
+        t[1] += v[0] if status != 200 else 0
+    over_time = [{"group": g, "requests": n, "errors": e} for g, (n, e) in sorted(times.items())]
     strategies: dict[str, int] = {}
     models: dict[str, int] = {}
     errors: dict[int, int] = {}
-    for strategy, model, status, n in db.execute(f"SELECT strategy, answered_by, status, COUNT(*) FROM requests "
-                                                 f"WHERE {SERVED} GROUP BY 1, 2, 3", (since,)):
-        strategies[strategy or "—"] = strategies.get(strategy or "—", 0) + n
-        models[model or "—"] = models.get(model or "—", 0) + n
+    for (_, strategy, model, status), v in f["mix"].items():
+        strategies[strategy or "—"] = strategies.get(strategy or "—", 0) + v[0]
+        models[model or "—"] = models.get(model or "—", 0) + v[0]
         if status != 200:
-            errors[status] = errors.get(status, 0) + n
-    req = quantiles(db, f"FROM requests WHERE {SERVED} AND status = 200", (since,)).get("", {})
-    per = histograms(db, "FROM answers WHERE outcome = 'ok' AND role != 'explore'", by="model")
+            errors[_none(status)] = errors.get(_none(status), 0) + v[0]
+    req = [(int(b), v[0]) for (_, b, _, _), v in f["rlat"].items()]
+    per: dict[str, list[tuple[int, int]]] = {}
     merged: dict[int, int] = {}
-    for h in per.values():
-        for b, n in h:
-            merged[b] = merged.get(b, 0) + n
+    for (_, model, b, _), v in f["alat"].items():
+        per.setdefault(model, []).append((int(b), v[0]))
+        merged[int(b)] = merged.get(int(b), 0) + v[0]
     every = list(merged.items())
-    failed = [{"outcome": o, "calls": n} for o, n in db.execute(
-        "SELECT outcome, COUNT(*) FROM answers WHERE outcome != 'ok' GROUP BY outcome ORDER BY COUNT(*) DESC")]
+    outcomes: dict[str, int] = {}
+    for (_, _model, _role, outcome), v in f["answer"].items():
+        if outcome != "ok":
+            outcomes[outcome] = outcomes.get(outcome, 0) + v[0]
+    failed = [{"outcome": _none(o), "calls": n} for o, n in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))]
     ranked = lambda d: [{"name": k, "requests": v} for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))]  # noqa: E731
     return {"requests": sum(r["requests"] for r in over_time), "over_time": over_time,
             "strategies": ranked(strategies), "models": ranked(models),
-            "latency": {"request_p50_ms": req.get(0.5), "request_p99_ms": req.get(0.99),
+            "latency": {"request_p50_ms": quantile_of(req, 0.5), "request_p99_ms": quantile_of(req, 0.99),
                         "upstream_p50_ms": quantile_of(every, 0.5), "upstream_p99_ms": quantile_of(every, 0.99)},
             "upstream_latency": [{"model": m, "calls": sum(n for _, n in h), "p50_ms": quantile_of(h, 0.5),
                                   "p99_ms": quantile_of(h, 0.99)} for m, h in sorted(per.items())],
-            "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items())], "failed_calls": failed}
+            "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items(), key=lambda kv: (kv[0] is None, str(kv[0])))],
+            "failed_calls": failed}
 
 
-def cascades(db: sqlite3.Connection, *, since: float) -> dict[str, Any]:
+def cascades(db: LogConnection, *, since: float, now: float | None = None, raw_only: bool = False
+             ) -> dict[str, Any]:
     """Agreement cascades: verdicts, how often they escalated (only a cascade escalates), and the kinds of their
     disagreements."""
-    verdicts = dict(db.execute(f"SELECT verdict, COUNT(*) FROM requests WHERE {SERVED} AND verdict IS NOT NULL "
-                               "GROUP BY verdict", (since,)).fetchall())
+    f = facets(db, {"verdict": None, "kind": None}, now=time.time() if now is None else now, raw_only=raw_only)
+    verdicts = {k[1]: v[0] for k, v in sorted(f["verdict"].items())}
+    escalated = sum(v[1] for v in f["verdict"].values())
     n = sum(verdicts.values())
-    escalated = db.execute("SELECT COUNT(DISTINCT request_id) FROM answers WHERE role = 'escalate'").fetchone()[0]
-    kinds = [{"kind": k, "requests": c} for k, c in db.execute(
-        f"SELECT j.value, COUNT(*) FROM requests, json_each(requests.kinds) j WHERE {SERVED} AND verdict IS NOT "
-        "NULL AND json_valid(requests.kinds) GROUP BY j.value ORDER BY COUNT(*) DESC", (since,))]
+    kinds = [{"kind": _none(k[1]), "requests": v[0]} for k, v in sorted(f["kind"].items(), key=lambda kv: (-kv[1][0], kv[0][1]))]
     return {"cascades": n, "verdicts": verdicts, "agreement": rate(verdicts.get("agree", 0), n),
             "escalation": rate(escalated, n), "kinds": kinds}
 
 
 # ------------------------------------------------------------------------------------------------ requests
 
-def recent_requests(db: sqlite3.Connection, *, since: float, limit: int = 100, key: str | None = None,
+def recent_requests(db: LogConnection, *, since: float, limit: int = 100, key: str | None = None,
                     model: str | None = None, strategy: str | None = None, status: int | None = None) -> list[dict]:
-    """The newest logged requests (without their text), optionally of one key, answering model, strategy, status."""
+    """The newest logged requests (without their text), optionally of one key, answering model, strategy, status:
+    each file read backwards from its last row, newest file first, until `limit` match (nothing is sorted)."""
     where, params = [SERVED], [since]
     for column, value in (("key_id", key), ("answered_by", model), ("strategy", strategy), ("status", status)):
         if value not in (None, ""):
             where.append(f"{column} = ?")
             params.append(value)
-    rows = db.execute("SELECT ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, "
-                      f"answered_by, cost_usd, latency_ms, stream FROM requests WHERE {' AND '.join(where)} "
-                      "ORDER BY ts DESC LIMIT ?", (*params, limit)).fetchall()
-    return [dict(r) for r in rows]
+    rows: list[dict] = []
+    for f in reversed(db.files):
+        if len(rows) >= limit:
+            break
+        rows += [dict(r) for r in db.execute(
+            "SELECT ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, answered_by, "
+            f"cost_usd, latency_ms, stream FROM {f.schema}.requests WHERE id >= ? AND {' AND '.join(where)} "
+            "ORDER BY id DESC LIMIT ?", (f.first_request, *params, limit - len(rows)))]
+    return rows
 
 
 def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
@@ -238,22 +257,25 @@ def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
     return {"request": req, "answers": answers, "cost_usd": sum(a["cost_usd"] or 0 for a in answers)}
 
 
-def filter_values(db: sqlite3.Connection, since: float) -> dict[str, list]:
-    """The values each filter of the Requests view can take in the range (one grouped scan)."""
+def filter_values(db: LogConnection, since: float, now: float | None = None) -> dict[str, list]:
+    """The values each filter of the Requests view can take in the range (from the summary)."""
+    f = facets(db, {"key": None, "mix": None}, now=time.time() if now is None else now)
     seen: dict[str, set] = {"key": set(), "model": set(), "strategy": set(), "status": set()}
-    for row in db.execute(f"SELECT key_id, answered_by, strategy, status FROM requests WHERE {SERVED} "
-                          "GROUP BY 1, 2, 3, 4", (since,)):
-        for name, value in zip(seen, row):
-            if value is not None:
-                seen[name].add(value)
-    return {name: sorted(values) for name, values in seen.items()}
+    for _, key, status, _ in f["key"]:
+        seen["key"].add(key)
+        seen["status"].add(status)
+    for _, strategy, model, _ in f["mix"]:
+        seen["strategy"].add(strategy)
+        seen["model"].add(model)
+    return {name: sorted(v for v in values if v != "") for name, values in seen.items()}
 
 
-def router_versions(db: sqlite3.Connection, *, since: float) -> list[dict[str, Any]]:
+def router_versions(db: LogConnection, *, since: float, now: float | None = None, raw_only: bool = False
+                    ) -> list[dict[str, Any]]:
     """Each router version that served in the range: first and last request, requests (the reload history)."""
-    return [{"version": v, "first_ts": a, "last_ts": b, "requests": n} for v, a, b, n in db.execute(
-        f"SELECT router_version, MIN(ts), MAX(ts), COUNT(*) FROM requests WHERE {SERVED} GROUP BY router_version "
-        "ORDER BY MIN(ts)", (since,))]
+    f = facets(db, {"version": None}, now=time.time() if now is None else now, raw_only=raw_only)
+    rows = [{"version": _none(k[1]), "first_ts": v[6], "last_ts": v[7], "requests": v[0]} for k, v in f["version"].items()]
+    return sorted(rows, key=lambda r: r["first_ts"])
 
 
 # ---------------------------------------------------------------------------------------------- the ledger

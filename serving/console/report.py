@@ -33,8 +33,8 @@ def gather(log: str | Path, pool: Pool, *, range_name: str = "all", reference: s
     with open_log(log, since) as db:
         out = {"range": range_name, "since": since, "generated": now,
                "savings": savings(db, pool, since=since, reference=ref, now=now),
-               "quality": quality(db, since=since, pool_names=pool.names), "cascades": cascades(db, since=since),
-               "traffic": traffic(db, since=since, now=now), "router_versions": router_versions(db, since=since)}
+               "quality": quality(db, since=since, pool_names=pool.names), "cascades": cascades(db, since=since, now=now),
+               "traffic": traffic(db, since=since, now=now), "router_versions": router_versions(db, since=since, now=now)}
     if ledger is not None:
         from serving.gateway.budget import spend_report
 

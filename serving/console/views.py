@@ -197,7 +197,7 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
 
 async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
     def both(db):
-        return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since)}
+        return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since, now=now)}
     out = _data(await _query(gw, both, since))
     if "q" in out:
         q, c = out["q"], out["c"]
@@ -245,14 +245,14 @@ async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
     def both(db):
         return {"rows": recent_requests(db, since=since, limit=200, key=chosen["key"], model=chosen["model"],
                                         strategy=chosen["strategy"], status=status),
-                "values": filter_values(db, since)}
+                "values": filter_values(db, since, now)}
     out = _data(await _query(gw, both, since))
     out["chosen"] = chosen
     return out
 
 
 async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since)}, since))
+    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since, now=now)}, since))
     out.pop("message", None)  # the router panel needs no log
     out.setdefault("versions", [])
     out["live"] = r = live_router(gw)

@@ -17,6 +17,14 @@ Bounded and rotated: once the file passes `log.max_mb` it is renamed `decisions.
 started; `log.keep` rotated files are kept. Never blocking: records wait in a bounded queue (`log.queue`) and a
 background task writes them in batches, off the event loop; a full queue drops the record and counts it
 (`switchcraft_decision_log_dropped_total`).
+
+A per-hour summary (`summary`, one row per facet, hour and the facet's dimensions: counts, sums, first and last
+time) is written in the same transaction as the rows it counts, so a reader sees both or neither; the console
+reads whole hours from it and only the partial hours at a range's edges from the rows (serving/console/logdb.py).
+`FACETS` defines each facet once as SQL over the rows: the writer runs it over each batch's new rows, a reader
+over a time window of rows, so the two agree exactly. An answer counts at its request's hour (the first request
+row with its id, in the same file). A file that held rows before the summary existed gets it built when the
+writer opens it; rotated files written before it have none, and the console reads their rows instead.
 """
 
 from __future__ import annotations
@@ -49,6 +57,84 @@ CREATE TABLE IF NOT EXISTS answers (
   decoder TEXT, decode_error TEXT);
 CREATE INDEX IF NOT EXISTS answers_rid ON answers (request_id);
 """
+
+# The summary: untyped measure columns keep integer sums integers. Dimensions are never NULL ('' stands for it),
+# so each (facet, d1, d2, d3, hour) is one row; that key order lets a facet's rows be grouped in index order.
+SUMMARY = """
+CREATE TABLE summary (
+  facet TEXT NOT NULL, d1 NOT NULL, d2 NOT NULL, d3 NOT NULL, hour INTEGER NOT NULL,
+  n INTEGER NOT NULL, s1, s2, s3, s4, s5, lo REAL, hi REAL, PRIMARY KEY (facet, d1, d2, d3, hour)) WITHOUT ROWID;
+"""
+MEASURES = ("n", "s1", "s2", "s3", "s4", "s5", "lo", "hi")
+LATENCY_BUCKETS_PER_E = 40  # latency histograms: buckets of ln(1 + ms) x 40, about 2.5% wide
+_BUCKET = f"CAST(ln(1 + MAX({{}}, 0)) * {LATENCY_BUCKETS_PER_E} AS INTEGER)"
+_TOKENS = ("(SELECT MAX(x.input_tokens) FROM {s}.answers x WHERE x.request_id = r.request_id "
+           "AND x.role != 'explore')")
+_ESCALATED = "EXISTS (SELECT 1 FROM {s}.answers x WHERE x.request_id = r.request_id AND x.role = 'escalate')"
+
+
+def _c(expr: str) -> str:
+    return f"COALESCE({expr}, '')"
+
+
+# name -> (rows: "r" a served request | "a" an answer of one, extra FROM, condition, dimensions, measures s1..s5,
+# lo, hi). What each view reads: key (savings, requests over time), mix (strategy, model, status), version
+# (router versions), verdict and kind (cascades), rlat / alat (request / upstream latency histograms), answer
+# (per model, role and outcome: spend, output tokens, latency; exploration; failed calls).
+FACETS: dict[str, tuple] = {
+    "key": ("r", "", "1", (_c("r.key_id"), _c("r.status"), "''"),
+            ("COALESCE(SUM(r.cost_usd), 0)", f"COALESCE(SUM({_TOKENS}), 0)", f"COUNT({_TOKENS})", "0", "0"),
+            "0", "0"),
+    "mix": ("r", "", "1", (_c("r.strategy"), _c("r.answered_by"), _c("r.status")), ("0",) * 5, "0", "0"),
+    "version": ("r", "", "1", (_c("r.router_version"), "''", "''"), ("0",) * 5, "MIN(r.ts)", "MAX(r.ts)"),
+    "verdict": ("r", "", "r.verdict IS NOT NULL", ("r.verdict", "''", "''"),
+                (f"SUM({_ESCALATED})", "0", "0", "0", "0"), "0", "0"),
+    "kind": ("r", ", json_each(CASE WHEN json_valid(r.kinds) THEN r.kinds ELSE '[]' END) j",
+             "r.verdict IS NOT NULL", (_c("j.value"), "''", "''"), ("0",) * 5, "0", "0"),
+    "rlat": ("r", "", "r.status = 200 AND r.latency_ms IS NOT NULL", (_BUCKET.format("r.latency_ms"), "''", "''"),
+             ("0",) * 5, "0", "0"),
+    "answer": ("a", "", "1", ("a.model", "a.role", _c("a.outcome")),
+               ("COALESCE(SUM(a.cost_usd), 0)", "COALESCE(SUM(a.output_tokens), 0)", "COUNT(a.output_tokens)",
+                "COALESCE(SUM(a.latency_ms), 0)", "COUNT(a.latency_ms)"), "0", "0"),
+    "alat": ("a", "", "a.outcome = 'ok' AND a.role != 'explore' AND a.latency_ms IS NOT NULL",
+             ("a.model", _BUCKET.format("a.latency_ms"), "''"), ("0",) * 5, "0", "0"),
+}
+FIRST_ROW = "r.id = (SELECT MIN(q.id) FROM {s}.requests q WHERE q.request_id = r.request_id)"
+
+
+def facet_sql(name: str, schema: str = "main", *, after: tuple[int, int] | None = None,
+              window: tuple[int, int, float, float | None] | None = None) -> str:
+    """The summary rows (facet, d1, d2, d3, hour, n, s1..s5, lo, hi) of one facet over some of a file's rows:
+    `after=(request id, answer id)`: the rows written after those ids (the writer's batch); `window=(first id,
+    end id, from ts, to ts or None)`: the served requests with ids in [first, end) and ts in [from, to) and
+    their answers (a reader's partial hour)."""
+    rows, extra, cond, dims, sums, lo, hi = FACETS[name]
+    if window is not None:
+        id0, id1, t0, t1 = window
+        where = f"r.id >= {int(id0)} AND r.id < {int(id1)} AND r.ts >= {float(t0)!r}"
+        where += f" AND r.ts < {float(t1)!r}" if t1 is not None else ""
+        # CROSS JOIN: SQLite joins in the order written (the bounded side first, the other by its index)
+        source = (f"{{s}}.requests r CROSS JOIN {{s}}.answers a ON a.request_id = r.request_id WHERE {where} "
+                  f"AND {FIRST_ROW}") if rows == "a" else f"{{s}}.requests r{extra} WHERE {where}"
+    else:
+        req_id, ans_id = after or (0, 0)
+        source = (f"{{s}}.answers a CROSS JOIN {{s}}.requests r ON r.request_id = a.request_id WHERE a.id > "
+                  f"{int(ans_id)} AND {FIRST_ROW}") if rows == "a" else f"{{s}}.requests r{extra} WHERE r.id > {int(req_id)}"
+    named = zip((f"'{name}'", *dims, "CAST(r.ts / 3600 AS INTEGER)", "COUNT(*)", *sums, lo, hi),
+                ("facet", "d1", "d2", "d3", "hour", *MEASURES))
+    select = ", ".join(f"{expr} AS {col}" for expr, col in named)
+    return (f"SELECT {select} FROM {source} AND r.kind = 'served' AND {cond} GROUP BY 2, 3, 4, 5"
+            ).replace("{s}", schema)
+
+
+def add_to_summary(db: sqlite3.Connection, after: tuple[int, int] = (0, 0)) -> None:
+    """Add the rows written after `after` (request id, answer id) to the file's summary (inside the caller's
+    transaction)."""
+    update = ", ".join(f"{m} = {m} + excluded.{m}" for m in MEASURES[:6])
+    for name in FACETS:
+        db.execute(f"INSERT INTO summary SELECT * FROM ({facet_sql(name, after=after)}) WHERE 1 "
+                   f"ON CONFLICT (facet, d1, d2, d3, hour) DO UPDATE SET {update}, lo = MIN(lo, excluded.lo), "
+                   "hi = MAX(hi, excluded.hi)")
 
 
 def request_row(served: Served, keep_request: bool, kind: str = "served") -> dict[str, Any]:
@@ -117,6 +203,16 @@ class DecisionLog:
         for column in ("api", "session"):  # a log written before these columns: add them (older rows: null)
             if column not in have:
                 db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT")
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'summary'").fetchone() is None:
+            started = time.monotonic()  # a file from before the summary: built once, from every row it holds
+            with db:
+                db.execute("BEGIN")
+                db.execute(SUMMARY)
+                add_to_summary(db)
+            rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+            if rows:
+                log.info(json.dumps({"event": "decision_log_summary_built", "file": str(self.folder / FILE),
+                                     "requests": rows, "seconds": round(time.monotonic() - started, 3)}))
         return db
 
     def __call__(self, served: Served) -> None:
@@ -143,7 +239,7 @@ class DecisionLog:
             while not self.queue.empty() and len(batch) < 256:
                 batch.append(self.queue.get_nowait())
             try:
-                await anyio.to_thread.run_sync(self._write, batch)
+                await anyio.to_thread.run_sync(self.write, batch)
             except Exception as e:  # noqa: BLE001 - a failed write loses these records, never the gateway
                 log.error(json.dumps({"event": "decision_log_failed", "error": f"{type(e).__name__}: {e}",
                                       "records": len(batch)}))
@@ -152,9 +248,14 @@ class DecisionLog:
             for _ in batch:
                 self.queue.task_done()
 
-    def _write(self, batch: list) -> None:
+    def write(self, batch: list) -> None:
+        """Write records now, in one transaction with their summary (the background task's own path; the
+        console bench fills a log with it)."""
         self._rotate_if_full()
         with self.db:
+            self.db.execute("BEGIN")
+            after = tuple(self.db.execute(f"SELECT COALESCE(MAX(id), 0) FROM {t}").fetchone()[0]
+                          for t in ("requests", "answers"))
             for _kind, request, answers in batch:
                 if request is not None:
                     cols = ", ".join(request)
@@ -163,9 +264,12 @@ class DecisionLog:
                 for a in answers:
                     self.db.execute(f"INSERT INTO answers ({', '.join(a)}) VALUES ({', '.join('?' * len(a))})",
                                     tuple(a.values()))
+            add_to_summary(self.db, after)
         self.written += len(batch)
         if self.metrics is not None:
             self.metrics.decision_log_records.inc(len(batch))
+
+    _write = write
 
     def _rotate_if_full(self) -> None:
         path, wal = self.folder / FILE, self.folder / (FILE + "-wal")

@@ -6,20 +6,16 @@ on, a real decision log and a real SQLite ledger; pages fetched over loopback wi
 Covers the login (admin keys only, the same refusal for a wrong key and a caller's key, the cookie's flags, a
 tampered cookie), every view showing the log's and the ledger's own figures, a request's trace, no key in any
 log line, and `switchcraft traffic report` writing the same numbers as files. One test drives the console in a
-real headless Chromium (Debian's chromium and chromium-driver, through the W3C WebDriver protocol over HTTP),
+real headless Chromium (Debian's chromium and chromium-driver, serving/console/browser.py),
 keeping a screenshot of each view; it is skipped where they are not installed.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import re
 import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -27,24 +23,14 @@ import pytest
 from typer.testing import CliRunner
 
 from data.pool import load_pool
+from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.views import REFUSED
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from switchcraft.cli import app as cli
 from tests.routers import REPO
-from tests.serving.test_gateway import (  # noqa: F401
-    KEY,
-    SECRET,
-    Loopback,
-    bearer,
-    client,
-    examples,
-    openai_body,
-    post,
-    replay,
-    use_keys,
-)
-from tests.serving.test_gateway_learning import explorations, log_has, wait_for
+from tests.serving.helpers import (KEY, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
+                                   wait_for)
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -208,80 +194,10 @@ def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     assert Path(out / "savings.svg").read_text().startswith("<svg xmlns=")
 
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C WebDriver key of an element reference
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",  # no network here:
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1200,1400"]
+CHROMIUM, CHROMEDRIVER = chromium()
 
 
-class Browser:
-    """Headless Chromium driven by chromedriver over the W3C WebDriver protocol (plain HTTP: no client library)."""
-
-    def __init__(self, profile: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.driver = subprocess.Popen([CHROMEDRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if self.http.get("/status").json()["value"]["ready"]:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "chromedriver did not start"
-            time.sleep(0.1)
-        caps = {"browserName": "chrome", "goog:chromeOptions": {
-            "binary": CHROMIUM, "args": FLAGS + [f"--user-data-dir={profile}"]}}
-        self.session = self.call("POST", "", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
-        # a click that submits a form returns before the next page is there: finding an element waits for it
-        self.call("POST", "/timeouts", {"implicit": 20_000, "pageLoad": 60_000})
-
-    def call(self, method: str, path: str, body: dict | None = None):
-        where = "/session" + (f"/{self.session}" if path != "" else "") + path
-        r = self.http.request(method, where, json=body if method == "POST" else None)
-        assert r.status_code == 200, r.text[:500]
-        return r.json()["value"]
-
-    def open(self, url: str) -> None:
-        self.call("POST", "/url", {"url": url})
-
-    def find(self, css: str) -> str:
-        return self.call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
-
-    def text(self, css: str) -> str:
-        return self.call("GET", f"/element/{self.find(css)}/text")
-
-    def type(self, css: str, text: str) -> None:
-        self.call("POST", f"/element/{self.find(css)}/value", {"text": text})
-
-    def click(self, css: str) -> None:
-        self.call("POST", f"/element/{self.find(css)}/click", {})
-
-    def url(self) -> str:
-        return self.call("GET", "/url")
-
-    def wait_url(self, url: str) -> str:
-        deadline = time.monotonic() + 20
-        while (now := self.url()) != url and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return now
-
-    def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self.call("GET", "/screenshot")))
-
-    def close(self) -> None:
-        try:
-            self.call("DELETE", "/window")
-        finally:
-            self.driver.terminate()
-            self.driver.wait(timeout=20)
-
-
-@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="no headless browser: install Debian's chromium and "
-                    "chromium-driver (apt-get install chromium chromium-driver) to drive the console in one")
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=browser_missing() or "")
 def test_a_real_browser_logs_in_opens_every_view_and_follows_a_request_to_its_trace(served, tmp_path):
     url, answered = served["url"], served["answered"]
     browser = Browser(tmp_path / "profile")

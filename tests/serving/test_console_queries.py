@@ -1,5 +1,6 @@
 """The console's parts on their own: the session cookie, the log opened for a time range (rotated files, the row-id
-search), the figures of a hand-made log, the latency histogram and the charts' escaping.
+search), the figures of a hand-made log, the latency histogram and the charts' escaping; the writer's per-hour
+summary giving the same figures as the rows (whole hours from it, the edges from the rows), a log without one.
 
     .venv/bin/python -m pytest -q tests/serving/test_console_queries.py
 """
@@ -7,16 +8,21 @@ search), the figures of a hand-made log, the latency histogram and the charts' e
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 
 import pytest
 
-from data.pool import Pool
+from data.logged import log_files
+from data.pool import Pool, load_pool
+from evaluation.bench.console import synthetic_records
 from serving.console import charts
 from serving.console.logdb import open_log
-from serving.console.queries import cascades, counterfactual_usd, quantiles, savings, traffic, wilson
+from serving.console.queries import (cascades, counterfactual_usd, filter_values, quantiles, recent_requests,
+                                     router_versions, savings, traffic, wilson)
 from serving.console.session import Sessions
-from serving.gateway.decision_log import SCHEMA
+from serving.gateway.decision_log import SCHEMA, DecisionLog
+from tests.routers import REPO
 
 NOW = 1_796_000_000.0
 POOL = Pool.model_validate({"models": [
@@ -119,3 +125,97 @@ def test_charts_escape_their_labels_and_are_standalone_svg():
     assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
     assert "no data" in charts.columns([], {"x": []}, title="t") and "no explored" in charts.intervals(
         [("m", None, 0, 1, 0)], title="t")
+
+
+# ------------------------------------------------------------------ the summary against the rows it counts
+
+FULL_POOL = load_pool(REPO / "configs" / "pool.yaml")
+RANGE_STARTS = (0.0, NOW - 3600, NOW - 86400, NOW - 86400 - 1234.5, NOW - 7 * 86400, NOW - 30, NOW + 1)
+
+
+def same(a, b, where="") -> None:
+    """Equal, floats to 1e-9 (sums added in another order)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def figures(folder, since, raw_only):
+    with open_log(folder, since) as db:
+        return {"savings": savings(db, FULL_POOL, since=since, reference="gpt-4-0613", now=NOW,
+                                   raw_only=raw_only),
+                "traffic": traffic(db, since=since, now=NOW, raw_only=raw_only),
+                "cascades": cascades(db, since=since, now=NOW, raw_only=raw_only),
+                "versions": router_versions(db, since=since, now=NOW, raw_only=raw_only)}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """3,000 requests over 3 days (5% explored) through the gateway's log writer, rotating into several files."""
+    folder = tmp_path_factory.mktemp("summary_log")
+    log = DecisionLog(folder, max_mb=1.0, keep=8)
+    for batch in synthetic_records(FULL_POOL, 3000, 3.0, now=NOW, explore=0.05, seed=1, batch=40):
+        log.write(batch)
+    log.db.close()
+    return folder
+
+
+def test_the_writer_keeps_a_summary_in_every_file_it_writes(written):
+    files = log_files(written)
+    assert len(files) >= 3
+    for path in files:
+        db = sqlite3.connect(path)
+        assert db.execute("SELECT SUM(n) FROM summary WHERE facet = 'key'").fetchone()[0] == db.execute(
+            "SELECT COUNT(*) FROM requests WHERE kind = 'served'").fetchone()[0]
+        db.close()
+
+
+@pytest.mark.parametrize("since", RANGE_STARTS)
+def test_whole_hours_from_the_summary_and_edges_from_the_rows_equal_the_rows_alone(written, since):
+    summed, raw = figures(written, since, False), figures(written, since, True)
+    same(summed, raw)
+    with open_log(written, since) as db:
+        served = db.execute("SELECT COUNT(*) FROM requests WHERE kind = 'served'").fetchone()[0]
+    assert summed["traffic"]["requests"] == served and (served > 0) == (since <= NOW)
+
+
+def test_a_file_without_a_summary_is_read_from_its_rows_and_the_writer_builds_one_for_its_current_file(
+        written, tmp_path):
+    before = figures(written, NOW - 2 * 86400, True)
+    copy = tmp_path / "log"
+    copy.mkdir()
+    files = log_files(written)
+    for path in files:
+        shutil.copy(path, copy / path.name)
+    for path in log_files(copy):  # a log written before the summary existed
+        db = sqlite3.connect(path)
+        db.execute("DROP TABLE summary")
+        db.commit()
+        db.close()
+    same(figures(copy, NOW - 2 * 86400, False), before)
+    DecisionLog(copy).db.close()  # the writer opens the current file: builds its summary from its rows
+    db = sqlite3.connect(copy / "decisions.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM summary").fetchone()[0] > 0
+    db.close()
+    same(figures(copy, NOW - 2 * 86400, False), before)
+
+
+def test_the_requests_view_reads_the_newest_rows_first_across_files(written):
+    with open_log(written, 0.0) as db:
+        rows = recent_requests(db, since=0.0, limit=50)
+        newest = [r[0] for f in reversed(db.files)
+                  for r in db.execute(f"SELECT request_id FROM {f.schema}.requests ORDER BY id DESC")][:50]
+        failed = recent_requests(db, since=0.0, limit=500, status=503)
+        values = filter_values(db, 0.0, NOW)
+    assert [r["request_id"] for r in rows] == newest and len(db.files) >= 3
+    assert failed and all(r["status"] == 503 for r in failed)
+    assert {"acme-prod", "beta"} <= set(values["key"]) and 200 in values["status"] and 503 in values["status"]

@@ -1,0 +1,37 @@
+"""`switchcraft bench console`: a small synthetic log through the gateway's writer, every view's page timed for
+each range through the real console app, the table and its .json written (the shape only: no timing asserted).
+
+    .venv/bin/python -m pytest -q tests/evaluation/bench/test_console.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from typer.testing import CliRunner
+
+from evaluation.bench.console import RANGES, VIEWS
+from switchcraft.cli_bench import register_bench
+
+
+def test_bench_console_writes_a_table_of_every_view_and_range(exported, tmp_path):
+    bench = typer.Typer()
+    register_bench(bench)
+    out = tmp_path / "bench_console.md"
+    res = CliRunner().invoke(bench, ["console", "--requests", "2000", "--days", "3", "--out", str(out),
+                                     "--router", str(exported[0]), "--repeat", "1", "--explore", "0.05"])
+    assert res.exit_code == 0, res.output
+    table = out.read_text().splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("| range"))
+    assert table[header] == "| range (requests in it) | Savings | Quality | Traffic | Keys | Requests | Router |"
+    rows = table[header + 2: header + 2 + len(RANGES)]
+    assert [r.split(" ")[1] for r in rows] == list(RANGES) and rows[-1].startswith("| all (2,000) |")
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")][1:]
+        assert len(cells) == len(VIEWS) and all(float(c) >= 0 for c in cells)
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["log"]["requests"] == 2000 and result["log"]["summary"] > 0
+    assert result["in_range"]["all"] == 2000 and 0 < result["in_range"]["24h"] < 2000
+    assert len(result["rows"]) == len(RANGES) * len(VIEWS) and all(r["bytes"] > 1000 for r in result["rows"])
+    assert "Load average" in out.read_text()
