@@ -1,5 +1,7 @@
-"""Shared test fixtures: where the real shared data lives; a tiny router and its ONNX export, built once a session;
-the real MiniLM encoder and a tiny card catalog (tool routing: serving, evaluation and CLI tests)."""
+"""Shared test fixtures: where the real shared data lives; every BFCL v1 example, the default pool and its recorded
+answers, read once a session; a tiny router and its ONNX export, built once a session; the real MiniLM encoder and
+a tiny card catalog (tool routing: serving, evaluation and CLI tests). Fixtures that build something the tests only
+read are session-scoped here; servers with state a test changes are module-scoped where they are used."""
 
 from __future__ import annotations
 
@@ -32,6 +34,34 @@ def bfcl_requests(shared_data) -> list:
     from tests.routers import bfcl_sample
 
     return [(e.messages, e.tools) for e in bfcl_sample(shared_data)]
+
+
+@pytest.fixture(scope="session")
+def bfcl_examples(shared_data) -> list:
+    """Every BFCL v1 example, read once for the session (tests only read them)."""
+    from data.sources import read_source
+
+    return read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
+
+
+@pytest.fixture(scope="session")
+def recordings_dir(shared_data) -> Path:
+    return shared_data / "bfcl_v1_pool_outputs_2024-08-11"
+
+
+@pytest.fixture(scope="session")
+def default_pool():
+    from data.pool import load_pool
+
+    return load_pool(REPO / "configs" / "pool.yaml")
+
+
+@pytest.fixture(scope="session")
+def pool_recordings(recordings_dir, default_pool):
+    """The default pool's recordings, read once for the session (the servers only read them)."""
+    from data.replay.recordings import read_recordings
+
+    return read_recordings(recordings_dir, models=[m.recording for m in default_pool.models])
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data.pool import Pool, load_pool
+from data.pool import Pool
 from data.schema import Example
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,31 +23,6 @@ SECRET = "sk-test-0123456789abcdef-never-log-me"  # every pool model's key in th
 def keys(monkeypatch, default_pool):
     for m in default_pool.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
-
-
-@pytest.fixture(scope="session")
-def bfcl_examples(shared_data) -> list[Example]:
-    from data.sources import read_source
-
-    return read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
-
-
-@pytest.fixture(scope="session")
-def recordings_dir(shared_data) -> Path:
-    return shared_data / "bfcl_v1_pool_outputs_2024-08-11"
-
-
-@pytest.fixture(scope="session")
-def default_pool() -> Pool:
-    return load_pool(REPO / "configs" / "pool.yaml")
-
-
-@pytest.fixture(scope="session")
-def pool_recordings(recordings_dir, default_pool):
-    """The default pool's recordings, read once for the session (the servers only read them)."""
-    from data.replay.recordings import read_recordings
-
-    return read_recordings(recordings_dir, models=[m.recording for m in default_pool.models])
 
 
 def sample_examples(

@@ -14,17 +14,18 @@ from serving.backends import BackendError, TritonGrpcBackend, TritonHttpBackend,
 from serving.client import RouterClient, policy_from_info
 from serving.policy import Constraints, NoEligibleModel
 from serving.triton import free_port
+from tests.serving.helpers import with_strategy_policy
 
 
 @pytest.fixture(scope="module")
-def client(exported):  # noqa: F811
+def client(exported):
     out, _ = exported
     c = RouterClient.from_dir(out, threads=1, max_batch_size=4)
     yield c
     c.close()
 
 
-def test_route_equals_the_pytorch_router_decision(client, tiny_router_dir, bfcl_requests):  # noqa: F811
+def test_route_equals_the_pytorch_router_decision(client, tiny_router_dir, bfcl_requests):
     from training.router import load_router
 
     router = load_router(tiny_router_dir)
@@ -40,7 +41,7 @@ def test_route_equals_the_pytorch_router_decision(client, tiny_router_dir, bfcl_
         assert 4 < got.n_tokens <= 256
 
 
-def test_batches_of_mixed_lengths_equal_one_at_a_time(client, bfcl_requests, exported):  # noqa: F811
+def test_batches_of_mixed_lengths_equal_one_at_a_time(client, bfcl_requests, exported):
     together = client.probabilities(bfcl_requests)  # 16 requests in batches of 4, sorted by length
     alone = np.concatenate([client.probabilities([r]) for r in bfcl_requests])
     assert together.shape == (16, 8) and np.abs(together - alone).max() < 1e-5
@@ -51,7 +52,7 @@ def test_batches_of_mixed_lengths_equal_one_at_a_time(client, bfcl_requests, exp
     assert [d.decision.chosen for d in batch] == [client.route(m, t).decision.chosen for m, t in bfcl_requests[:3]]
 
 
-def test_constraints_and_thresholds_reach_the_policy(client, bfcl_requests):  # noqa: F811
+def test_constraints_and_thresholds_reach_the_policy(client, bfcl_requests):
     messages, tools = bfcl_requests[0]
     only = client.route(messages, tools, Constraints(allowed_models=frozenset({"gpt-4-0613"})))
     assert only.decision.chosen == "gpt-4-0613" and len(only.decision.excluded) == 7
@@ -61,7 +62,7 @@ def test_constraints_and_thresholds_reach_the_policy(client, bfcl_requests):  # 
         client.route(messages, tools, Constraints(allowed_models=frozenset({"nobody"})))
 
 
-def test_int8_client_and_clear_errors(exported, tmp_path):  # noqa: F811
+def test_int8_client_and_clear_errors(exported, tmp_path):
     out, _ = exported
     q = RouterClient.from_dir(out, int8=True, threads=1)
     assert q.backend.name == "ort-int8"
@@ -74,7 +75,7 @@ def test_int8_client_and_clear_errors(exported, tmp_path):  # noqa: F811
 
 
 @pytest.mark.parametrize("cls", [TritonHttpBackend, TritonGrpcBackend])
-def test_triton_backend_down_fails_fast_and_says_where(cls, bfcl_requests, client):  # noqa: F811
+def test_triton_backend_down_fails_fast_and_says_where(cls, bfcl_requests, client):
     backend = cls(f"127.0.0.1:{free_port()}", timeout_s=0.5)
     assert backend.ready() is False
     feed = client.encoder.batch(bfcl_requests[:1])
@@ -85,33 +86,8 @@ def test_triton_backend_down_fails_fast_and_says_where(cls, bfcl_requests, clien
     backend.close()
 
 
-def _with_strategy_policy(exported, tmp_path):  # noqa: F811
-    """The exported router with a strategy policy in router.json, as `switchcraft reproduce` writes it."""
-    import json
-    import shutil
-
-    from training.policy import Strategy
-    from training.policy import StrategyPolicy
-
-    out, _ = exported
-    dst = tmp_path / "router_onnx"
-    shutil.copytree(out, dst)
-    info = json.loads((dst / "router.json").read_text())
-    models = info["models"]
-    menu = [Strategy.single(models[0]), Strategy.agree(models[0], models[1], escalate=(models[2],))]
-    rng = np.random.default_rng(0)
-    probs = rng.uniform(0.05, 0.95, (200, len(models)))
-    # The cascade is right whenever the single is, and more often: with a large λ it is always worth its cost.
-    single_ok = rng.random(200) < 0.5
-    correct = np.stack([single_ok, single_ok | (rng.random(200) < 0.8)], axis=1)
-    cost = np.tile([1e-4, 3e-4], (200, 1))
-    info["strategy_policy"] = StrategyPolicy.fit(models, menu, probs, correct, cost, lam=10.0).to_json()
-    (dst / "router.json").write_text(json.dumps(info))
-    return dst, models
-
-
-def test_strategy_policy_in_router_json_chooses_the_cascade_within_constraints(exported, bfcl_requests, tmp_path):  # noqa: F811
-    path, models = _with_strategy_policy(exported, tmp_path)
+def test_strategy_policy_in_router_json_chooses_the_cascade_within_constraints(exported, bfcl_requests, tmp_path):
+    path, models = with_strategy_policy(exported, tmp_path)
     c = RouterClient.from_dir(path, threads=1)
     try:
         messages, tools = bfcl_requests[0]

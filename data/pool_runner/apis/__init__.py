@@ -17,7 +17,7 @@ Messages / Responses endpoints build their answers with the same functions
 (`anthropic_messages.message_body`, `openai_responses.response_body`), so each
 mapping exists once.
 
-    python -m pytest -q tests/data/test_pool_apis.py
+    python -m pytest -q tests/data/pool_runner/test_apis.py
 """
 
 from __future__ import annotations

@@ -12,9 +12,8 @@ from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.routers import REPO
+from tests.serving.helpers import SECRET, Loopback, bearer, chat, post, use_keys
 from tests.serving.mcp.conftest import server_bin
-from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
-from tests.serving.test_gateway_tools import chat, upstream  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 KEYS = {"analyst": "sk-sc-test-chat-analyst-0123456789ab", "admin": "sk-sc-test-chat-admin-0123456789abcd"}
@@ -38,8 +37,8 @@ def mcp_yaml(tmp_path_factory):
 
 
 @pytest.fixture
-def gateway(client, upstream, mcp_yaml, monkeypatch):  # noqa: F811
-    base_url, seen = upstream
+def gateway(client, tool_upstream, mcp_yaml, monkeypatch):
+    base_url, seen = tool_upstream
     base = load_pool(REPO / "configs" / "pool.yaml")
     for m in base.models:
         monkeypatch.setenv(m.api_key_env, SECRET)

@@ -1,6 +1,6 @@
 """Upstream faults: breakers skip dead endpoints, fallbacks reach other endpoints, 503 + Retry-After, abandoned calls.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_resilience.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_resilience.py
 
 Two real replay servers (recorded BFCL v1 answers): endpoint A serves the
 pool's OpenAI models, endpoint B the others. Faults are the replay server's
@@ -29,7 +29,7 @@ from serving.gateway.breaker import Breaker, Breakers
 from serving.gateway.config import BreakerSettings, ServingConfig
 from serving.gateway.upstream import retry_after
 from tests.routers import REPO
-from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, examples, openai_body, post, stream, use_keys  # noqa: F401
+from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -41,7 +41,7 @@ A_THEN_B = {"first": [MINI], "escalate": [GPT4O, GPT4, HAIKU]}
 
 
 @pytest.fixture(scope="module")
-def servers(shared_data, examples):  # noqa: F811
+def servers(shared_data, examples):
     a = ReplayServer(build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=POOL, api_key=SECRET))
     b = ReplayServer(build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=POOL, api_key=SECRET))
     with a, b:
@@ -49,7 +49,7 @@ def servers(shared_data, examples):  # noqa: F811
 
 
 @pytest.fixture
-def gateway(servers, client, monkeypatch):  # noqa: F811
+def gateway(servers, client, monkeypatch):
     """make(**config) -> URL; both endpoints up and fault-free at the start and the end of each test."""
     a, b = servers
     for m in POOL.models:
@@ -117,7 +117,7 @@ def test_breaker_opens_after_consecutive_failures_and_closes_after_a_probe():
 
 
 # --- endpoints down -------------------------------------------------------------------------------------
-def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers(gateway, servers, examples):  # noqa: F811
+def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers(gateway, servers, examples):
     a, b = servers
     url = gateway(upstream={"breaker": {"failures": 2, "open_s": 1.0}})
     ex = examples[1]
@@ -146,7 +146,7 @@ def test_a_dead_endpoint_is_tried_once_then_skipped_and_another_endpoint_answers
     assert httpx.get(url + "/readyz", headers=AUTH).json()["upstreams"][endpoint(a)] == "closed"
 
 
-def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, examples):  # noqa: F811
+def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, examples):
     a, b = servers
     url = gateway(upstream={"breaker": {"failures": 1, "open_s": 5.0}})
     only_a = {"first": [MINI], "escalate": [GPT4O]}
@@ -197,7 +197,9 @@ def test_no_reachable_candidate_is_a_503_with_retry_after(gateway, servers, exam
     (Faults(rate_429=1.0, max_faults_per_call=100), "http_429"),
     (None, "connect_error"),
 ])
-def test_each_upstream_failure_falls_back_to_the_next_model(gateway, servers, examples, faults, outcome):  # noqa: F811
+
+
+def test_each_upstream_failure_falls_back_to_the_next_model(gateway, servers, examples, faults, outcome):
     a, b = servers
     url = gateway(upstream={"timeout_s": 0.3})
     if faults is None:
@@ -212,7 +214,7 @@ def test_each_upstream_failure_falls_back_to_the_next_model(gateway, servers, ex
 
 
 @pytest.mark.parametrize("status", [400, 413, 422])
-def test_an_upstream_rejection_goes_back_to_the_caller_without_fallback(gateway, servers, examples, status):  # noqa: F811
+def test_an_upstream_rejection_goes_back_to_the_caller_without_fallback(gateway, servers, examples, status):
     a, b = servers
     url = gateway()
     a.state.faults = Faults(rate_reject=1.0, reject_status=status, max_faults_per_call=100)
@@ -247,6 +249,8 @@ def test_breakers_report_the_soonest_wait_of_open_and_rate_limited_endpoints():
 
 @pytest.mark.parametrize("headers, seconds", [({"retry-after": "7"}, 7.0), ({"retry-after-ms": "1500", "retry-after": "2"}, 1.5),
                                               ({"retry-after": "soon"}, None), ({}, None), ({"retry-after": "-3"}, None)])
+
+
 def test_retry_after_headers_are_read(headers, seconds):
     assert retry_after(httpx.Headers(headers)) == seconds
 
@@ -256,7 +260,7 @@ def test_retry_after_as_an_http_date():
     assert 28 <= retry_after(httpx.Headers({"retry-after": when})) <= 30
 
 
-def test_an_upstream_429_pauses_its_endpoint_and_other_endpoints_answer(gateway, servers, examples):  # noqa: F811
+def test_an_upstream_429_pauses_its_endpoint_and_other_endpoints_answer(gateway, servers, examples):
     a, b = servers
     url = gateway()
     a.state.faults = Faults(rate_429=1.0, retry_after_s=7, max_faults_per_call=100)
@@ -281,7 +285,7 @@ def test_an_upstream_429_pauses_its_endpoint_and_other_endpoints_answer(gateway,
     assert 'switchcraft_requests_total{endpoint="chat",status="429"} 1.0' in metrics
 
 
-def test_a_cascade_does_not_fan_out_over_rate_limited_endpoints(gateway, servers, examples):  # noqa: F811
+def test_a_cascade_does_not_fan_out_over_rate_limited_endpoints(gateway, servers, examples):
     """A 429 with Retry-After 7 stays a 429: it must not become a 502 after 6 calls across 6 models in ~50 ms."""
     a, b = servers
     url = gateway()
@@ -305,7 +309,7 @@ def test_a_cascade_does_not_fan_out_over_rate_limited_endpoints(gateway, servers
 
 
 # --- abandoned calls and hedging ------------------------------------------------------------------------
-def test_a_timed_out_call_is_abandoned_and_its_estimated_cost_counted(gateway, servers, examples, client):  # noqa: F811
+def test_a_timed_out_call_is_abandoned_and_its_estimated_cost_counted(gateway, servers, examples, client):
     a, b = servers
     url = gateway(upstream={"timeout_s": 0.3})
     a.state.faults = Faults(rate_slow=1.0, slow_s=1.0, max_faults_per_call=100)
@@ -324,7 +328,7 @@ def test_a_timed_out_call_is_abandoned_and_its_estimated_cost_counted(gateway, s
     assert spent == pytest.approx(meta["cost_usd"] + estimate)
 
 
-def test_a_hedge_asks_the_next_model_when_the_first_is_slow(gateway, servers, examples):  # noqa: F811
+def test_a_hedge_asks_the_next_model_when_the_first_is_slow(gateway, servers, examples):
     a, b = servers
     url = gateway(upstream={"hedge_after_s": 0.2, "timeout_s": 10})
     a.state.faults = Faults(rate_slow=1.0, slow_s=2.0, max_faults_per_call=100)
@@ -343,7 +347,7 @@ def test_a_hedge_asks_the_next_model_when_the_first_is_slow(gateway, servers, ex
 
 
 # --- the router backend, a broken stream ----------------------------------------------------------------
-def test_router_backend_down_is_503_and_not_ready(exported, monkeypatch):  # noqa: F811
+def test_router_backend_down_is_503_and_not_ready(exported, monkeypatch):
     use_keys(monkeypatch)
     dead = RouterClient.from_dir(exported[0], backend="triton-http", url="127.0.0.1:9", timeout_s=0.5)
     with Loopback(create_app(ServingConfig(), client=dead, pool=POOL)) as url:
@@ -353,7 +357,7 @@ def test_router_backend_down_is_503_and_not_ready(exported, monkeypatch):  # noq
     assert ready.status_code == 503 and ready.json()["router"] is False
 
 
-def test_a_stream_breaking_halfway_ends_with_an_error_event(client, examples, monkeypatch):  # noqa: F811
+def test_a_stream_breaking_halfway_ends_with_an_error_event(client, examples, monkeypatch):
     sse = FastAPI()
 
     @sse.post("/v1/chat/completions")

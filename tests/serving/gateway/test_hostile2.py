@@ -1,9 +1,9 @@
 """A careless operator and a hostile caller, the smaller holes: reserved key ids, a role given as a string, an
 unwritable decision log, an over-long model name, the trailing-slash redirect, bodies not in UTF-8 JSON.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_hostile2.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_hostile2.py
 
-Real parts: the gateway on loopback in front of the replay server (tests/serving/test_gateway_limits.py
+Real parts: the gateway on loopback in front of the replay server (tests/serving/gateway/test_limits.py
 `make_gateway`), `switchcraft serve` and `switchcraft gateway-key` as an operator runs them.
 """
 
@@ -26,8 +26,7 @@ from serving.gateway.auth import AuthSettings, KeyStore
 from serving.gateway.config import ServingConfig
 from serving.triton import free_port
 from tests.routers import REPO
-from tests.serving.test_gateway import AUTH, KEY, KEYS_ENV, SECRET, client, examples, post, replay  # noqa: F401
-from tests.serving.test_gateway_limits import make_gateway  # noqa: F401
+from tests.serving.helpers import AUTH, KEY, KEYS_ENV, post
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -36,7 +35,7 @@ ROUTE = json.dumps({"messages": USER}).encode()
 
 
 # --- key names and key files ----------------------------------------------------------------------------------
-def test_a_reserved_key_id_is_refused_by_gateway_key_and_by_key_loading(tmp_path, client):  # noqa: F811
+def test_a_reserved_key_id_is_refused_by_gateway_key_and_by_key_loading(tmp_path, client):
     from switchcraft.cli import app
 
     out = CliRunner().invoke(app, ["gateway-key", "--id", "__explore__", "--out", str(tmp_path / "keys.yaml")])
@@ -51,7 +50,7 @@ def test_a_reserved_key_id_is_refused_by_gateway_key_and_by_key_loading(tmp_path
                    pool=POOL)
 
 
-def test_roles_given_as_a_string_are_refused_never_read_as_letters(tmp_path, make_gateway):  # noqa: F811
+def test_roles_given_as_a_string_are_refused_never_read_as_letters(tmp_path, make_gateway):
     keys = tmp_path / "keys.yaml"
     keys.write_text("keys:\n  - id: acme-support\n    sha256: '" + "0" * 64 + "'\n    caller: {tenant: acme, roles: support}\n")
     with pytest.raises(ValueError) as e:
@@ -63,6 +62,7 @@ def test_roles_given_as_a_string_are_refused_never_read_as_letters(tmp_path, mak
     assert r.status_code == 400 and r.json()["error"]["param"] == "constraints.caller.roles", r.text
 
 
+@pytest.mark.slow
 def test_an_unwritable_log_path_is_a_start_up_error_naming_it(tmp_path, exported):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -80,7 +80,7 @@ def test_an_unwritable_log_path_is_a_start_up_error_naming_it(tmp_path, exported
 
 
 # --- what a caller sends ---------------------------------------------------------------------------------------
-def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):  # noqa: F811
+def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):
     url = make_gateway()
     for model, status in (("m" * 1_000_000, 404), ("router-" + "9" * 500_000, 400), ("router" + "x" * 300_000, 400)):
         for path in ("/v1/chat/completions", "/v1/messages"):
@@ -89,7 +89,7 @@ def test_an_over_long_model_name_is_not_echoed_back_whole(make_gateway):  # noqa
             assert "characters)" in r.text
 
 
-def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_gateway):  # noqa: F811
+def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_gateway):
     url = make_gateway()
     for path in ("/v1/chat/completions/", "/v1/route/", "/healthz/"):
         r = httpx.post(url + path, content=ROUTE, headers={**AUTH, "host": "evil.example",
@@ -107,7 +107,7 @@ def test_a_trailing_slash_is_not_redirected_to_the_host_the_caller_names(make_ga
 
 
 @pytest.mark.parametrize("endpoint", ["/v1/route", "/v1/chat/completions", "/v1/messages"])
-def test_bodies_are_utf8_json_only(make_gateway, endpoint):  # noqa: F811
+def test_bodies_are_utf8_json_only(make_gateway, endpoint):
     """RFC 8259 §8.1: JSON between systems is UTF-8. UTF-16/32 bodies are a 400, a non-JSON Content-Type (or
     another charset) a 415, each in the endpoint's error shape; a UTF-8 byte order mark is ignored."""
     url = make_gateway()

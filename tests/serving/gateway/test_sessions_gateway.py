@@ -1,7 +1,7 @@
 """Sessions through the gateway: two replicas on one Redis keep a session on one model (real recorded BFCL v1
 answers from the replay server), and the tool router's tools for a session never reorder or shrink.
 
-    .venv/bin/python -m pytest -q tests/serving/test_sessions_gateway.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_sessions_gateway.py
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from serving.gateway.tools import GatewayTools
 from serving.tools.config import RetrievalConfig
 from serving.tools.router import ToolRouter
 from tests.catalogs import POLICY
-from tests.serving.test_gateway import SECRET, Loopback, client, openai_body, post, use_keys  # noqa: F401
-from tests.serving.test_gateway_cascade import POOL, picked, replay  # noqa: F401
-from tests.serving.test_gateway_tools import ADMIN, KEYS, AS_ADMIN, tool_index, upstream  # noqa: F401
+from tests.serving.gateway.helpers import ADMIN, AS_ADMIN, KEYS, POOL
+from tests.serving.helpers import SECRET, Loopback, openai_body, post, use_keys
 
 pytestmark = pytest.mark.integration
 
@@ -32,9 +31,9 @@ def turn(ex, model: str, answer: str = "Working on it.", **extra) -> dict:
     return body
 
 
-def test_two_replicas_on_one_redis_keep_a_session_on_the_model_that_served_it(replay, client, picked,  # noqa: F811
+def test_two_replicas_on_one_redis_keep_a_session_on_the_model_that_served_it(cascade_replay, client, picked,
                                                                              redis_server, monkeypatch):
-    good, _, _ = replay
+    good, _, _ = cascade_replay
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
     use_keys(monkeypatch)
@@ -71,8 +70,8 @@ def test_two_replicas_on_one_redis_keep_a_session_on_the_model_that_served_it(re
         assert r.json()["switchcraft"]["session"]["turn"] == 3
 
 
-def test_a_sessions_tools_never_reorder_or_shrink(client, upstream, tool_index, monkeypatch):  # noqa: F811
-    base_url, seen = upstream
+def test_a_sessions_tools_never_reorder_or_shrink(client, tool_upstream, tool_index, monkeypatch):
+    base_url, seen = tool_upstream
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
     use_keys(monkeypatch, {"id": "admin", "key": KEYS["admin"], "caller": ADMIN})

@@ -1,6 +1,6 @@
 """The gateway calls each pool model in its provider's API: real recorded BFCL v1 answers from the replay server.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_apis_outbound.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_apis_outbound.py
 
 The pool's models are given `api: anthropic_messages` (a prompt-style model and a native one) and
 `api: openai_responses` (a native one); the replay server answers each on its own path. Through POST
@@ -18,16 +18,16 @@ import pytest
 
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
-from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
-from tests.serving.test_gateway_cascade import A, B, POOL, TOP, cost_of, decoded, picked, replay  # noqa: F401
+from tests.serving.gateway.helpers import A, B, POOL, TOP, cost_of, decoded
+from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
 
 pytestmark = pytest.mark.integration
 APIS = {A: "anthropic_messages", B: "openai_responses", TOP: "anthropic_messages"}
 
 
 @pytest.fixture(scope="module")
-def served(replay, client):  # noqa: F811
-    good, _, _ = replay
+def served(cascade_replay, client):
+    good, _, _ = cascade_replay
     mp = pytest.MonkeyPatch()
     for m in POOL.models:
         mp.setenv(m.api_key_env, SECRET)
@@ -55,7 +55,7 @@ def expected(good, model, ex) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("model", [A, B, TOP])
-def test_a_pool_model_is_called_in_its_api_and_charged_its_recorded_usage(served, picked, model):  # noqa: F811
+def test_a_pool_model_is_called_in_its_api_and_charged_its_recorded_usage(served, picked, model):
     url, good = served
     ex = picked["agree"]
     since = len(good.state.stats()["events"])
@@ -74,7 +74,7 @@ def test_a_pool_model_is_called_in_its_api_and_charged_its_recorded_usage(served
 
 
 @pytest.mark.parametrize("model", [B, TOP])
-def test_a_native_stream_reaches_a_chat_caller_as_chunks_and_is_charged_its_usage(served, picked, model):  # noqa: F811
+def test_a_native_stream_reaches_a_chat_caller_as_chunks_and_is_charged_its_usage(served, picked, model):
     url, good = served
     ex = picked["agree"]
     since = len(good.state.stats()["events"])
@@ -100,7 +100,7 @@ def test_a_native_stream_reaches_a_chat_caller_as_chunks_and_is_charged_its_usag
     assert ledger_usd(url, rid) == pytest.approx(charged["cost_usd"], abs=1e-9)
 
 
-def test_a_messages_caller_served_by_a_responses_model_and_a_cascade_across_apis(served, picked):  # noqa: F811
+def test_a_messages_caller_served_by_a_responses_model_and_a_cascade_across_apis(served, picked):
     url, good = served
     ex = picked["agree"]
     body = {"model": B, "max_tokens": 512, "messages": [{"role": "user", "content": ex.messages[-1].content}],

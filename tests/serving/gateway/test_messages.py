@@ -1,6 +1,6 @@
 """POST /v1/messages with the official `anthropic` client: real recorded BFCL v1 answers from the replay server.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_messages.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_messages.py
 
 `messages.create`, streamed and not, with `model: "router"`, pool model names
 (a prompt-style one and a native one) and an agreement cascade asked in the
@@ -23,29 +23,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from serving.gateway.app import create_app
-from serving.gateway.config import ServingConfig
-from tests.serving.test_gateway import AUTH, KEY, SECRET, Loopback, client, use_keys  # noqa: F401
-from tests.serving.test_gateway_cascade import A, B, POOL, TOP, decoded, picked, replay  # noqa: F401
-from tests.serving.test_gateway_input import HOSTILE, gateway, post_edited, upstream  # noqa: F401
+from tests.serving.gateway.helpers import A, B, HOSTILE, TOP, agrees_with_ledger, expected, ledger, post_edited
+from tests.serving.helpers import AUTH, KEY
 
 pytestmark = pytest.mark.integration
 ERROR_TYPES = {"invalid_request_error", "authentication_error", "permission_error", "not_found_error",
                "request_too_large", "rate_limit_error", "api_error", "overloaded_error", "timeout_error"}
-
-
-@pytest.fixture(scope="module")
-def served(replay, client):  # noqa: F811
-    """(gateway URL, the replay server): one gateway for the module, every upstream the replay server."""
-    good, _, _ = replay
-    mp = pytest.MonkeyPatch()
-    for m in POOL.models:
-        mp.setenv(m.api_key_env, SECRET)
-    use_keys(mp)
-    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
-    with Loopback(create_app(ServingConfig(), client=client, pool=pool)) as url:
-        yield url, good
-    mp.undo()
 
 
 def sdk(url: str, **kw) -> anthropic.Anthropic:
@@ -62,29 +45,12 @@ def messages_of(ex) -> dict:
     return {**out, "system": system} if system else out
 
 
-def ledger(url: str, rid: str) -> list[dict]:
-    r = httpx.get(url + "/v1/admin/spend", params={"key": "test"}, headers=AUTH, timeout=10)
-    return [row for row in r.json()["rows"] if row["request_id"] == rid]
-
-
-def expected(good, model: str, ex) -> list[tuple[str, dict]]:
-    return [(c.name, c.arguments) for c in decoded(good.state, model, ex)]
-
-
 def uses(content) -> list[tuple[str, dict]]:
     return [(b.name, b.input) for b in content if b.type == "tool_use"]
 
 
-def agrees_with_ledger(url: str, headers, trace: dict) -> None:
-    """The body's cost, the headers' and the ledger's rows for this request: one figure."""
-    rows = ledger(url, headers["x-request-id"])
-    assert rows and sum(r["usd"] for r in rows) == pytest.approx(float(headers["x-switchcraft-cost-usd"]), abs=1e-8)
-    assert trace["charged_usd"] == pytest.approx(float(headers["x-switchcraft-cost-usd"]), abs=1e-8)
-    assert {r["model"] for r in rows} == {c["model"] for c in trace["calls"] if c["outcome"] == "ok"}
-
-
 @pytest.mark.parametrize("model", ["router", A, B])
-def test_create_returns_the_served_models_calls_as_tool_use_blocks(served, picked, model):  # noqa: F811
+def test_create_returns_the_served_models_calls_as_tool_use_blocks(served, picked, model):
     url, good = served
     ex = picked["agree"]
     raw = sdk(url).messages.with_raw_response.create(model=model, max_tokens=512, tools=tools_of(ex),
@@ -105,7 +71,7 @@ def test_create_returns_the_served_models_calls_as_tool_use_blocks(served, picke
     agrees_with_ledger(url, headers, trace)
 
 
-def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(served, picked):  # noqa: F811
+def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(served, picked):
     url, good = served
     ex = picked["agree"]
     raw = sdk(url).messages.with_raw_response.create(
@@ -123,7 +89,7 @@ def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(ser
 
 
 @pytest.mark.parametrize("model", ["router", B])
-def test_a_stream_is_the_messages_event_sequence_with_the_trace_last(served, picked, model):  # noqa: F811
+def test_a_stream_is_the_messages_event_sequence_with_the_trace_last(served, picked, model):
     url, good = served
     ex = picked["agree"]
     with sdk(url).messages.with_streaming_response.create(model=model, max_tokens=512, tools=tools_of(ex),
@@ -186,7 +152,7 @@ def claude_code_body(ex) -> dict:
                     {"type": "text", "text": ex.messages[-1].content, "cache_control": {"type": "ephemeral"}}]}]}
 
 
-def test_a_claude_code_shaped_request_with_x_api_key_is_routed(served, picked):  # noqa: F811
+def test_a_claude_code_shaped_request_with_x_api_key_is_routed(served, picked):
     url, good = served
     ex = picked["agree"]
     with httpx.stream("POST", url + "/v1/messages", json=claude_code_body(ex), timeout=60,
@@ -226,6 +192,8 @@ def test_a_claude_code_shaped_request_with_x_api_key_is_routed(served, picked): 
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "1"}]}]}, 400,
      "invalid_request_error", "messages[2].content[0].tool_use_id"),
 ])
+
+
 def test_errors_are_anthropics_error_object_naming_the_callers_field(served, body, status, kind, field):
     url, _ = served
     headers = {} if status == 401 else {"x-api-key": KEY}
@@ -240,8 +208,8 @@ def test_errors_are_anthropics_error_object_naming_the_callers_field(served, bod
             sdk(url).messages.create(**body)
 
 
-def test_an_unexpected_exception_is_a_500_in_anthropics_shape(gateway):  # noqa: F811
-    r = httpx.post(gateway + "/v1/messages", headers=AUTH, timeout=30, json={
+def test_an_unexpected_exception_is_a_500_in_anthropics_shape(plain_gateway):
+    r = httpx.post(plain_gateway + "/v1/messages", headers=AUTH, timeout=30, json={
         "model": "router", "max_tokens": 10, "messages": [{"role": "user", "content": "BOOM"}]})
     assert r.status_code == 500 and r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
 
@@ -287,12 +255,16 @@ def assert_anthropic_error(r: httpx.Response, body_keys: set[str]) -> None:
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
+
+
 @given(model=st.sampled_from(["router", "claude-3-haiku-20240307", "gpt-4o-2024-08-06-FC"]),
        edits=st.lists(st.tuples(st.sampled_from(PATHS), HOSTILE), min_size=1, max_size=3))
+
+
 @example(model="router", edits=[("messages.1.content.1.input", {"city": "\ud800"})])
 @example(model="router", edits=[("messages.2.content.0.tool_use_id", "t9")])
 @example(model="router", edits=[("tools.0.input_schema", None)])
-def test_hostile_messages_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model, edits):  # noqa: F811
+def test_hostile_messages_bodies_never_get_a_5xx_and_errors_name_the_field(plain_gateway, model, edits):
     body = base_body(model)
-    r = post_edited(gateway + "/v1/messages", body, edits)
+    r = post_edited(plain_gateway + "/v1/messages", body, edits)
     assert_anthropic_error(r, set(body) if isinstance(body, dict) else set())

@@ -1,6 +1,6 @@
 """OpenTelemetry traces of the gateway: real requests on loopback, real recorded BFCL v1 answers upstream.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_tracing.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_tracing.py
 
 A Tracing with the SDK's in-memory exporter, given to `create_app(observers=)`, shows the span tree of an
 agreement cascade (the disagreement kind on the calls that disagreed) and of a named model; `otel.endpoint` in the
@@ -30,8 +30,8 @@ from serving.gateway.record import Served
 from serving.gateway.state import Charge
 from serving.gateway.tracing import SPAN_NAME, Tracing
 from serving.gateway.upstream import Attempt
-from tests.serving.test_gateway import KEY, SECRET, Loopback, client, openai_body, post, use_keys  # noqa: F401
-from tests.serving.test_gateway_cascade import A, B, POOL, TOP, decoded, picked, replay, tools_of  # noqa: F401
+from tests.serving.gateway.helpers import A, B, POOL, TOP, decoded, tools_of
+from tests.serving.helpers import KEY, SECRET, Loopback, openai_body, post, use_keys
 from training.policy import Strategy
 
 pytestmark = pytest.mark.integration
@@ -39,9 +39,9 @@ CASCADE = {"first": [A, B], "escalate": [TOP]}
 
 
 @pytest.fixture
-def gateway(replay, client, monkeypatch):  # noqa: F811
+def gateway(cascade_replay, client, monkeypatch):
     """(make(cascade, failing, observers, **config) -> URL, stop() -> None, good replay)."""
-    good, bad, _ = replay
+    good, bad, _ = cascade_replay
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
     use_keys(monkeypatch)
@@ -76,7 +76,7 @@ def split(spans) -> tuple:
     return parents[0], children
 
 
-def test_a_cascade_is_one_span_with_a_child_per_upstream_call(gateway, picked, client):  # noqa: F811
+def test_a_cascade_is_one_span_with_a_child_per_upstream_call(gateway, picked, client):
     make, _, good = gateway
     exporter = InMemorySpanExporter()
     url = make(CASCADE, observers=[Tracing.from_settings(OtelSettings(), exporter=exporter)])
@@ -193,7 +193,7 @@ def attributes(kvs) -> dict:
     return {kv.key: value(kv.value) for kv in kvs}
 
 
-def test_otel_endpoint_exports_each_request_over_otlp_http_with_breaker_states(gateway, picked):  # noqa: F811
+def test_otel_endpoint_exports_each_request_over_otlp_http_with_breaker_states(gateway, picked):
     make, stop, _ = gateway
     with Collector() as collector:
         url = make(CASCADE, failing={B}, upstream={"breaker": {"failures": 1}},

@@ -1,6 +1,6 @@
 """The gateway's bounds under load: a locked state file, caller-sized fields, heavy bodies beside /healthz.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_limits.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_limits.py
 
 Real parts: the gateway on loopback (uvicorn) with its state in a SQLite file, another process holding that
 file locked, the replay server answering as every upstream with the recorded BFCL v1 outputs; the clients
@@ -20,27 +20,14 @@ import httpx
 import pytest
 
 from data.pool import load_pool
-from serving.gateway.app import create_app
-from serving.gateway.config import ServingConfig
 from serving.gateway.state import SQLiteState, utc_day
 from tests.routers import REPO
-from tests.serving.test_gateway import (  # noqa: F401
-    AUTH,
-    SECRET,
-    Loopback,
-    bearer,
-    client,
-    examples,
-    openai_body,
-    post,
-    replay,
-    use_keys,
-)
+from tests.serving.gateway.helpers import FREE_KEY, LIMITED_KEY
+from tests.serving.helpers import AUTH, bearer, openai_body, post
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
 CHEAP = "gpt-4o-mini-2024-07-18"
-FREE_KEY, LIMITED_KEY = "sk-sc-test-free-0123456789abcdefghij", "sk-sc-test-limited-0123456789abcdefgh"
 LOCK = """
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None)
@@ -49,28 +36,6 @@ db.execute("INSERT INTO rate (key_id, t) VALUES ('lock', 0)")
 print("locked", flush=True)
 sys.stdin.read()
 """
-
-
-@pytest.fixture
-def make_gateway(replay, client, monkeypatch):  # noqa: F811
-    """make(**cfg) -> url of a gateway whose upstreams are the replay server; keys: the admin test key, FREE_KEY
-    (no limits) and LIMITED_KEY (1 USD a day)."""
-    good, _ = replay
-    good.state.reset()
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch, {"id": "free", "key": FREE_KEY},
-             {"id": "limited", "key": LIMITED_KEY, "limits": {"usd_per_day": 1.0}})
-    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
-    servers = []
-
-    def make(**cfg) -> str:
-        servers.append(Loopback(create_app(ServingConfig(**cfg), client=client, pool=pool)))
-        return servers[-1].__enter__()
-
-    yield make
-    for s in servers:
-        s.__exit__()
 
 
 async def timed_posts(url: str, bodies: list[tuple[str, dict, dict]]) -> list[tuple[httpx.Response, float]]:
@@ -83,7 +48,7 @@ async def timed_posts(url: str, bodies: list[tuple[str, dict, dict]]) -> list[tu
         return await asyncio.gather(*(one(*b) for b in bodies))
 
 
-def test_a_locked_state_file_stalls_no_key_without_limits_and_refuses_limited_keys_quickly(make_gateway, examples,  # noqa: F811
+def test_a_locked_state_file_stalls_no_key_without_limits_and_refuses_limited_keys_quickly(make_gateway, examples,
                                                                                           tmp_path):
     """Another process holds the SQLite file locked: eight requests at once of a key without limits are served
     without waiting for it (their charges land once the lock is gone, none lost); eight of a key with limits get
@@ -165,6 +130,8 @@ BOUNDS = {"max_tools": 3, "max_enum_values": 10, "max_schema_depth": 4, "max_met
     ({"metadata": {"note": "x" * 200}}, 400, "metadata", "the limit is 100 (max_metadata_bytes)"),
     ({"metadata": {"note": "x" * 60_000}}, 413, "body", "the limit is 50,000 (max_body_bytes)"),
 ])
+
+
 def test_caller_sized_fields_are_refused_naming_the_field_and_the_limit(make_gateway, body, status, param, fragment):
     url = make_gateway(**BOUNDS)
     for path in ("/v1/chat/completions", "/v1/route"):
@@ -194,7 +161,7 @@ def test_the_bounds_name_the_field_in_each_apis_own_body(make_gateway):
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("metadata: is ")
 
 
-def test_healthz_answers_quickly_while_heavy_bodies_are_read(make_gateway, examples):  # noqa: F811
+def test_healthz_answers_quickly_while_heavy_bodies_are_read(make_gateway, examples):
     """Heavy bodies (a 1.8 MB metadata, a 100,000-value enum, a 1.9 MB conversation) four at a time for a few
     seconds: /healthz keeps answering within 0.5 s, and the bounds refuse the first two at once."""
     url = make_gateway()

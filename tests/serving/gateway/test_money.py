@@ -1,6 +1,6 @@
 """Money that holds: limits and spend in a real store, across gateway processes, restarts and `kill -9`.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_money.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_money.py
 
 Real parts only: gateways are `switchcraft serve` processes on loopback, the store is a SQLite file or a real
 redis-server (the binary the test extra installs, started here), the upstream is the replay server answering
@@ -30,19 +30,7 @@ from serving.gateway.config import ServingConfig
 from serving.gateway.redis_local import LocalRedis
 from serving.triton import free_port
 from tests.routers import REPO
-from tests.serving.test_gateway import (  # noqa: F401
-    AUTH,
-    KEY,
-    KEYS_ENV,
-    SECRET,
-    Loopback,
-    bearer,
-    client,
-    examples,
-    openai_body,
-    replay,
-    use_keys,
-)
+from tests.serving.helpers import AUTH, KEY, KEYS_ENV, SECRET, Loopback, bearer, openai_body, use_keys
 from training.policy import Strategy
 
 pytestmark = pytest.mark.integration
@@ -98,7 +86,7 @@ def route_body(example) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["redis", "sqlite"])
-def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, replay, examples, exported,  # noqa: F811
+def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, replay, examples, exported,
                                                                        redis_server, tmp_path):
     good, _ = replay
     good.state.reset()
@@ -215,7 +203,7 @@ def stream_events(url: str, body: dict, key: str = KEY) -> tuple[int, list]:
         return 200, [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
 
 
-def test_streamed_native_answers_are_charged_and_usage_reaches_only_who_asked(sse_upstream, client, monkeypatch,  # noqa: F811
+def test_streamed_native_answers_are_charged_and_usage_reaches_only_who_asked(sse_upstream, client, monkeypatch,
                                                                               tmp_path):
     base_url, seen = sse_upstream
     native = next(m for m in POOL.models if m.prompt_style == "native" and m.prices.input_per_mtok)
@@ -255,7 +243,7 @@ def test_streamed_native_answers_are_charged_and_usage_reaches_only_who_asked(ss
             "answer": pytest.approx(real)}
 
 
-def test_operator_surfaces_are_closed_to_callers(replay, client, monkeypatch):  # noqa: F811
+def test_operator_surfaces_are_closed_to_callers(replay, client, monkeypatch):
     use_keys(monkeypatch, {"id": "caller", "key": RPM_KEY})
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
@@ -276,7 +264,7 @@ def test_operator_surfaces_are_closed_to_callers(replay, client, monkeypatch):  
         assert httpx.get(url + "/openapi.json").status_code == 200
 
 
-def test_keys_with_limits_fail_closed_when_the_store_is_down(replay, examples, client, monkeypatch, tmp_path):  # noqa: F811
+def test_keys_with_limits_fail_closed_when_the_store_is_down(replay, examples, client, monkeypatch, tmp_path):
     good, _ = replay
     server = LocalRedis(tmp_path / "redis")
     server.start()
@@ -377,7 +365,7 @@ def _hang_up(url: str, body: dict, key: str, *, after_first_chunk: bool) -> None
 
 @pytest.mark.parametrize("after_first_chunk", [False, True], ids=["before-the-first-byte", "mid-stream"])
 def test_a_stream_the_client_leaves_is_closed_upstream_and_charged_its_worst_case(
-        slow_sse_upstream, client, monkeypatch, tmp_path, after_first_chunk):  # noqa: F811
+        slow_sse_upstream, client, monkeypatch, tmp_path, after_first_chunk):
     base_url, ended = slow_sse_upstream
     native = next(m for m in POOL.models if m.prompt_style == "native" and m.prices.input_per_mtok)
     pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in POOL.models]})

@@ -1,6 +1,6 @@
 """A charge caught in a store outage is settled at its real cost once the store is back, not as a worst case.
 
-    .venv/bin/python -m pytest -q tests/serving/test_budget_outage.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_budget_outage.py
 
 A real redis-server (append-only: a restart keeps the hold) is stopped between a request's reservation and its
 settlement; the settlement is retried in the background and lands when the server is back.

@@ -1,6 +1,6 @@
 """Serving each model the way it was labelled: the upstream request per prompt style, the answer as OpenAI tool_calls.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_answers.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_answers.py
 
 Tiny requests built here; the builder is the pool runner's own (data/pool_runner/request.py),
 the decoders those that labelled the recorded outputs.

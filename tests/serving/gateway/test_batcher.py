@@ -1,6 +1,6 @@
 """The gateway's routing micro-batcher: same decisions as single calls, fewer backend calls, 429 when full.
 
-    .venv/bin/python -m pytest tests/serving/test_gateway_batcher.py -q
+    .venv/bin/python -m pytest tests/serving/gateway/test_batcher.py -q
 
 The router is the tests' tiny exported one (tests/conftest.py's `exported`) on the
 real ONNX Runtime backend, wrapped only to count its calls and, where a test
@@ -30,9 +30,8 @@ from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.errors import GatewayError
 from serving.gateway.requests import to_schema
 from serving.policy import Constraints, NoEligibleModel
-from tests.serving.test_client import _with_strategy_policy
 from tests.routers import REPO, bfcl_sample
-from tests.serving.test_gateway import AUTH, Loopback, openai_body, use_keys
+from tests.serving.helpers import AUTH, Loopback, openai_body, use_keys, with_strategy_policy
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +93,8 @@ def same(a, b, where: str = "decision") -> None:
 
 
 @pytest.mark.parametrize("router", ["plain", "strategy_policy"])
-def test_batched_decisions_equal_single_calls(router, exported, bfcl_requests, tmp_path):  # noqa: F811
-    path = exported[0] if router == "plain" else _with_strategy_policy(exported, tmp_path)[0]
+def test_batched_decisions_equal_single_calls(router, exported, bfcl_requests, tmp_path):
+    path = exported[0] if router == "plain" else with_strategy_policy(exported, tmp_path)[0]
     client, backend = counting_client(path)
     models = client.models
     cheapest = min(models, key=client.policy.costs.get)
@@ -134,7 +133,7 @@ def test_batched_decisions_equal_single_calls(router, exported, bfcl_requests, t
 
 
 @pytest.fixture
-def gateway(exported, monkeypatch):  # noqa: F811
+def gateway(exported, monkeypatch):
     """make(**cfg) -> (url, app, backend): a gateway on loopback whose router counts (and can hold) its calls."""
     pool = load_pool(REPO / "configs" / "pool.yaml")
     for m in pool.models:
@@ -182,7 +181,7 @@ def one_then_the_rest(url: str, app, backend: CountingBackend, examples: list) -
         return [first.result(), *(f.result() for f in rest)]
 
 
-def test_concurrent_requests_share_backend_calls_and_keep_their_decisions(gateway, shared_data, exported):  # noqa: F811
+def test_concurrent_requests_share_backend_calls_and_keep_their_decisions(gateway, shared_data, exported):
     url, app, backend = gateway(router={"batch_length_ratio": None})  # one call per batch, whatever the lengths
     examples = bfcl_sample(shared_data, 16)
     answers = one_then_the_rest(url, app, backend, examples)  # the other 15 queue up behind the first
@@ -223,7 +222,7 @@ def test_full_queue_answers_429_with_retry_after_and_counts_it(gateway, shared_d
     assert httpx.post(url + "/v1/route", json=route_body(ex), headers=AUTH, timeout=60).status_code == 200  # room again
 
 
-def test_admission_takes_exactly_max_queue_calls_and_prices_the_wait(exported, shared_data):  # noqa: F811
+def test_admission_takes_exactly_max_queue_calls_and_prices_the_wait(exported, shared_data):
     """The batcher alone, its real client held at the gate: max_queue calls in, the next refused at once."""
     client, backend = counting_client(exported[0])
     messages, tools = to_schema(route_body(bfcl_sample(shared_data, 1)[0])["messages"], None)
@@ -267,7 +266,7 @@ def test_backend_error_fails_its_batch_with_503_and_the_batcher_lives_on(gateway
     assert metric(url, "switchcraft_router_queue") == 0
 
 
-def test_a_batch_runs_as_one_call_per_group_of_similar_length(exported):  # noqa: F811
+def test_a_batch_runs_as_one_call_per_group_of_similar_length(exported):
     client, backend = counting_client(exported[0])
     batcher = RoutingBatcher(client, GatewayMetrics(), length_ratio=1.25)
     assert batcher.length_groups([100, 40, 124, 126, 49, 50, 300]) == [[1, 4, 5], [0, 2], [3], [6]]

@@ -1,7 +1,7 @@
 """Agent sessions: naming, the cache-priced switch rule, state in the store (two replicas on one Redis), tools
 that only grow, and the gateway keeping a session's model on real recorded answers.
 
-    .venv/bin/python -m pytest -q tests/serving/test_sessions.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_sessions.py
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
 @pytest.mark.parametrize("prev, age, excluded, rule", [
     (None, 1.0, {}, "new"), ("big", CACHE_TTL_S + 1, {}, "cache_expired"), ("small", 1.0, {}, "same_model"),
     ("big", 1.0, {"big": "cost over cap"}, "previous_not_eligible")])
+
+
 def test_the_router_decides_when_there_is_no_cache_to_keep(prev, age, excluded, rule):
     s = session(prev, 20_000, age)
     costs = {"big": 0.07, "small": 0.03}

@@ -1,6 +1,6 @@
 """POST /v1/responses with the official `openai` client: real recorded BFCL v1 answers from the replay server.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_responses.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_responses.py
 
 `responses.create`, streamed and not, with `model: "router"`, pool model names
 and an agreement cascade asked in the body: each call comes back as a
@@ -22,10 +22,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.serving.test_gateway import AUTH, KEY, client  # noqa: F401
-from tests.serving.test_gateway_cascade import A, B, TOP, picked, replay  # noqa: F401
-from tests.serving.test_gateway_input import HOSTILE, assert_names_the_field, gateway, post_edited, upstream  # noqa: F401
-from tests.serving.test_gateway_messages import agrees_with_ledger, expected, ledger, served  # noqa: F401
+from tests.serving.gateway.helpers import (A, B, HOSTILE, TOP, agrees_with_ledger, assert_names_the_field, expected,
+                                           ledger, post_edited)
+from tests.serving.helpers import AUTH, KEY
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +49,7 @@ def calls(output) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("model", ["router", A, B])
-def test_create_returns_the_served_models_calls_as_function_call_items(served, picked, model):  # noqa: F811
+def test_create_returns_the_served_models_calls_as_function_call_items(served, picked, model):
     url, good = served
     ex = picked["agree"]
     raw = sdk(url).responses.with_raw_response.create(model=model, tools=tools_of(ex), **input_of(ex))
@@ -69,7 +68,7 @@ def test_create_returns_the_served_models_calls_as_function_call_items(served, p
     agrees_with_ledger(url, headers, trace)
 
 
-def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(served, picked):  # noqa: F811
+def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(served, picked):
     url, good = served
     ex = picked["agree"]
     raw = sdk(url).responses.with_raw_response.create(
@@ -85,7 +84,7 @@ def test_a_cascade_asked_in_the_body_answers_from_the_cheaper_agreeing_model(ser
 
 
 @pytest.mark.parametrize("model", ["router", B])
-def test_a_stream_is_the_responses_event_sequence_with_the_trace_last(served, picked, model):  # noqa: F811
+def test_a_stream_is_the_responses_event_sequence_with_the_trace_last(served, picked, model):
     url, good = served
     ex = picked["agree"]
     with sdk(url).responses.with_streaming_response.create(model=model, tools=tools_of(ex), stream=True,
@@ -141,7 +140,7 @@ def codex_body(ex) -> dict:
             "text": {"verbosity": "medium"}}
 
 
-def test_a_codex_shaped_request_is_routed(served, picked):  # noqa: F811
+def test_a_codex_shaped_request_is_routed(served, picked):
     url, good = served
     ex = picked["agree"]
     with httpx.stream("POST", url + "/v1/responses", json=codex_body(ex), headers=AUTH, timeout=60) as r:
@@ -172,7 +171,9 @@ def test_a_codex_shaped_request_is_routed(served, picked):  # noqa: F811
                                    {"type": "function_call_output", "call_id": "c9", "output": "1"}]},
      400, "input[2].call_id"),
 ])
-def test_errors_are_openais_error_object_naming_the_callers_field(served, body, status, param):  # noqa: F811
+
+
+def test_errors_are_openais_error_object_naming_the_callers_field(served, body, status, param):
     url, _ = served
     r = httpx.post(url + "/v1/responses", json=body, headers=AUTH, timeout=30)
     assert r.status_code == status, r.text
@@ -208,12 +209,16 @@ PATHS = ["model", "instructions", "max_output_tokens", "temperature", "top_p", "
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
+
+
 @given(model=st.sampled_from(["router", "claude-3-haiku-20240307", "gpt-4o-2024-08-06-FC"]),
        edits=st.lists(st.tuples(st.sampled_from(PATHS), HOSTILE), min_size=1, max_size=3))
+
+
 @example(model="router", edits=[("input.1.arguments", '{"city": "\\ud800"}')])
 @example(model="router", edits=[("input.2.call_id", "c9")])
 @example(model="router", edits=[("input.0.role", ["user"])])
-def test_hostile_responses_bodies_never_get_a_5xx_and_errors_name_the_field(gateway, model, edits):  # noqa: F811
+def test_hostile_responses_bodies_never_get_a_5xx_and_errors_name_the_field(plain_gateway, model, edits):
     body = base_body(model)
-    r = post_edited(gateway + "/v1/responses", body, edits)
+    r = post_edited(plain_gateway + "/v1/responses", body, edits)
     assert_names_the_field(r, set(body) if isinstance(body, dict) else set())

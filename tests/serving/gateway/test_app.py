@@ -1,6 +1,6 @@
 """The gateway over loopback, with the pool replay server (real recorded BFCL v1 answers) as every upstream.
 
-    .venv/bin/python -m pytest tests/serving/test_gateway.py -q
+    .venv/bin/python -m pytest tests/serving/gateway/test_app.py -q
 
 Covers routing and forwarding (tools intact), `router-<τ>` and pass-through,
 fallback when the chosen model's upstream fails (and what the upstreams saw:
@@ -13,68 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
-from data.replay import Faults
-from data.replay.serve import ReplayServer, build_state
 from serving.client import RouterClient
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.tools.policy import Caller
-from tests.routers import REPO, bfcl_sample
+from tests.routers import REPO
+from tests.serving.helpers import AUTH, SECRET, Loopback, bearer, openai_body, post, stream, use_keys
 
 pytestmark = pytest.mark.integration
-SECRET = "sk-test-gateway-0123456789-never-log-me"  # the pool's provider key (upstream)
-KEY = "sk-sc-test-gateway-key-0123456789abcdef"  # the gateway's own API key (inbound): anonymous caller, no limits, admin
-AUTH = {"authorization": f"Bearer {KEY}"}
-KEYS_ENV = "SWITCHCRAFT_GATEWAY_KEYS"
-
-
-def use_keys(monkeypatch, *entries: dict) -> None:
-    """The gateway's API keys given by environment, as an operator would (plain keys there, hashed when read)."""
-    monkeypatch.setenv(KEYS_ENV, json.dumps([{"id": "test", "key": KEY, "role": "admin"}, *entries]))
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
-def post(url: str, **kw) -> httpx.Response:
-    """httpx.post with the test key (a `headers` authorization wins)."""
-    return httpx.post(url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
-
-
-def stream(method: str, url: str, **kw):
-    return httpx.stream(method, url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
-
-
-class Loopback:
-    """A uvicorn server for `app` on 127.0.0.1 in a thread."""
-
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def routed_as(client, body: dict, **kw):
@@ -84,58 +37,8 @@ def routed_as(client, body: dict, **kw):
     return client.route(*to_schema(body["messages"], body.get("tools")), **kw).decision
 
 
-def openai_body(example, model: str = "router", **extra) -> dict:
-    tools = [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-             for t in example.tools]
-    messages = [{"role": m.role, "content": m.content} for m in example.messages]
-    return {"model": model, "messages": messages, "tools": tools, "metadata": {"example_id": example.id}, **extra}
-
-
-@pytest.fixture(scope="module")
-def examples(shared_data):
-    return bfcl_sample(shared_data, 6)
-
-
-@pytest.fixture(scope="module")
-def client(exported):  # noqa: F811
-    return RouterClient.from_dir(exported[0], threads=1)
-
-
-@pytest.fixture(scope="module")
-def replay(shared_data, examples):
-    pool = load_pool(REPO / "configs" / "pool.yaml")
-    state = build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=pool, api_key=SECRET)
-    failing = build_state(shared_data / "bfcl_v1_pool_outputs_2024-08-11", examples, pool=pool, api_key=SECRET,
-                          faults=Faults(rate_500=1.0, max_faults_per_call=100))
-    with ReplayServer(state) as good, ReplayServer(failing) as bad:
-        yield good, bad
-
-
-@pytest.fixture
-def gateway(replay, client, monkeypatch):
-    """(url, good replay, bad replay, make(failing_models)) with every key set in the environment."""
-    good, bad = replay
-    base = load_pool(REPO / "configs" / "pool.yaml")
-    for m in base.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
-    servers = []
-
-    def make(failing: set[str] = frozenset(), tool_selector=None, **cfg) -> str:
-        good.state.reset(), bad.state.reset()
-        models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url}) for m in base.models]
-        app = create_app(ServingConfig(**cfg), client=client, pool=base.model_copy(update={"models": models}),
-                         tool_selector=tool_selector)
-        servers.append(Loopback(app))
-        return servers[-1].__enter__()
-
-    yield make, good, bad
-    for s in servers:
-        s.__exit__()
-
-
-def test_routes_then_forwards_with_tools_intact(gateway, examples, client, caplog):
-    make, good, _ = gateway
+def test_routes_then_forwards_with_tools_intact(replay_gateway, examples, client, caplog):
+    make, good, _ = replay_gateway
     url = make()
     ex = examples[1]
     expected = routed_as(client, openai_body(ex))
@@ -154,8 +57,8 @@ def test_routes_then_forwards_with_tools_intact(gateway, examples, client, caplo
     assert SECRET not in logs and ex.messages[-1].content[:30] not in logs and expected.chosen in logs
 
 
-def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway, examples, client):
-    make, good, bad = gateway
+def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(replay_gateway, examples, client):
+    make, good, bad = replay_gateway
     ex = examples[2]
     ranking = routed_as(client, openai_body(ex)).ranking
     url = make(failing={ranking[0]})
@@ -175,8 +78,8 @@ def test_upstream_failure_falls_back_down_the_ranking_and_loses_nothing(gateway,
     assert "no upstream answered" in r.json()["error"]["message"]
 
 
-def test_pass_through_threshold_model_names_and_route_endpoint(gateway, examples, client):
-    make, _, _ = gateway
+def test_pass_through_threshold_model_names_and_route_endpoint(replay_gateway, examples, client):
+    make, _, _ = replay_gateway
     ex = examples[0]
     url = make(failing={"gpt-4-0613"})
     r = post(url + "/v1/chat/completions", json=openai_body(ex, model="claude-3-haiku-20240307"), timeout=30)
@@ -201,8 +104,8 @@ def test_pass_through_threshold_model_names_and_route_endpoint(gateway, examples
     assert r.json()["switchcraft"]["decision"]["threshold"] == 0.95
 
 
-def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, client):
-    make, _, _ = gateway
+def test_streaming_through_replay_and_a_real_sse_upstream(replay_gateway, examples, client):
+    make, _, _ = replay_gateway
     ex = examples[3]
     url = make()
     with stream("POST", url + "/v1/chat/completions", json=openai_body(ex, stream=True), timeout=30) as r:
@@ -262,8 +165,10 @@ def test_streaming_through_replay_and_a_real_sse_upstream(gateway, examples, cli
     (json.dumps({"model": "router", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}).encode(), 400, "stream"),
     (b'{"model": "router", "messages": [{"role": "user", "content": "' + b"x" * 5000 + b'"}]}', 413, "limit"),
 ])
-def test_bad_input_gets_a_precise_4xx(gateway, body, status, fragment):
-    make, good, _ = gateway
+
+
+def test_bad_input_gets_a_precise_4xx(replay_gateway, body, status, fragment):
+    make, good, _ = replay_gateway
     url = make(max_body_bytes=4096)
     r = post(url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == status, r.text
@@ -272,8 +177,8 @@ def test_bad_input_gets_a_precise_4xx(gateway, body, status, fragment):
     assert httpx.get(url + "/healthz").json() == {"status": "ok"}  # and the gateway is still up
 
 
-def test_health_readiness_and_metrics(gateway, examples, client):
-    make, _, _ = gateway
+def test_health_readiness_and_metrics(replay_gateway, examples, client):
+    make, _, _ = replay_gateway
     url = make()
     ready = httpx.get(url + "/readyz", headers=AUTH)
     assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["router_version"] == client.version
@@ -287,8 +192,8 @@ def test_health_readiness_and_metrics(gateway, examples, client):
     assert 'switchcraft_requests_total{endpoint="route",status="200"} 2.0' in text
 
 
-def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(gateway, examples, monkeypatch):
-    make, _, _ = gateway
+def test_tool_router_hook_puts_the_exposed_tools_in_the_decision(replay_gateway, examples, monkeypatch):
+    make, _, _ = replay_gateway
     seen = []
 
     def first_tool_only(messages, tools, caller):
@@ -337,7 +242,7 @@ def test_a_bad_field_in_the_serving_file_is_named_by_its_line_whatever_the_overr
         load_serving_config(path, ["port=9000"])
 
 
-def test_client_serves_the_lambda_rule_when_asked(exported, examples):  # noqa: F811
+def test_client_serves_the_lambda_rule_when_asked(exported, examples):
     from serving.gateway.requests import to_schema
 
     lam = RouterClient.from_dir(exported[0], threads=1, rule="lambda", lam=0.002)

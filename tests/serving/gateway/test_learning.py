@@ -1,6 +1,6 @@
 """The gateway's side of learning from traffic: the decision log, exploration after answering, router reload.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_learning.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_learning.py
 
 A real gateway on loopback in front of the replay server (real recorded BFCL v1 answers and usage).
 """
@@ -20,18 +20,8 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from data.logged import read_log
 from tests.routers import REPO
-from tests.serving.test_gateway import (  # noqa: F401
-    AUTH,
-    SECRET,
-    Loopback,
-    bearer,
-    client,
-    examples,
-    openai_body,
-    post,
-    replay,
-    use_keys,
-)
+from tests.serving.helpers import (AUTH, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
+                                   wait_for)
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -39,7 +29,7 @@ CALLER = "sk-sc-test-learning-caller-0123456789"
 
 
 @pytest.fixture
-def pool(replay, monkeypatch):  # noqa: F811
+def pool(replay, monkeypatch):
     good, _ = replay
     good.state.reset()
     for m in POOL.models:
@@ -48,31 +38,7 @@ def pool(replay, monkeypatch):  # noqa: F811
     return POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
 
 
-def wait_for(check, timeout_s: float = 60.0):
-    """Exploration and the log's writer run after the answer went out: poll until `check()` is truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            out = check()
-        except FileNotFoundError:
-            out = None
-        if out:
-            return out
-        assert time.monotonic() < deadline, "background work did not finish"
-        time.sleep(0.1)
-
-
-def log_has(folder, n_requests: int, n_answers: int):
-    requests, answers = read_log(folder)
-    return (requests, answers) if len(requests) >= n_requests and len(answers) >= n_answers else None
-
-
-def explorations(url: str, outcome: str, n: int) -> bool:
-    return f'switchcraft_explorations_total{{outcome="{outcome}"}} {float(n)}' in httpx.get(
-        url + "/metrics", headers=AUTH).text
-
-
-def test_every_request_is_logged_and_explored_within_the_operators_budget(pool, client, examples, tmp_path):  # noqa: F811
+def test_every_request_is_logged_and_explored_within_the_operators_budget(pool, client, examples, tmp_path):
     cfg = ServingConfig(state={"path": str(tmp_path / "state")},
                         log={"path": str(tmp_path / "log"), "requests": True},
                         explore={"rate": 1.0, "usd_per_day": 1.0})
@@ -106,7 +72,7 @@ def test_every_request_is_logged_and_explored_within_the_operators_budget(pool, 
     assert "switchcraft_decision_log_records_total" in metrics
 
 
-def test_min_answers_is_a_target_never_a_reason_to_explore_more(pool, client, examples, tmp_path):  # noqa: F811
+def test_min_answers_is_a_target_never_a_reason_to_explore_more(pool, client, examples, tmp_path):
     # Every model is under its target, and the rate is (almost) zero: nothing is explored, from the first request.
     cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1e-9, "min_answers": 200})
     app = create_app(cfg, client=client, pool=pool)
@@ -127,7 +93,7 @@ RESTRICTED = "sk-sc-test-learning-restricted-0123456789"
 
 
 @pytest.mark.parametrize("named", [False, True], ids=["routed", "named-model"])
-def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client, examples, tmp_path,  # noqa: F811
+def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client, examples, tmp_path,
                                                                    monkeypatch, named):
     allowed = sorted(POOL.names)[:2]
     use_keys(monkeypatch, {"id": "restricted", "key": RESTRICTED, "limits": {"models": allowed}})
@@ -147,7 +113,7 @@ def test_exploration_sends_a_request_only_to_models_its_key_may_use(pool, client
     assert explored and explored <= set(allowed)  # the other pool models never saw the conversation
 
 
-def test_exploration_respects_the_requests_own_allowed_models(pool, client, examples, tmp_path):  # noqa: F811
+def test_exploration_respects_the_requests_own_allowed_models(pool, client, examples, tmp_path):
     allowed = sorted(POOL.names)[-3:]
     cfg = ServingConfig(log={"path": str(tmp_path / "log")}, explore={"rate": 1.0, "usd_per_day": 100})
     app = create_app(cfg, client=client, pool=pool)
@@ -162,12 +128,12 @@ def test_exploration_respects_the_requests_own_allowed_models(pool, client, exam
     assert explored and explored <= set(allowed)
 
 
-def test_explore_models_outside_the_pool_are_refused_at_start(pool, client):  # noqa: F811
+def test_explore_models_outside_the_pool_are_refused_at_start(pool, client):
     with pytest.raises(ValueError, match=r"explore.models names \['gpt-5'\], not in the pool"):
         create_app(ServingConfig(explore={"rate": 0.1, "models": ["gpt-5"]}), client=client, pool=pool)
 
 
-def test_exploration_stops_at_its_budget(pool, client, examples, tmp_path):  # noqa: F811
+def test_exploration_stops_at_its_budget(pool, client, examples, tmp_path):
     cfg = ServingConfig(explore={"rate": 1.0, "usd_per_day": 1e-9})
     app = create_app(cfg, client=client, pool=pool)
     with Loopback(app) as url:
@@ -177,7 +143,7 @@ def test_exploration_stops_at_its_budget(pool, client, examples, tmp_path):  # n
         wait_for(lambda: explorations(url, "skipped_budget", 1))
 
 
-def test_reload_swaps_the_router_without_dropping_requests(pool, client, examples, exported, tmp_path):  # noqa: F811
+def test_reload_swaps_the_router_without_dropping_requests(pool, client, examples, exported, tmp_path):
     app = create_app(ServingConfig(), client=client, pool=pool)
     with Loopback(app) as url:
         async def traffic_during_reload():
@@ -211,7 +177,7 @@ def test_reload_swaps_the_router_without_dropping_requests(pool, client, example
     assert 'switchcraft_router_reloads_total{outcome="failed"} 3.0' in metrics
 
 
-def test_request_ids_are_the_gateways_even_when_callers_reuse_theirs(pool, client, examples, tmp_path,  # noqa: F811
+def test_request_ids_are_the_gateways_even_when_callers_reuse_theirs(pool, client, examples, tmp_path,
                                                                      caplog):
     from data.logged import log_contracts
 

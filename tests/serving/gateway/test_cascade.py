@@ -1,6 +1,6 @@
 """The gateway runs agreement cascades end to end: real recorded BFCL v1 answers served by the replay server.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_cascade.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_cascade.py
 
 The queries are picked here with `calls_agree` on the recorded outputs of the
 cascade's models (decoded the way the gateway decodes them): one where the two
@@ -15,86 +15,19 @@ import httpx
 import pytest
 
 from data.decoders import decode
-from data.pool import load_pool
-from data.replay import Faults
-from data.replay.serve import ReplayServer, build_state
 from data.verify.agree import calls_agree, disagreement_kind
-from data.verify.batch import is_text
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
-from serving.gateway.requests import to_tools
-from tests.routers import REPO
-from tests.serving.test_gateway import AUTH, SECRET, Loopback, client, openai_body, post, stream, use_keys  # noqa: F401
+from tests.serving.gateway.helpers import A, B, POOL, TIE, TOP, cost_of, decoded, tools_of
+from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
 
 pytestmark = pytest.mark.integration
-A, B = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514"  # prompt style, native
-TIE, TOP = "claude-3-haiku-20240307", "gpt-4o-2024-08-06-FC"  # prompt style, native
-POOL = load_pool(REPO / "configs" / "pool.yaml")
-OUTPUTS = "bfcl_v1_pool_outputs_2024-08-11"
-
-
-def decoded(state, model: str, ex) -> list | None:
-    """What the gateway will make of a model's recorded answer: its calls ([] for none), None if unrecorded."""
-    rec = state.recordings[POOL.get(model).recording].get(ex.id)
-    if rec is None or not rec.usage.known:
-        return None
-    if POOL.get(model).prompt_style == "native" and is_text(rec.raw):
-        return []
-    return decode(rec.raw, tools_of(ex)).calls or []
-
-
-def tools_of(ex):
-    return to_tools(openai_body(ex)["tools"])
-
-
-def cost_of(state, model: str, ex) -> float:
-    return POOL.cost_usd(model, state.recordings[POOL.get(model).recording][ex.id].usage)
-
-
-@pytest.fixture(scope="module")
-def replay(shared_data):
-    from data.replay.recordings import read_recordings
-    from data.sources import read_source
-
-    examples = [e for e in read_source("bfcl_v1", str(shared_data / "bfcl_v1"))
-                if e.category in ("simple", "multiple_function")]
-    recordings = read_recordings(shared_data / OUTPUTS, models=[m.recording for m in POOL.models])
-    state = build_state(None, examples, pool=POOL, api_key=SECRET, recordings=recordings)
-    failing = build_state(None, examples, pool=POOL, api_key=SECRET, recordings=recordings,
-                          faults=Faults(rate_500=1.0, max_faults_per_call=100))
-    with ReplayServer(state) as good, ReplayServer(failing) as bad:
-        yield good, bad, examples
-
-
-@pytest.fixture(scope="module")
-def picked(replay):
-    """Real queries: the first models agree / disagree / disagree with a tie-breaker that sides with one."""
-    good, _, examples = replay
-    out = {}
-    for ex in examples:
-        calls = {m: decoded(good.state, m, ex) for m in (A, B, TIE, TOP)}
-        if any(c is None for c in calls.values()) or not calls[A] or not calls[B] or not calls[TOP]:
-            continue
-        tools = tools_of(ex)
-        if calls_agree(tools, calls[A], calls[B]):
-            # With a dotted function name: the prompt model writes it, the native one was offered a_b.
-            if "." in ex.tools[0].name:
-                out.setdefault("agree", ex)
-        elif len(sided := [m for m in (A, B) if calls_agree(tools, calls[m], calls[TIE])]) == 1:
-            out.setdefault("tie", ex)
-            if sided == [B]:  # the tie-breaker sides with the dearer first model, and is cheaper than it
-                out.setdefault("tie_b", ex)
-        elif not calls_agree(tools, calls[TOP], calls[A]) and not calls_agree(tools, calls[TOP], calls[B]):
-            out.setdefault("disagree", ex)
-        if len(out) == 4:
-            return out
-    raise AssertionError(f"the recordings hold no query for {sorted({'agree', 'tie', 'tie_b', 'disagree'} - set(out))}")
 
 
 @pytest.fixture
-def gateway(replay, client, monkeypatch):  # noqa: F811
+def gateway(cascade_replay, client, monkeypatch):
     """make(cascade, failing models, **config) -> gateway URL; every pool key set in the environment."""
-    good, bad, _ = replay
+    good, bad, _ = cascade_replay
     for m in POOL.models:
         monkeypatch.setenv(m.api_key_env, SECRET)
     use_keys(monkeypatch)
@@ -367,6 +300,6 @@ def test_a_request_may_ask_for_a_strategy_and_streams_take_the_single_model_path
     assert sum(completions(good.state).values()) == 1 and events[-1] == "[DONE]"
 
 
-def test_a_configured_cascade_must_name_pool_models(client):  # noqa: F811
+def test_a_configured_cascade_must_name_pool_models(client):
     with pytest.raises(ValueError, match=r"router.cascade.first\[1\]: 'gpt-5' is not in the pool"):
         create_app(ServingConfig(router={"cascade": {"first": [A, "gpt-5"], "escalate": [TOP]}}), client=client, pool=POOL)

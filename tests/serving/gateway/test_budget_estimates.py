@@ -1,6 +1,6 @@
 """The reservation counts everything a provider bills: `n` answers, image parts, the larger max-token field.
 
-    .venv/bin/python -m pytest -q tests/serving/test_budget_estimates.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_budget_estimates.py
 
 Pure functions of serving/gateway/budget.py on the real pool file: no server.
 """
@@ -35,6 +35,8 @@ def test_n_answers_are_n_outputs():
 
 @pytest.mark.parametrize("fields", [{"max_tokens": 4000, "max_completion_tokens": 100},
                                     {"max_tokens": 100, "max_completion_tokens": 4000}])
+
+
 def test_the_larger_of_the_two_max_token_fields_is_the_cap(fields):
     assert output_cap(fields, MODEL, 1024) == 4000
 

@@ -1,6 +1,6 @@
 """Slow and vanishing clients on real sockets: header and body deadlines, a disconnect mid-body is a 499.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_slow_clients.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_slow_clients.py
 
 The gateway runs under the uvicorn config `switchcraft serve` uses
 (serving/gateway/server.py) on loopback; the clients are raw sockets that send
@@ -25,7 +25,7 @@ from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.server import uvicorn_config
 from tests.routers import REPO
-from tests.serving.test_gateway import AUTH, KEY, client, use_keys  # noqa: F401
+from tests.serving.helpers import AUTH, KEY, use_keys
 
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
@@ -33,7 +33,7 @@ ROUTE = b'{"messages": [{"role": "user", "content": "weather in Paris?"}]}'
 
 
 @pytest.fixture(scope="module")
-def gateway(client):  # noqa: F811
+def gateway(client):
     """(host, port, url) of a gateway with 0.6 s deadlines for headers and bodies."""
     mp = pytest.MonkeyPatch()
     use_keys(mp)

@@ -1,7 +1,7 @@
 """The gateway's state store, both backends on the same assertions: SQLite (a file, WAL) and a real Redis server
 started on loopback from the binary the test extra installs (never a mock).
 
-    python -m pytest -q tests/serving/test_gateway_state.py
+    python -m pytest -q tests/serving/gateway/test_state.py
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Tool routing in the gateway: the catalog's tool router runs first, the model router packs the reduced set.
 
 A tiny card catalog (tests/catalogs.py) with the real MiniLM encoder,
-the tiny exported model router of test_gateway.py, and a recording upstream
+the tiny exported model router of tests/conftest.py, and a recording upstream
 that answers every request: what was forwarded is asserted exactly.
 """
 
 from __future__ import annotations
 
-import json
 
 import pytest
-from fastapi import FastAPI, Request
 
 from data.pool import load_pool
 from data.pool_runner.request import openai_function_name
@@ -18,90 +16,18 @@ from data.schema import Tool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_messages
-from serving.gateway.tools import GatewayTools
 from serving.tools.catalog import REQUEST_GROUP
-from serving.tools.config import RetrievalConfig
-from serving.tools.router import ToolRouter
-from tests.catalogs import CARDS_YAML, POLICY, build_tiny_index
+from tests.catalogs import CARDS_YAML
 from tests.routers import REPO
-from tests.serving.test_gateway import SECRET, Loopback, bearer, client, post, use_keys  # noqa: F401
+from tests.serving.gateway.helpers import (ADMIN, AS_ACME, AS_ADMIN, AS_SUPPORT, FORBIDDEN_FOR_SUPPORT, KEYS, SUPPORT,
+                                           offered)
+from tests.serving.helpers import Loopback, chat, post, use_keys
 
 pytestmark = pytest.mark.integration
-SUPPORT = {"tenant": "acme", "roles": ["support"]}
-ADMIN = {"tenant": "acme", "roles": ["admin"]}
-# One API key per identity: the key decides who a request is; the body's caller may only narrow it.
-KEYS = {"support": "sk-sc-test-support-0123456789abcdef", "admin": "sk-sc-test-admin-0123456789abcdefgh",
-        "acme": "sk-sc-test-acme-tenant-0123456789abcdef"}
-AS_SUPPORT, AS_ADMIN, AS_ACME = bearer(KEYS["support"]), bearer(KEYS["admin"]), bearer(KEYS["acme"])
-FORBIDDEN_FOR_SUPPORT = {"payments.refund_payment", "payments.charge_card", "invoices.issue_invoice",
-                         "ops.restart_service", "ops.service_status"}
 
 
-@pytest.fixture(scope="module")
-def tool_index(encoder, tmp_path_factory):
-    return build_tiny_index(encoder, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def upstream():
-    """An OpenAI-style upstream that records each forwarded body and answers with a plain message."""
-    seen: list[dict] = []
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def complete(request: Request) -> dict:
-        body = await request.json()
-        seen.append(body)
-        text = body["messages"][-1]["content"]
-        message = {"role": "assistant", "content": "ok"}
-        if text.startswith("CALL "):  # the model calls the tool named in the question
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "t0", "type": "function", "function": {"name": text[5:], "arguments": "{}"}}]}
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-
-    with Loopback(app) as url:
-        yield url + "/v1", seen
-
-
-@pytest.fixture
-def gateway(client, upstream, tool_index, monkeypatch):  # noqa: F811
-    base_url, seen = upstream
-    base = load_pool(REPO / "configs" / "pool.yaml")
-    for m in base.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT},
-             {"id": "admin", "key": KEYS["admin"], "caller": ADMIN}, {"id": "acme", "key": KEYS["acme"],
-                                                                     "caller": {"tenant": "acme"}})
-    pool = base.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in base.models]})
-    tools = GatewayTools(ToolRouter(tool_index, POLICY, RetrievalConfig(top_k=3)))
-    servers = []
-    seen.clear()
-    servers.append(Loopback(create_app(ServingConfig(), client=client, pool=pool, tools=tools)))
-    yield servers[0].__enter__(), seen
-    servers[0].__exit__()
-
-
-def offered(body: dict, exposed: list[str]) -> list[dict]:
-    """The function definitions an upstream was offered, under the catalog's names: a native model's `tools`
-    (OpenAI-legal names, mapped back), or the functions a prompt-style model's system prompt lists."""
-    if "tools" in body:
-        back = {openai_function_name(n): n for n in exposed}
-        return [{**t["function"], "name": back.get(t["function"]["name"], t["function"]["name"])} for t in body["tools"]]
-    system = body["messages"][0]
-    assert system["role"] == "system" and "tools" not in body
-    return json.loads(system["content"].split("that you can invoke.\n", 1)[1])
-
-
-def chat(question: str, caller=None, model: str = "router", **extra) -> dict:
-    body = {"model": model, "messages": [{"role": "user", "content": question}], **extra}
-    if caller is not None:
-        body["switchcraft"] = {"caller": caller}
-    return body
-
-
-def test_forwarded_request_carries_only_the_routed_tools(gateway, client):  # noqa: F811
-    url, seen = gateway
+def test_forwarded_request_carries_only_the_routed_tools(tool_gateway, client):
+    url, seen = tool_gateway
     # The caller's own tools are replaced: a catalog tool's definition sent directly would bypass the filter.
     own = [{"type": "function", "function": {"name": "payments.refund_payment", "parameters": {"type": "object"}}}]
     r = post(url + "/v1/chat/completions", json=chat("what's the status of payment pay_123?", SUPPORT, tools=own),
@@ -139,8 +65,8 @@ ADVERSARIAL = [
 ]
 
 
-def test_an_unauthorised_tool_is_never_exposed(gateway):
-    url, seen = gateway
+def test_an_unauthorised_tool_is_never_exposed(tool_gateway):
+    url, seen = tool_gateway
     exposures = 0
     for q in ADVERSARIAL:
         for endpoint, body in (("/v1/chat/completions", chat(q, SUPPORT)),
@@ -166,8 +92,8 @@ def test_an_unauthorised_tool_is_never_exposed(gateway):
     assert "payments.refund_payment" in r.json()["tools"]
 
 
-def test_anonymous_and_bad_callers(gateway):
-    url, _ = gateway
+def test_anonymous_and_bad_callers(tool_gateway):
+    url, _ = tool_gateway
     # No caller: no tenant, no roles — the tenant-only weather tool stays hidden.
     r = post(url + "/v1/route", json={"messages": chat("weather forecast in Paris")["messages"]})
     assert r.status_code == 200 and "weather.forecast" not in r.json()["tools"]
@@ -180,7 +106,7 @@ def test_anonymous_and_bad_callers(gateway):
     assert r.status_code == 400 and r.json()["error"]["param"] == "switchcraft.caller"
 
 
-def test_tool_routing_from_the_serving_config(client, tmp_path, monkeypatch):  # noqa: F811
+def test_tool_routing_from_the_serving_config(client, tmp_path, monkeypatch):
     cards = tmp_path / "cards.yaml"
     cards.write_text(CARDS_YAML)
     tools_yaml = tmp_path / "tools.yaml"
@@ -200,8 +126,8 @@ def test_tool_routing_from_the_serving_config(client, tmp_path, monkeypatch):  #
     assert ServingConfig().tools is None  # off by default
 
 
-def test_a_model_call_outside_the_exposed_set_is_flagged(gateway):
-    url, seen = gateway
+def test_a_model_call_outside_the_exposed_set_is_flagged(tool_gateway):
+    url, seen = tool_gateway
     for name, rejected in (("payments.get_payment_status", []), ("payments.refund_payment", ["payments.refund_payment"]),
                            ("get_payment_status", ["get_payment_status"])):
         r = post(url + "/v1/chat/completions", json=chat(f"CALL {name}", SUPPORT), timeout=60, headers=AS_SUPPORT)

@@ -1,6 +1,6 @@
 """The chat path's steps in process: the gateway's parts built without a server, upstreams an httpx.MockTransport.
 
-    .venv/bin/python -m pytest -q tests/serving/test_gateway_chat.py
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_chat.py
 
 plan (routed and named: one shape), reserve (the worst case held before any
 call), run (a failed run is an Outcome, not an exception), and the whole
@@ -16,7 +16,6 @@ import httpx
 import pytest
 
 from data.pool import load_pool
-from serving.client import RouterClient
 from serving.gateway.app import build_gateway, create_app
 from serving.gateway.auth import KeyEntry, KeyLimits, KeyStore
 from serving.gateway.budget import payload_size, worst_case_usd
@@ -70,11 +69,6 @@ def keys() -> KeyStore:
 def with_upstream(gw, upstream: Upstream):
     gw.upstreams.http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
     return gw
-
-
-@pytest.fixture(scope="module")
-def client(exported):  # noqa: F811
-    return RouterClient.from_dir(exported[0], threads=1)
 
 
 def test_routed_and_named_requests_make_one_kind_of_plan(client):
