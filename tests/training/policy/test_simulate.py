@@ -15,6 +15,7 @@ from evaluation.offline.routing_eval import RoutingData
 from training.policy.simulate import CascadeData, menu_of, pareto_menu, simulate, spec_name
 from tests.training.policy.helpers import COSTS, MODELS, cascade_data, synthetic
 
+
 def test_agreement_answers_with_the_cheaper_and_pays_both():
     # Row 0: they agree, only b is right (labels can differ in rare cases): the cheaper's (a's) label counts.
     cd = cascade_data([[False, True, True], [True, True, False]], agree_ab=[True, True])
