@@ -7,7 +7,7 @@ The log is written by the gateway's own writer (serving/gateway/decision_log.py 
 the per-hour summary, in batches), in the schema the gateway writes, with what `log.requests: false` keeps (no
 request text). Traffic: `--requests` requests spread evenly over the last `--days` days, five keys, a router
 reload two thirds of the way through, 80% single-model requests (cheaper models more often), 20% agreement
-cascades (15% of them disagree and escalate), 1.5% upstream errors, token counts and latencies drawn per model,
+cascades (the two first answers compared; a disagreement escalates), 1.5% upstream errors, token counts and latencies drawn per model,
 costs at the pool's prices, and `--explore` of the answered requests explored (every other pool model answers;
 each model right with its own probability, wrong answers drawn from a few spellings, so consensus has something
 to do). The same `--seed` writes the same log.
@@ -25,6 +25,7 @@ import json
 import os
 import random
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,6 +59,15 @@ def _prices(model) -> tuple[float, float]:
     return (p.input_per_mtok or 0.0) / 1e6, (p.output_per_mtok or 0.0) / 1e6
 
 
+def _disagreement(x: list, y: list) -> str | None:
+    """How two synthetic answers differ, in the gateway's words (data/verify/agree.py DISAGREEMENT_KINDS)."""
+    if x == y:
+        return None
+    if not x or not y:
+        return "first_declines" if not x else "second_declines"
+    return "functions" if x[0]["name"] != y[0]["name"] else "arguments"
+
+
 def synthetic_records(pool, n: int, days: float, *, now: float, explore: float = 0.01, seed: int = 0,
                       batch: int = 2000):
     """Batches of the writer's records (("request", request row, answer rows), ("answers", None, rows)) for `n`
@@ -66,7 +76,7 @@ def synthetic_records(pool, n: int, days: float, *, now: float, explore: float =
     names = pool.names
     by_price = sorted(pool.models, key=lambda m: sum(_prices(m)))
     weights = [1.0 / (1 + i) for i in range(len(by_price))]  # the router picks cheaper models more often
-    acc = {m.name: 0.6 + 0.35 * rng.random() for m in pool.models}
+    acc = {m.name: 0.72 + 0.25 * rng.random() for m in pool.models}
     speed = {m.name: rng.uniform(250, 900) for m in pool.models}
     price = {m.name: _prices(m) for m in pool.models}
     top = by_price[-1].name
@@ -94,7 +104,8 @@ def synthetic_records(pool, n: int, days: float, *, now: float, explore: float =
         if cascade:
             a, b = rng.sample(names[:-1] if len(names) > 2 else names, 2)
             answers = [answer(rid, a, "first", right, wrong), answer(rid, b, "first", right, wrong)]
-            verdict = "agree" if rng.random() < 0.85 else "disagree"
+            kind = _disagreement(*(json.loads(x["calls"]) for x in answers))
+            verdict = "agree" if kind is None else "disagree"
             if verdict == "disagree":
                 answers.append(answer(rid, top, "escalate", right, wrong))
             strategy, by = f"agree({a}, {b})>{top}", answers[-1]["model"]
@@ -108,7 +119,7 @@ def synthetic_records(pool, n: int, days: float, *, now: float, explore: float =
                    "router_version": "bench-v1" if i < 2 * n // 3 else "bench-v2", "kind": "served",
                    "status": status, "example_id": None, "routed": 1, "chosen": by, "rule": "threshold",
                    "strategy": strategy, "verdict": verdict,
-                   "kinds": json.dumps(["arguments"] if verdict == "disagree" else []),
+                   "kinds": json.dumps([kind] if cascade and kind else []),
                    "answered_by": by if status == 200 else None,
                    "cost_usd": sum(a["cost_usd"] for a in answers) if status == 200 else 0.0,
                    "latency_ms": latency, "stream": int(rng.random() < 0.3), "request": None, "api": "chat",
@@ -242,8 +253,8 @@ def screenshots(app, folder: Path) -> list[str] | str:
         return missing
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    with serve_in_thread(app) as url:
-        browser = Browser(folder / ".chromium-profile", window=(1200, 1500))
+    with serve_in_thread(app) as url, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        browser = Browser(Path(profile), window=(1200, 1400))
         try:
             browser.open(url + "/console/login?next=/console/savings")
             browser.type("#key", ADMIN_KEY)

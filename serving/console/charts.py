@@ -44,7 +44,7 @@ def bars(items: list[tuple[str, float]], *, title: str, unit: str = "", width: i
     label_w, row_h, top = 230, 22, 28
     height = top + row_h * max(1, len(items)) + 8
     top_value = max([v for _, v in items] + [0]) or 1.0
-    span = width - label_w - 90
+    span = width - label_w - 110  # room for "12,345 requests" after the longest bar
     body = []
     for i, (label, value) in enumerate(items):
         y = top + i * row_h
@@ -93,7 +93,7 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
 def intervals(items: list[tuple[str, float | None, float, float, int]], *, title: str, width: int = 640) -> str:
     """A point and its 95% interval on [0, 1] per row, with the count behind it."""
     label_w, row_h, top = 230, 24, 44
-    span = width - label_w - 80
+    span = width - label_w - 110  # room for "0.818 (n=1000)" after the axis
     height = top + row_h * max(1, len(items)) + 8
     body = []
     for t in (0.0, 0.5, 1.0):

@@ -50,14 +50,16 @@ def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPL
     for rid, _, text in ids:
         offered = json.loads(text).get("tools", []) if text else []
         tools[rid] = [Tool.model_validate(t) for t in offered]
-    rows, seen = [], set()
+    rows, seen, parsed = [], set(), {}
     marks = ",".join("?" * len(served))
     for rid, model, calls in db.execute(f"SELECT request_id, model, calls FROM answers WHERE outcome = 'ok' AND "
                                         f"request_id IN ({marks}) ORDER BY id", tuple(served)) if served else []:
         if (rid, model) in seen:  # a model answers once per request in the vote (the first answer logged)
             continue
         seen.add((rid, model))
-        rows.append({"example_id": rid, "model": model, "calls": json.loads(calls) if calls else []})
+        if calls not in parsed:  # the same answer text is parsed once
+            parsed[calls] = json.loads(calls) if calls else []
+        rows.append({"example_id": rid, "model": model, "calls": parsed[calls], "text": calls or "[]"})
     return rows, tools, served
 
 
@@ -72,15 +74,17 @@ def labels(rows: list[dict], tools: dict[str, list[Tool]], names: list[str]):
     row, col = {e: i for i, e in enumerate(ids)}, {m: j for j, m in enumerate(names)}
     n, m = len(ids), len(names)
     calls: list[list[list | None]] = [[None] * m for _ in range(n)]
+    texts: list[list[str]] = [[""] * m for _ in range(n)]
     for r in rows:
-        calls[row[r["example_id"]]][col[r["model"]]] = r["calls"]
+        i, j = row[r["example_id"]], col[r["model"]]
+        calls[i][j], texts[i][j] = r["calls"], r.get("text") or json.dumps(r["calls"], sort_keys=True)
     answered = np.array([[c is not None for c in cs] for cs in calls], dtype=bool).reshape(n, m)
     declined = np.array([[c is not None and not c for c in cs] for cs in calls], dtype=bool).reshape(n, m)
     agree = np.zeros((n, m, m), dtype=bool)
     for i, e in enumerate(ids):
         here = np.flatnonzero(answered[i])
         agree[i, here, here] = True
-        spelled = {j: json.dumps(calls[i][j], sort_keys=True) for j in here}
+        spelled = texts[i]  # the answer's logged text: the same text, the same calls
         seen: dict[tuple[str, str], bool] = {}
         for a, b in itertools.combinations(here, 2):
             key = (spelled[a], spelled[b])

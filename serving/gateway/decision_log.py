@@ -102,12 +102,12 @@ FACETS: dict[str, tuple] = {
 FIRST_ROW = "r.id = (SELECT MIN(q.id) FROM {s}.requests q WHERE q.request_id = r.request_id)"
 
 
-def facet_sql(name: str, schema: str = "main", *, after: tuple[int, int] | None = None,
+def facet_sql(name: str, schema: str = "main", *,
               window: tuple[int, int, float, float | None] | None = None) -> str:
     """The summary rows (facet, d1, d2, d3, hour, n, s1..s5, lo, hi) of one facet over some of a file's rows:
-    `after=(request id, answer id)`: the rows written after those ids (the writer's batch); `window=(first id,
-    end id, from ts, to ts or None)`: the served requests with ids in [first, end) and ts in [from, to) and
-    their answers (a reader's partial hour)."""
+    without `window`, the rows written after the ids `:req` (requests) and `:ans` (answers), parameters (the
+    writer's batch); `window=(first id, end id, from ts, to ts or None)`: the served requests with ids in
+    [first, end) and ts in [from, to) and their answers (a reader's partial hour)."""
     rows, extra, cond, dims, sums, lo, hi = FACETS[name]
     if window is not None:
         id0, id1, t0, t1 = window
@@ -117,9 +117,9 @@ def facet_sql(name: str, schema: str = "main", *, after: tuple[int, int] | None 
         source = (f"{{s}}.requests r CROSS JOIN {{s}}.answers a ON a.request_id = r.request_id WHERE {where} "
                   f"AND {FIRST_ROW}") if rows == "a" else f"{{s}}.requests r{extra} WHERE {where}"
     else:
-        req_id, ans_id = after or (0, 0)
-        source = (f"{{s}}.answers a CROSS JOIN {{s}}.requests r ON r.request_id = a.request_id WHERE a.id > "
-                  f"{int(ans_id)} AND {FIRST_ROW}") if rows == "a" else f"{{s}}.requests r{extra} WHERE r.id > {int(req_id)}"
+        # the ids as parameters (:req, :ans): the same text every batch, so SQLite's statement cache keeps it
+        source = (f"{{s}}.answers a CROSS JOIN {{s}}.requests r ON r.request_id = a.request_id WHERE a.id > :ans "
+                  f"AND {FIRST_ROW}") if rows == "a" else f"{{s}}.requests r{extra} WHERE r.id > :req"
     named = zip((f"'{name}'", *dims, "CAST(r.ts / 3600 AS INTEGER)", "COUNT(*)", *sums, lo, hi),
                 ("facet", "d1", "d2", "d3", "hour", *MEASURES))
     select = ", ".join(f"{expr} AS {col}" for expr, col in named)
@@ -132,9 +132,9 @@ def add_to_summary(db: sqlite3.Connection, after: tuple[int, int] = (0, 0)) -> N
     transaction)."""
     update = ", ".join(f"{m} = {m} + excluded.{m}" for m in MEASURES[:6])
     for name in FACETS:
-        db.execute(f"INSERT INTO summary SELECT * FROM ({facet_sql(name, after=after)}) WHERE 1 "
+        db.execute(f"INSERT INTO summary SELECT * FROM ({facet_sql(name)}) WHERE 1 "
                    f"ON CONFLICT (facet, d1, d2, d3, hour) DO UPDATE SET {update}, lo = MIN(lo, excluded.lo), "
-                   "hi = MAX(hi, excluded.hi)")
+                   "hi = MAX(hi, excluded.hi)", {"req": after[0], "ans": after[1]})
 
 
 def request_row(served: Served, keep_request: bool, kind: str = "served") -> dict[str, Any]:

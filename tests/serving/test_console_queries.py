@@ -219,3 +219,16 @@ def test_the_requests_view_reads_the_newest_rows_first_across_files(written):
     assert [r["request_id"] for r in rows] == newest and len(db.files) >= 3
     assert failed and all(r["status"] == 503 for r in failed)
     assert {"acme-prod", "beta"} <= set(values["key"]) and 200 in values["status"] and 503 in values["status"]
+
+
+def test_quality_labels_equal_the_consensus_labels_of_the_learn_step(written):
+    from data.consensus import consensus_labels
+    from serving.console.quality import explored_answers, labels
+
+    with open_log(written, 0.0) as db:
+        rows, tools, served = explored_answers(db, 0.0)
+    assert len(served) > 50 and all(rid in tools for rid in served)
+    names = sorted({r["model"] for r in rows} | set(FULL_POOL.names))
+    mine = labels(rows, tools, names)
+    theirs = consensus_labels([{k: v for k, v in r.items() if k != "text"} for r in rows], tools, models=names)
+    assert mine.frame.equals(theirs.frame) and mine.reliability == theirs.reliability
