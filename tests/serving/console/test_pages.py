@@ -1,7 +1,7 @@
 """The operator's console against a real gateway: replayed traffic (real recorded BFCL v1 answers) with exploration
 on, a real decision log and a real SQLite ledger; pages fetched over loopback with httpx.
 
-    .venv/bin/python -m pytest -q tests/serving/test_console.py
+    .venv/bin/python -m pytest -q tests/serving/console/test_pages.py
 
 Covers the login (admin keys only, the same refusal for a wrong key and a caller's key, the cookie's flags, a
 tampered cookie), every view showing the log's and the ledger's own figures, a request's trace, no key in any

@@ -2,7 +2,7 @@
 search), the figures of a hand-made log, the latency histogram and the charts' escaping; the writer's per-hour
 summary giving the same figures as the rows (whole hours from it, the edges from the rows), a log without one.
 
-    .venv/bin/python -m pytest -q tests/serving/test_console_queries.py
+    .venv/bin/python -m pytest -q tests/serving/console/test_queries.py
 """
 
 from __future__ import annotations
