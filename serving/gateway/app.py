@@ -96,10 +96,11 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
     keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
-    slot = RouterSlot(client, lambda c: RoutingBatcher(c, metrics, max_batch_size=cfg.router.max_batch_size,
-                                                       delay_s=cfg.router.batch_delay_ms / 1e3,
-                                                       max_queue=cfg.router.max_queue,
-                                                       length_ratio=cfg.router.batch_length_ratio),
+    slot = RouterSlot(client, lambda c, runner: RoutingBatcher(c, metrics, max_batch_size=cfg.router.max_batch_size,
+                                                               delay_s=cfg.router.batch_delay_ms / 1e3,
+                                                               max_queue=cfg.router.max_queue,
+                                                               length_ratio=cfg.router.batch_length_ratio,
+                                                               executor=runner),
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
     if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
         try:

@@ -34,6 +34,7 @@ import asyncio
 import math
 import time
 from collections import deque
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,13 +63,15 @@ class RoutingBatcher:
     """Merges concurrent routing calls into batched inference; bounded, with 429 + Retry-After past `max_queue`."""
 
     def __init__(self, client: RouterClient, metrics: GatewayMetrics, *, max_batch_size: int = 32,
-                 delay_s: float = 0.002, max_queue: int = 64, length_ratio: float | None = 1.25) -> None:
+                 delay_s: float = 0.002, max_queue: int = 64, length_ratio: float | None = 1.25,
+                 executor: Executor | None = None) -> None:
         if max_batch_size < 1 or max_queue < 1 or delay_s < 0 or (length_ratio is not None and length_ratio < 1):
             raise ValueError(f"max_batch_size ({max_batch_size}) and max_queue ({max_queue}) must be ≥ 1, "
                              f"delay_s ({delay_s}) ≥ 0, length_ratio ({length_ratio}) ≥ 1 or None")
         self.client, self.metrics = client, metrics
         self.max_batch_size, self.delay_s, self.max_queue = max_batch_size, delay_s, max_queue
         self.length_ratio = length_ratio  # None: one call for the whole batch, however mixed its lengths
+        self.executor = executor  # where inference runs (one thread of the gateway's, RouterSlot); None: anyio's
         self.admitted = 0  # calls between admission and their answer
         self.batch_s = 0.05  # recent batch wall time (EWMA), for Retry-After; a first guess until measured
         self._queue: deque[_Call] = deque()
@@ -143,7 +146,10 @@ class RoutingBatcher:
         for c in batch:
             self.metrics.router_queue_wait.observe(t0 - c.started)
         try:
-            results = await anyio.to_thread.run_sync(self._decide, batch)
+            if self.executor is None:
+                results = await anyio.to_thread.run_sync(self._decide, batch)
+            else:
+                results = await asyncio.get_running_loop().run_in_executor(self.executor, self._decide, batch)
         except asyncio.CancelledError:  # shutting down: nobody waits forever
             for c in batch:
                 c.future.cancel()

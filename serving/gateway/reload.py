@@ -4,7 +4,8 @@
     decision = await slot.batcher.route(messages, tools)     # always the router in service now
     await slot.reload("runs/learned/router_onnx")            # POST /v1/admin/reload (admin key) or SIGHUP
 
-A reload loads the new directory off the event loop, checks that it routes only to pool models, then swaps:
+A reload loads the new directory off the event loop (in the slot's loader thread), checks that it routes only
+to pool models, then swaps:
 requests that arrive after the swap route with the new router, those already queued finish with the old one
 (its batcher drains before it is closed). A directory that fails to load changes nothing (the error is the
 answer). Every decision carries `router_version`, and the decision log keeps it per request.
@@ -20,9 +21,8 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import anyio
 
 from serving.client import RouterClient
 
@@ -50,9 +50,7 @@ _TRIM = _libc_trim()
 
 
 def release_memory() -> None:
-    """Give a closed router's memory back to the system. Its ONNX session and tokenizer are freed by glibc into
-    the arenas of the worker threads that used them, and glibc keeps freed arena pages: without a trim every
-    reload left its predecessor's ~30-90 MB resident (`switchcraft bench soak` RSS +21% over ten reloads)."""
+    """Give a closed router's memory back to the system (glibc keeps freed pages in its arenas otherwise)."""
     gc.collect()
     if _TRIM is not None:
         _TRIM(0)
@@ -65,11 +63,20 @@ def check_models(client: RouterClient, pool_names: list[str]) -> None:
 
 
 class RouterSlot:
-    def __init__(self, client: RouterClient, make_batcher: Callable[[RouterClient], object], pool_names: list[str],
-                 metrics, *, load: Callable[[str], RouterClient], default_dir: str | None = None) -> None:
+    """The router in service and its batcher. Routers are loaded in one thread of the slot's and run in another:
+    glibc gives each thread that allocates its own arena and keeps what is freed there, so a router loaded and run
+    by whichever of anyio's 40 worker threads was free left its memory spread over up to 8 arenas a core, and
+    every reload added ~30 MB that never came back (`switchcraft bench soak`: RSS +21% over ten reloads). In two
+    threads of its own, each new router reuses what its predecessor freed."""
+
+    def __init__(self, client: RouterClient, make_batcher: Callable[[RouterClient, ThreadPoolExecutor], object],
+                 pool_names: list[str], metrics, *, load: Callable[[str], RouterClient],
+                 default_dir: str | None = None) -> None:
         check_models(client, pool_names)
         self.client, self.make_batcher, self.pool_names = client, make_batcher, pool_names
-        self.batcher = make_batcher(client)
+        self.loader = ThreadPoolExecutor(1, thread_name_prefix="switchcraft-router-load")
+        self.runner = ThreadPoolExecutor(1, thread_name_prefix="switchcraft-router")
+        self.batcher = make_batcher(client, self.runner)
         self.metrics, self.load, self.default_dir = metrics, load, default_dir
         self.lock = asyncio.Lock()
         self.draining: set[asyncio.Task] = set()
@@ -85,7 +92,7 @@ class RouterSlot:
         async with self.lock:
             t0 = time.perf_counter()
             try:
-                new = await anyio.to_thread.run_sync(self.load, path)
+                new = await asyncio.get_running_loop().run_in_executor(self.loader, self.load, path)
                 check_models(new, self.pool_names)
             except Exception as e:  # noqa: BLE001 - any directory that cannot be served is refused, not a 500
                 # A malformed router.json (`models: null`) or a truncated ONNX file fails inside the loader with
@@ -95,7 +102,7 @@ class RouterSlot:
                 log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": message}))
                 raise ValueError(message) from None
             old_client, old_batcher, owned = self.client, self.batcher, self.loaded
-            self.client, self.batcher, self.loaded_from, self.loaded = new, self.make_batcher(new), str(path), new
+            self.client, self.batcher, self.loaded_from, self.loaded = new, self.make_batcher(new, self.runner), str(path), new
             task = asyncio.get_running_loop().create_task(self._drain(old_batcher, owned))
             self.draining.add(task)
             task.add_done_callback(self.draining.discard)
@@ -115,9 +122,11 @@ class RouterSlot:
         if owned is not None:
             owned.close()
         del batcher, owned
-        await anyio.to_thread.run_sync(release_memory)
+        await asyncio.get_running_loop().run_in_executor(self.loader, release_memory)
 
     async def aclose(self) -> None:
         for task in list(self.draining):
             await task
         await self.batcher.aclose()
+        self.loader.shutdown(wait=False)
+        self.runner.shutdown(wait=False)

@@ -16,7 +16,7 @@ def test_a_reload_closes_the_router_it_loaded_once_drained_never_the_callers(exp
     metrics = GatewayMetrics()
 
     async def reloads():
-        slot = RouterSlot(first, lambda c: RoutingBatcher(c, metrics), first.models, metrics,
+        slot = RouterSlot(first, lambda c, runner: RoutingBatcher(c, metrics, executor=runner), first.models, metrics,
                           load=lambda path: RouterClient.from_dir(path, backend="ort", threads=1))
         routed = asyncio.ensure_future(slot.batcher.route(messages, tools))  # admitted before the swap
         await slot.reload(str(onnx_dir))
