@@ -25,6 +25,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -302,19 +303,18 @@ def main(requests: int = 1_000_000, days: float = 30.0, out: Path = Path("runs/b
     """The console's page render times over a synthetic decision log of --requests requests (written through the
     gateway's log writer, to --log-dir, default <out>_log/): each view for 24h, 7d and all, markdown + .json;
     --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
-    from switchcraft.console import console, fail
-
     cfg = ConsoleBenchConfig(requests=requests, days=days, out=out, log_dir=log_dir, router_dir=router, pool=pool,
                              explore=explore, repeat=repeat, seed=seed, screenshots=screenshots, notes=list(note))
     try:
         result = run_console_bench(cfg)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
-        fail(str(e))
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(1) from e
     write_results(result, out)
-    console.print(to_markdown(result), highlight=False, markup=False)
+    print(to_markdown(result))
     shots = result.get("screenshots")
     if isinstance(shots, str):
-        console.print(f"no screenshots: {shots}", highlight=False, markup=False)
+        print(f"no screenshots: {shots}")
     elif shots:
-        console.print("screenshots: " + ", ".join(shots), highlight=False, markup=False)
-    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+        print("screenshots: " + ", ".join(shots))
+    print(f"wrote {out} and {out.with_suffix('.json')}")

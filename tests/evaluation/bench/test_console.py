@@ -35,3 +35,12 @@ def test_bench_console_writes_a_table_of_every_view_and_range(exported, tmp_path
     assert result["in_range"]["all"] == 2000 and 0 < result["in_range"]["24h"] < 2000
     assert len(result["rows"]) == len(RANGES) * len(VIEWS) and all(r["bytes"] > 1000 for r in result["rows"])
     assert "Load average" in out.read_text()
+
+
+def test_screenshots_without_a_browser_say_what_to_install(monkeypatch, tmp_path):
+    import serving.console.browser as browser
+    from evaluation.bench.console import screenshots
+
+    monkeypatch.setattr(browser, "chromium", lambda: (None, None))
+    said = screenshots(None, tmp_path / "img")
+    assert "apt-get install chromium chromium-driver" in said and not (tmp_path / "img").exists()
