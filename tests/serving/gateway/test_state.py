@@ -138,3 +138,19 @@ def test_an_unreachable_store_raises_state_unavailable(tmp_path):
     (tmp_path / "blocked").write_text("a file where the folder should be")
     with pytest.raises(StateUnavailable, match="state store"):
         SQLiteState(tmp_path / "blocked" / "state.sqlite")
+
+
+def test_a_ledger_longer_than_a_page_is_read_whole_and_in_order(make_store):
+    """Redis reads the ledger stream in pages (state.LEDGER_PAGE) so that no read outlasts state.timeout_s."""
+    from serving.gateway.state import LEDGER_PAGE
+
+    store = make_store()
+    n = 2 * LEDGER_PAGE + 7
+
+    async def go():
+        r = await store.reserve("k", 1.0, limit=None, request_id="r", now=NOW)
+        await store.settle(r, [Charge(f"m{i}", "answer", 0.001) for i in range(n)], now=NOW)
+        rows = await store.ledger(key_id="k")
+        assert [row.model for row in rows] == [f"m{i}" for i in range(n)]
+        assert len(await store.ledger(key_id="k", day=DAY)) == n and await store.ledger(key_id="other") == []
+    run(go())
