@@ -22,18 +22,16 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from data.pool import load_pool
 from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.views import REFUSED
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from switchcraft.cli import app as cli
-from tests.routers import REPO
+from tests.serving.gateway.helpers import POOL, pool_env
 from tests.serving.helpers import (KEY, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
                                    wait_for)
 
 pytestmark = pytest.mark.integration
-POOL = load_pool(REPO / "configs" / "pool.yaml")
 CALLER = "sk-sc-test-console-caller-0123456789"
 LIMITED = "sk-sc-test-console-limited-0123456789"
 A, B, TOP = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514", "gpt-4o-2024-08-06-FC"
@@ -59,9 +57,7 @@ def served(replay, client, examples, tmp_path_factory):  # noqa: F811
     logging.getLogger().addHandler(captured)
     logging.getLogger("switchcraft.gateway").setLevel(logging.DEBUG)
     with pytest.MonkeyPatch.context() as mp:
-        for m in POOL.models:
-            mp.setenv(m.api_key_env, SECRET)
-        use_keys(mp, {"id": "caller", "key": CALLER, "limits": {"usd_per_day": 5.0}},
+        pool_env(mp, {"id": "caller", "key": CALLER, "limits": {"usd_per_day": 5.0}},
                  {"id": "limited", "key": LIMITED, "limits": {"requests_per_minute": 1}})
         pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url})
                                                   for m in POOL.models]})

@@ -20,8 +20,8 @@ from serving.gateway.tools import GatewayTools
 from serving.tools.config import RetrievalConfig
 from serving.tools.router import ToolRouter
 from tests.catalogs import POLICY, build_tiny_index
-from tests.serving.gateway.helpers import (A, ADMIN, B, FREE_KEY, KEYS, LIMITED_KEY, POOL, SUPPORT, TIE, TOP, decoded,
-                                           tools_of)
+from tests.serving.gateway.helpers import (A, ADMIN, B, FREE_KEY, KEYS, LIMITED_KEY, POOL, SUPPORT, TIE, TOP,
+                                           replay_app, decoded, pool_env, tools_of)
 from tests.serving.helpers import SECRET, Loopback, use_keys
 
 LIMITS = {"max_messages": 6, "max_tools": 4, "max_body_bytes": 200_000}
@@ -32,17 +32,12 @@ def replay_gateway(replay, client, monkeypatch):
     """(make(failing models, tool_selector, **config) -> URL, good replay, bad replay), every pool key set in the
     environment; the models in `failing` are sent to the replay server that fails every call."""
     good, bad = replay
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     servers = []
 
     def make(failing: set[str] = frozenset(), tool_selector=None, **cfg) -> str:
         good.state.reset(), bad.state.reset()
-        models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url}) for m in POOL.models]
-        app = create_app(ServingConfig(**cfg), client=client, pool=POOL.model_copy(update={"models": models}),
-                         tool_selector=tool_selector)
-        servers.append(Loopback(app))
+        servers.append(Loopback(replay_app(client, good, bad, failing=failing, tool_selector=tool_selector, **cfg)))
         return servers[-1].__enter__()
 
     yield make, good, bad
@@ -56,15 +51,13 @@ def make_gateway(replay, client, monkeypatch):
     (no limits) and LIMITED_KEY (1 USD a day)."""
     good, _ = replay
     good.state.reset()
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
+    pool_env(monkeypatch)
     use_keys(monkeypatch, {"id": "free", "key": FREE_KEY},
              {"id": "limited", "key": LIMITED_KEY, "limits": {"usd_per_day": 1.0}})
-    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
     servers = []
 
     def make(**cfg) -> str:
-        servers.append(Loopback(create_app(ServingConfig(**cfg), client=client, pool=pool)))
+        servers.append(Loopback(replay_app(client, good, **cfg)))
         return servers[-1].__enter__()
 
     yield make
@@ -118,11 +111,8 @@ def served(cascade_replay, client):
     """(gateway URL, the replay server): one gateway for the module, every upstream the cascade's replay server."""
     good, _, _ = cascade_replay
     mp = pytest.MonkeyPatch()
-    for m in POOL.models:
-        mp.setenv(m.api_key_env, SECRET)
-    use_keys(mp)
-    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
-    with Loopback(create_app(ServingConfig(), client=client, pool=pool)) as url:
+    pool_env(mp)
+    with Loopback(replay_app(client, good)) as url:
         yield url, good
     mp.undo()
 
@@ -148,9 +138,7 @@ def plain_gateway(client, plain_upstream):
     """The URL of a gateway with tight limits (LIMITS) in front of plain_upstream; a message 'BOOM' makes its
     tool-selector hook raise (the unexpected-exception path)."""
     mp = pytest.MonkeyPatch()
-    for m in POOL.models:
-        mp.setenv(m.api_key_env, SECRET)
-    use_keys(mp)
+    pool_env(mp)
 
     def selector(messages, tools, caller):
         if any(m.content == "BOOM" for m in messages):
@@ -174,9 +162,7 @@ def tool_gateway(client, tool_upstream, tool_index, monkeypatch):
     """(URL, seen): a gateway whose tool router runs on tool_index, in front of tool_upstream; one API key per
     identity (KEYS: support, admin, acme)."""
     base_url, seen = tool_upstream
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT},
+    pool_env(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT},
              {"id": "admin", "key": KEYS["admin"], "caller": ADMIN}, {"id": "acme", "key": KEYS["acme"],
                                                                      "caller": {"tenant": "acme"}})
     pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in POOL.models]})

@@ -18,14 +18,37 @@ from data.decoders import decode
 from data.pool import load_pool
 from data.pool_runner.request import openai_function_name
 from data.verify.batch import is_text
+from serving.gateway.app import create_app
+from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_tools
 from tests.routers import REPO
-from tests.serving.helpers import AUTH, bearer, openai_body
+from tests.serving.helpers import AUTH, SECRET, bearer, openai_body, use_keys
 
 A, B = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514"  # prompt style, native
 TIE, TOP = "claude-3-haiku-20240307", "gpt-4o-2024-08-06-FC"  # prompt style, native
 POOL = load_pool(REPO / "configs" / "pool.yaml")
 OUTPUTS = "bfcl_v1_pool_outputs_2024-08-11"
+
+
+def pool_env(monkeypatch, *keys: dict) -> None:
+    """Every pool model's provider key and the gateway's keys (the test key, and `keys`: more entries) in the
+    environment, as an operator sets them."""
+    for m in POOL.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    use_keys(monkeypatch, *keys)
+
+
+def replay_app(client, good, bad=None, *, failing=frozenset(), prices: dict | None = None, apis: dict | None = None,
+               cascade: dict | None = None, observers=None, tool_selector=None, **cfg):
+    """A gateway app whose every pool model is answered by the replay server `good` (`bad` for those in `failing`),
+    with prices and provider APIs per model where given, and `router.cascade` pinned when given."""
+    models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url,
+                                   "prices": (prices or {}).get(m.name, m.prices),
+                                   "api": (apis or {}).get(m.name, m.api)}) for m in POOL.models]
+    if cascade is not None:
+        cfg["router"] = {**cfg.get("router", {}), "cascade": cascade}
+    return create_app(ServingConfig(**cfg), client=client, pool=POOL.model_copy(update={"models": models}),
+                      observers=observers, tool_selector=tool_selector)
 
 
 def decoded(state, model: str, ex) -> list | None:

@@ -16,10 +16,8 @@ import json
 import httpx
 import pytest
 
-from serving.gateway.app import create_app
-from serving.gateway.config import ServingConfig
-from tests.serving.gateway.helpers import A, B, POOL, TOP, cost_of, decoded
-from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
+from tests.serving.gateway.helpers import A, B, POOL, TOP, replay_app, cost_of, decoded, pool_env
+from tests.serving.helpers import AUTH, Loopback, openai_body, post, stream
 
 pytestmark = pytest.mark.integration
 APIS = {A: "anthropic_messages", B: "openai_responses", TOP: "anthropic_messages"}
@@ -29,12 +27,8 @@ APIS = {A: "anthropic_messages", B: "openai_responses", TOP: "anthropic_messages
 def served(cascade_replay, client):
     good, _, _ = cascade_replay
     mp = pytest.MonkeyPatch()
-    for m in POOL.models:
-        mp.setenv(m.api_key_env, SECRET)
-    use_keys(mp)
-    models = [m.model_copy(update={"base_url": good.base_url, "api": APIS.get(m.name, "openai_chat")})
-              for m in POOL.models]
-    with Loopback(create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}))) as url:
+    pool_env(mp)
+    with Loopback(replay_app(client, good, apis=APIS)) as url:
         yield url, good
     mp.undo()
 

@@ -18,8 +18,8 @@ from data.decoders import decode
 from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
-from tests.serving.gateway.helpers import A, B, POOL, TIE, TOP, cost_of, decoded, tools_of
-from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
+from tests.serving.gateway.helpers import A, B, POOL, TIE, TOP, replay_app, cost_of, decoded, pool_env, tools_of
+from tests.serving.helpers import AUTH, Loopback, openai_body, post, stream
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +28,12 @@ pytestmark = pytest.mark.integration
 def gateway(cascade_replay, client, monkeypatch):
     """make(cascade, failing models, **config) -> gateway URL; every pool key set in the environment."""
     good, bad, _ = cascade_replay
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     servers = []
 
     def make(cascade: dict | None = None, failing: set[str] = frozenset(), prices: dict | None = None, **cfg) -> str:
         good.state.reset(), bad.state.reset()
-        models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url,
-                                       "prices": (prices or {}).get(m.name, m.prices)}) for m in POOL.models]
-        config = ServingConfig(router={"cascade": cascade}, **cfg)
-        servers.append(Loopback(create_app(config, client=client, pool=POOL.model_copy(update={"models": models}))))
+        servers.append(Loopback(replay_app(client, good, bad, failing=failing, prices=prices, cascade=cascade, **cfg)))
         return servers[-1].__enter__()
 
     yield make, good, bad

@@ -15,16 +15,14 @@ import time
 import httpx
 import pytest
 
-from data.pool import load_pool
 from serving.gateway.app import create_app
 from serving.gateway.config import ServingConfig
 from data.logged import read_log
-from tests.routers import REPO
-from tests.serving.helpers import (AUTH, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
+from tests.serving.gateway.helpers import POOL, pool_env
+from tests.serving.helpers import (AUTH, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
                                    wait_for)
 
 pytestmark = pytest.mark.integration
-POOL = load_pool(REPO / "configs" / "pool.yaml")
 CALLER = "sk-sc-test-learning-caller-0123456789"
 
 
@@ -32,9 +30,7 @@ CALLER = "sk-sc-test-learning-caller-0123456789"
 def pool(replay, monkeypatch):
     good, _ = replay
     good.state.reset()
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch, {"id": "caller", "key": CALLER})
+    pool_env(monkeypatch, {"id": "caller", "key": CALLER})
     return POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url}) for m in POOL.models]})
 
 

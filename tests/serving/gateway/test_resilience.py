@@ -20,7 +20,6 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from data.pool import load_pool
 from data.replay import Faults
 from data.replay.serve import ReplayServer, build_state
 from serving.client import RouterClient
@@ -28,11 +27,10 @@ from serving.gateway.app import create_app
 from serving.gateway.breaker import Breaker, Breakers
 from serving.gateway.config import BreakerSettings, ServingConfig
 from serving.gateway.upstream import retry_after
-from tests.routers import REPO
+from tests.serving.gateway.helpers import POOL, pool_env
 from tests.serving.helpers import AUTH, SECRET, Loopback, openai_body, post, stream, use_keys
 
 pytestmark = pytest.mark.integration
-POOL = load_pool(REPO / "configs" / "pool.yaml")
 MINI, GPT4O, GPT4 = "gpt-4o-mini-2024-07-18", "gpt-4o-2024-08-06-FC", "gpt-4-0613"  # endpoint A
 HAIKU, NEMO = "claude-3-haiku-20240307", "open-mistral-nemo-2407-FC-Auto"  # endpoint B
 ON_A = {m.name for m in POOL.models if "openai.com" in m.base_url}
@@ -52,9 +50,7 @@ def servers(shared_data, examples):
 def gateway(servers, client, monkeypatch):
     """make(**config) -> URL; both endpoints up and fault-free at the start and the end of each test."""
     a, b = servers
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     made = []
 
     def make(**cfg) -> str:
@@ -368,9 +364,7 @@ def test_a_stream_breaking_halfway_ends_with_an_error_event(client, examples, mo
             raise ConnectionResetError("upstream died mid-stream")
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     with Loopback(sse) as sse_url:
         pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": sse_url + "/v1"}) for m in POOL.models]})
         with (Loopback(create_app(ServingConfig(), client=client, pool=pool)) as gw,

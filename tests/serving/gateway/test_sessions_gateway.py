@@ -17,8 +17,8 @@ from serving.gateway.tools import GatewayTools
 from serving.tools.config import RetrievalConfig
 from serving.tools.router import ToolRouter
 from tests.catalogs import POLICY
-from tests.serving.gateway.helpers import ADMIN, AS_ADMIN, KEYS, POOL
-from tests.serving.helpers import SECRET, Loopback, openai_body, post, use_keys
+from tests.serving.gateway.helpers import ADMIN, AS_ADMIN, KEYS, POOL, pool_env
+from tests.serving.helpers import Loopback, openai_body, post
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +34,7 @@ def turn(ex, model: str, answer: str = "Working on it.", **extra) -> dict:
 def test_two_replicas_on_one_redis_keep_a_session_on_the_model_that_served_it(cascade_replay, client, picked,
                                                                              redis_server, monkeypatch):
     good, _, _ = cascade_replay
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     # Cached input at a tenth of the price, as providers bill it: staying on a cached model is worth something.
     models = [m.model_copy(update={"base_url": good.base_url, "prices": m.prices.model_copy(update={
         "cached_input_per_mtok": (m.prices.input_per_mtok or 0) / 10} if m.prices.kind == "token" else {})})
@@ -72,9 +70,7 @@ def test_two_replicas_on_one_redis_keep_a_session_on_the_model_that_served_it(ca
 
 def test_a_sessions_tools_never_reorder_or_shrink(client, tool_upstream, tool_index, monkeypatch):
     base_url, seen = tool_upstream
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch, {"id": "admin", "key": KEYS["admin"], "caller": ADMIN})
+    pool_env(monkeypatch, {"id": "admin", "key": KEYS["admin"], "caller": ADMIN})
     pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in POOL.models]})
     tools = GatewayTools(ToolRouter(tool_index, POLICY, RetrievalConfig(top_k=3)))
     native = next(m.name for m in POOL.models if m.prompt_style == "native")

@@ -23,15 +23,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from data.verify.agree import disagreement_kind
-from serving.gateway.app import create_app
 from serving.gateway.cascade import CallRecord, Run
-from serving.gateway.config import OtelSettings, ServingConfig
+from serving.gateway.config import OtelSettings
 from serving.gateway.record import Served
 from serving.gateway.state import Charge
 from serving.gateway.tracing import SPAN_NAME, Tracing
 from serving.gateway.upstream import Attempt
-from tests.serving.gateway.helpers import A, B, POOL, TOP, decoded, tools_of
-from tests.serving.helpers import KEY, SECRET, Loopback, openai_body, post, use_keys
+from tests.serving.gateway.helpers import A, B, TOP, replay_app, decoded, pool_env, tools_of
+from tests.serving.helpers import KEY, SECRET, Loopback, openai_body, post
 from training.policy import Strategy
 
 pytestmark = pytest.mark.integration
@@ -42,17 +41,13 @@ CASCADE = {"first": [A, B], "escalate": [TOP]}
 def gateway(cascade_replay, client, monkeypatch):
     """(make(cascade, failing, observers, **config) -> URL, stop() -> None, good replay)."""
     good, bad, _ = cascade_replay
-    for m in POOL.models:
-        monkeypatch.setenv(m.api_key_env, SECRET)
-    use_keys(monkeypatch)
+    pool_env(monkeypatch)
     servers: list[Loopback] = []
 
     def make(cascade: dict | None = None, failing: set[str] = frozenset(), observers=None, **cfg) -> str:
         good.state.reset(), bad.state.reset()
-        models = [m.model_copy(update={"base_url": (bad if m.name in failing else good).base_url}) for m in POOL.models]
-        app = create_app(ServingConfig(router={"cascade": cascade}, **cfg), client=client,
-                         pool=POOL.model_copy(update={"models": models}), observers=observers)
-        servers.append(Loopback(app))
+        servers.append(Loopback(replay_app(client, good, bad, failing=failing, cascade=cascade, observers=observers,
+                                            **cfg)))
         return servers[-1].__enter__()
 
     def stop() -> None:  # the app's lifespan ends: observers are closed (spans flushed)
