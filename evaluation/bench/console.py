@@ -247,14 +247,15 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
 
 def screenshots(app, folder: Path) -> list[str] | str:
     """PNGs of the Savings and Quality pages (7 days) in headless Chromium; a message where there is none."""
-    from serving.console.browser import Browser, browser_missing, serve_in_thread
+    from serving.console.browser import Browser, browser_missing
+    from serving.loopback import Loopback
 
     missing = browser_missing()
     if missing:
         return missing
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    with serve_in_thread(app) as url, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    with Loopback(app) as url, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
         browser = Browser(Path(profile), window=(1200, 1400))
         try:
             browser.open(url + "/console/login?next=/console/savings")

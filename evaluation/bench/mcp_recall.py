@@ -32,7 +32,6 @@ import random
 import re
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -66,27 +65,12 @@ def ranked(router, query: str, k: int, Q: np.ndarray | None = None) -> tuple[lis
     return [int(i) for i in router.top(router.fuse(texts, Q, everything)[0], k)], Q
 
 
-def serve_in_thread(app, port: int, timeout_s: float = 600.0):
-    """uvicorn serving `app` on 127.0.0.1:`port` in a daemon thread; returns the server (set should_exit)."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + timeout_s
-    while not server.started and thread.is_alive() and time.time() < deadline:
-        time.sleep(0.05)
-    if not server.started:
-        raise RuntimeError(f"the MCP gateway did not start on port {port} within {timeout_s:.0f} s")
-    server.thread = thread
-    return server
-
-
 def run(bench_name: str = "metatool", limit: int = 2000, data_root: str = "../shared/data",
         run_dir: str = "runs/mcp", seed: int = 0, encoder=None) -> dict:
     from evaluation.bench.mcp import Rpc, free_port, wait_for
     from evaluation.tools.data import read_benchmark
     from evaluation.tools.metrics import recall_at
+    from serving.loopback import Loopback
     from serving.mcp import McpGateway, http_app
     from serving.mcp.config import McpConfig
     from serving.tools.catalog import Catalog
@@ -117,7 +101,8 @@ def run(bench_name: str = "metatool", limit: int = 2000, data_root: str = "../sh
                  fleet)
         gw = McpGateway.from_config(cfg, encoder=encoder)
         t0 = time.perf_counter()
-        server = serve_in_thread(http_app(gw), gw_port)
+        server = Loopback(http_app(gw), port=gw_port, start_timeout_s=600, log_level="warning")
+        server.start()
         ready_s = time.perf_counter() - t0
         snap = gw.snap
         through = f"http://127.0.0.1:{gw_port}/mcp"
@@ -127,8 +112,7 @@ def run(bench_name: str = "metatool", limit: int = 2000, data_root: str = "../sh
             found.append([t["name"] for t in result["structuredContent"]["tools"]])
     finally:
         if server is not None:
-            server.should_exit = True
-            server.thread.join(30)
+            server.stop()
         fleet.terminate()
         fleet.wait(10)
     own = router_over(bench.catalog, encoder, cfg.retrieval)

@@ -19,14 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
-import uvicorn
 import yaml
 
 from data.pool import Pool, PoolModel, load_pool
@@ -44,26 +42,6 @@ class LoopResult:
     router_versions: tuple[str, str]
     added_model: str | None
     added_model_answers: int  # answers the added model gave before learning (exploration)
-
-
-class _Server:
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise TimeoutError("gateway did not start")
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def chat_body(example) -> dict:
@@ -126,6 +104,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
     from serving.client import RouterClient
     from serving.gateway.app import create_app
     from serving.gateway.config import ServingConfig
+    from serving.loopback import Loopback
     from data.logged import read_log
 
     work.mkdir(parents=True, exist_ok=True)
@@ -157,7 +136,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
                 if not batch:
                     continue
                 app = create_app(cfg, client=client, pool=p)
-                with _Server(app) as url:
+                with Loopback(app, start_timeout_s=60) as url:
                     send_all(url, batch)
                     wait_quiet(app)
             _, answers = read_log(work / "log")
@@ -170,7 +149,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
             truth = {(lb.example_id, lb.model): bool(lb.correct)
                      for lb in label_outputs(truth_outputs, {e.id: e for e in scored}, full)}
             app = create_app(ServingConfig(), client=client, pool=served_pool(full))
-            with _Server(app) as url:
+            with Loopback(app, start_timeout_s=60) as url:
                 sent_before = send_all(url, scored)
                 r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned.onnx_dir)},
                                headers={"authorization": f"Bearer {LOOP_KEY}"}, timeout=120)

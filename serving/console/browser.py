@@ -1,7 +1,7 @@
-"""Headless Chromium driven over the W3C WebDriver protocol (plain HTTP to chromedriver: no client library), and
-a gateway app served on loopback for it: the console's browser test and its README screenshots use both.
+"""Headless Chromium driven over the W3C WebDriver protocol (plain HTTP to chromedriver: no client library): the
+console's browser test and its README screenshots use it, with the app on loopback (serving/loopback.py).
 
-    with serve_in_thread(app) as url:
+    with Loopback(app) as url:
         b = Browser(Path("/tmp/profile"))
         b.open(url + "/console/login"); b.type("#key", key); b.click("#login"); b.screenshot(Path("x.png"))
         b.close()
@@ -16,10 +16,7 @@ import base64
 import shutil
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -39,27 +36,6 @@ def browser_missing() -> str | None:
         return None
     return ("no headless browser: install Debian's chromium and chromium-driver (apt-get install chromium "
             "chromium-driver) to drive the console in one")
-
-
-@contextmanager
-def serve_in_thread(app) -> Iterator[str]:
-    """`app` served by uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
-    import uvicorn
-
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the app did not start on loopback within 20 s")
-        time.sleep(0.01)
-    host, port = server.servers[0].sockets[0].getsockname()[:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 class Browser:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 
 import httpx
 import numpy as np
-import uvicorn
+
+from serving.loopback import Loopback  # noqa: F401 - a server on loopback for the tests' apps
 
 from data.logged import read_log
 from training.policy import Strategy, StrategyPolicy
@@ -41,27 +41,6 @@ def post(url: str, **kw) -> httpx.Response:
 
 def stream(method: str, url: str, **kw):
     return httpx.stream(method, url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
-
-
-class Loopback:
-    """A uvicorn server for `app` on 127.0.0.1 in a thread."""
-
-    def __init__(self, app) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}"
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def openai_body(example, model: str = "router", **extra) -> dict:

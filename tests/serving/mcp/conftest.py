@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from serving.loopback import Loopback
+
 NODE_BIN = Path(__file__).resolve().parents[3] / "node" / "node_modules" / ".bin"
 KEYS = {  # key id → (key, caller)
     "admin": ("sk-sc-test-admin-0123456789abcdef", {"roles": ["admin"]}),
@@ -122,7 +124,6 @@ def toy(tmp_path: Path, name: str = "toy", **fields) -> dict:
 @contextmanager
 def gateway_on(tmp_path: Path, encoder, upstreams: list[dict], keys=None, **fields):
     """A gateway for `upstreams` on a free loopback port (keys off unless `keys`, a KeyStore): (gateway, url)."""
-    from evaluation.bench.mcp_recall import serve_in_thread
     from serving.mcp import McpGateway, http_app
     from serving.mcp.config import McpConfig
 
@@ -131,12 +132,8 @@ def gateway_on(tmp_path: Path, encoder, upstreams: list[dict], keys=None, **fiel
                                     "index_dir": None, "log_path": str(tmp_path / f"calls-{port}.jsonl"),
                                     "retry_s": [0.2, 1.0], **fields})
     gw = McpGateway.from_config(cfg, encoder=encoder, keys=keys)
-    server = serve_in_thread(http_app(gw), port)
-    try:
-        yield gw, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        server.thread.join(30)
+    with Loopback(http_app(gw), port=port, start_timeout_s=600, log_level="warning") as url:
+        yield gw, url
 
 
 def children_running(marker: str) -> list[int]:
