@@ -33,7 +33,8 @@ from data.errors import DataError
 from data.pool import Pool, check_costable, load_pool
 from data.schema import Example, Label, Output, write_labels
 from data.verify import language_of, prepare, verify
-from data.verify.batch import NATIVE_TEXT, is_text
+from data.decoders import NATIVE_TEXT
+from data.verify.batch import is_text
 from data.verify.verifier import Prepared
 
 

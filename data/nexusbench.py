@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data.decoders import decode, is_no_answer, no_answer_error
+from data.decoders import NATIVE_TEXT, decode, is_no_answer, no_answer_error
 from data.errors import DataError
 from data.schema import Label, Output, Usage
 from data.sources.nexusbench import episode_ids, recording_files
-from data.verify.batch import NATIVE_TEXT
 
 _TURN = re.compile(r"^response_(\d+)$")
 _USAGE = re.compile(r"\b(completion_tokens|prompt_tokens|reasoning_tokens)=(\d+)")

@@ -211,7 +211,7 @@ def profile(
 ) -> None:
     """Per model: list price vs real mean cost per query, output tokens per call, reasoning share."""
     from data.config import load_data_config
-    from data.pool.cost_profile import profile_costs, read_usages, write_profile
+    from data.replay.cost_profile import profile_costs, read_usages, write_profile
     from data.errors import DataError
     from data.pool import load_price_table
     try:

@@ -47,6 +47,7 @@ from data.decoders.base import (
     ERROR_KINDS,
     FREE_TEXT,
     MALFORMED,
+    NATIVE_TEXT,
     NO_ANSWER,
     NO_CALL,
     UNFINISHED_REASONING,
@@ -238,6 +239,7 @@ def decode_with(name: str, raw: Any, tools: list[Tool] | None = None, *, languag
 __all__ = [
     "DECODERS",
     "ERROR_KINDS",
+    "NATIVE_TEXT",
     "NO_ANSWER",
     "Decoder",
     "DecodeResult",

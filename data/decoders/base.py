@@ -29,6 +29,8 @@ MALFORMED = "malformed"
 ERROR_KINDS = (NO_CALL, MALFORMED)
 NO_ANSWER = "no_answer"  # set by importers for an inference error; see the module docstring
 FREE_TEXT = "free text"  # the reason when a text decoder finds prose, not calls
+# The `decode_error` of a native function-calling model that answered in text: no call, nothing to decode.
+NATIVE_TEXT = f"{NO_CALL}: text answer from a native function-calling model"
 
 
 def no_answer_error(message: str) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data.decoders import NATIVE_TEXT
 from data.errors import DataError
 from data.io import iter_jsonl
 from data.schema import Example
@@ -99,9 +100,6 @@ def is_native_fc_run(model: str) -> bool:
 def is_text(raw: Any) -> bool:
     """A text answer: a string, or a list of text parts (no structured tool calls)."""
     return isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw))
-
-
-NATIVE_TEXT = "no_call: text answer from a native function-calling model"
 
 
 def decode_and_verify(

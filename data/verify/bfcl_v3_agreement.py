@@ -34,12 +34,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.decoders import is_no_answer
+from data.decoders import NATIVE_TEXT, is_no_answer
 from data.recorded import import_recorded
 from data.schema import Example, Output
 from data.sources import read_source
 from data.verify import language_of, prepare, verify
-from data.verify.batch import NATIVE_TEXT, Checked, RecordedRow, is_text
+from data.verify.batch import Checked, RecordedRow, is_text
 from data.verify.bfcl_agreement import BUG, LENIENT, STRICT, AgreementReport, classify, failed_argument, load_verdicts
 from data.verify.canon import canon_string
 from data.verify.bfcl_agreement import CLASSES as V1_CLASSES

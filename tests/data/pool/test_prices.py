@@ -11,7 +11,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from data.pool.cost_profile import profile_costs
+from data.replay.cost_profile import profile_costs
 from data.errors import DataError
 from data.labels import label_outputs, run_labels
 from data.pool import Pool, Prices, check_costable, load_pool, open_weight_prices

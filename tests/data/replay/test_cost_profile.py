@@ -1,6 +1,6 @@
 """Cost profiles: exact values on tiny recordings, and the real table for all 51 priced BFCL v1 models.
 
-.venv/bin/python -m pytest -q tests/data/pool/test_cost_profile.py
+.venv/bin/python -m pytest -q tests/data/replay/test_cost_profile.py
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import csv
 
 import pytest
 
-from data.pool.cost_profile import markdown_table, profile_costs, read_usages, usages_of, write_profile
+from data.replay.cost_profile import markdown_table, profile_costs, read_usages, usages_of, write_profile
 from data.pool import Prices, load_price_table
 from data.replay.recordings import Recording, read_recordings
 from data.schema import Usage
