@@ -9,6 +9,12 @@ A circle is two or more modules that import each other, counting every import: a
 inside a function or under `if TYPE_CHECKING:` closes the circle just the same (it only
 moves the failure from import time to call time). A circle means a helper sits in the
 wrong file; the fix is to move it into the module that owns it.
+Dependencies that are not `import` statements count too: a package's lazy face (a `__getattr__` over a
+name → module table: `from training import load_router` depends on training.router), a string import
+(`importlib.import_module("x.y")`, `__import__("x.y")`) and a module run as a process (`[python, "-m", "x.y"]`).
+Folders count as well as modules: the folders directly under a stage (serving/gateway, serving/console, …;
+a module directly in the stage folder stands for itself) must not import each other in a circle either — one
+of them sits below the other, and the one below never reaches back up.
 Every module is read with `ast`, never imported, so the check costs well under a second.
 """
 
@@ -57,16 +63,43 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+def lazy_faces(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Package → {name: module} for each package `__init__` that defines `__getattr__` and holds a module-level
+    table of names to modules of the tree (`_WHERE = {"load_router": "training.router"}`)."""
+    faces = {}
+    for module, path in modules.items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+            continue
+        table = {}
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Dict):
+                for k, v in zip(value.keys, value.values):
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant) and v.value in modules:
+                        table[k.value] = v.value
+        if table:
+            faces[module] = table
+    return faces
+
+
+STRING_IMPORTS = {"import_module", "__import__"}  # importlib.import_module("x.y"), __import__("x.y")
+
+
 class _Collector(ast.NodeVisitor):
-    def __init__(self, module: str, is_package: bool, file: str, modules: dict[str, Path]):
-        self.module, self.file, self.modules = module, file, modules
+    def __init__(self, module: str, is_package: bool, file: str, modules: dict[str, Path],
+                 faces: dict[str, dict[str, str]] | None = None):
+        self.module, self.file, self.modules, self.faces = module, file, modules, faces or {}
         self.package = module if is_package else module.rpartition(".")[0]
         self.depth = 0  # function bodies entered
         self.found: list[Import] = []
 
-    def _add(self, target: str | None, node: ast.stmt) -> None:
+    def _add(self, target: str | None, node: ast.AST, module_level: bool | None = None) -> None:
         if target is not None and target != self.module:
-            self.found.append(Import(self.module, target, self.file, node.lineno, self.depth == 0))
+            at_top = self.depth == 0 if module_level is None else module_level
+            self.found.append(Import(self.module, target, self.file, node.lineno, at_top))
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.depth += 1
@@ -85,18 +118,45 @@ class _Collector(ast.NodeVisitor):
             anchor = self.package.split(".")[: len(self.package.split(".")) - node.level + 1]
             base = ".".join([*anchor, base] if base else anchor)
         for alias in node.names:
-            # `from data.pool import sample` imports the submodule; `from data.pool import Pool` the package.
+            # `from data.pool import sample` imports the submodule; `from data.pool import Pool` the package;
+            # `from training import load_router` the module training's lazy face takes it from.
             submodule = f"{base}.{alias.name}"
-            self._add(submodule if submodule in self.modules else _resolve(base, self.modules), node)
+            if submodule in self.modules:
+                self._add(submodule, node)
+            elif alias.name in self.faces.get(base, {}):
+                self._add(self.faces[base][alias.name], node)
+            else:
+                self._add(_resolve(base, self.modules), node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        """A string import: `import_module("x.y")` or `__import__("x.y")` with a literal name."""
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name in STRING_IMPORTS and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            self._add(_resolve(node.args[0].value, self.modules), node, module_level=False)
+        self.generic_visit(node)
+
+    def _command(self, node: ast.List | ast.Tuple) -> None:
+        """A module run as a process: `[sys.executable, "-m", "x.y", …]`."""
+        items = node.elts
+        for flag, target in zip(items, items[1:]):
+            if isinstance(flag, ast.Constant) and flag.value == "-m" and isinstance(target, ast.Constant) \
+                    and isinstance(target.value, str):
+                self._add(_resolve(target.value, self.modules), node, module_level=False)
+        self.generic_visit(node)
+
+    visit_List = visit_Tuple = _command
 
 
 def imports_of(root: Path, stages: tuple[str, ...] = STAGES) -> list[Import]:
     """Every import, at module level or inside a function, from one module of the tree to another."""
     modules = module_files(root, stages)
+    faces = lazy_faces(modules)
     found: list[Import] = []
     for module, path in modules.items():
         file = str(path.relative_to(root))
-        collector = _Collector(module, path.name == "__init__.py", file, modules)
+        collector = _Collector(module, path.name == "__init__.py", file, modules, faces)
         collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=file))
         found.extend(collector.found)
     return found
@@ -195,6 +255,32 @@ def import_circles(imports: list[Import]) -> list[str]:
     return lines
 
 
+def folder_of(module: str) -> str:
+    """The folder directly under the stage that holds the module (a module directly in the stage folder: itself)."""
+    return ".".join(module.split(".")[:2])
+
+
+def folder_circles(imports: list[Import]) -> list[str]:
+    """One line per circle of folders inside a stage, each hop named by one import that makes it."""
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], Import] = {}
+    for imp in sorted(imports, key=lambda i: not i.module_level):
+        a, b = folder_of(imp.source), folder_of(imp.target)
+        if a == b or a.split(".")[0] != b.split(".")[0]:
+            continue
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+        where.setdefault((a, b), imp)
+    lines = []
+    for component in _components(graph):
+        cycle = _cycle_through(component[0], set(component), graph)
+        hops = " → ".join(f"{a} ({where[a, b].at()}: {where[a, b].source} imports {where[a, b].target})"
+                          for a, b in zip(cycle, cycle[1:]))
+        lines.append(f"folder circle: {hops} → {cycle[0]} (one folder sits below the other: move what both need "
+                     "into the lower one, or the wiring above both)")
+    return lines
+
+
 def test_no_stage_imports_a_stage_to_its_right():
     bad = upward_imports(imports_of(REPO))
     assert not bad, "upward imports:\n" + "\n".join(bad)
@@ -202,6 +288,11 @@ def test_no_stage_imports_a_stage_to_its_right():
 
 def test_no_import_circle():
     circles = import_circles(imports_of(REPO))
+    assert not circles, "\n".join(circles)
+
+
+def test_no_folder_circle():
+    circles = folder_circles(imports_of(REPO))
     assert not circles, "\n".join(circles)
 
 
@@ -242,3 +333,56 @@ def test_checker_names_each_hop_of_a_circle_lazy_imports_included(tmp_path):
         "import circle: data.pkg (data/pkg/__init__.py:1) → data.pkg.sub (data/pkg/sub.py:1) → data.pkg "
         "(move the shared code into the module that owns it)",
     ]
+
+
+def test_checker_follows_a_lazy_face_into_a_circle(tmp_path):
+    _write(tmp_path, {
+        "training/__init__.py": ('_WHERE = {"load_router": "training.router"}\n\n'
+                                 "def __getattr__(name):\n    import importlib\n"
+                                 "    return getattr(importlib.import_module(_WHERE[name]), name)\n"),
+        "training/router.py": "from training.recipe import fit\n",
+        "training/recipe.py": "def fit():\n    from training import load_router\n",
+    })
+    circles = import_circles(imports_of(tmp_path, ("training",)))
+    assert circles == ["import circle: training.recipe (training/recipe.py:2, in a function) → training.router "
+                       "(training/router.py:1) → training.recipe (move the shared code into the module that owns it)"]
+
+
+def test_checker_finds_a_string_import_and_a_module_run_as_a_process(tmp_path):
+    _write(tmp_path, {
+        "data/__init__.py": "",
+        "data/a.py": 'import importlib\n\ndef f():\n    return importlib.import_module("serving.x")\n',
+        "serving/__init__.py": "",
+        "serving/x.py": "",
+        "evaluation/__init__.py": "",
+        "evaluation/bench.py": ('import subprocess, sys\n\ndef run():\n'
+                                '    subprocess.run([sys.executable, "-m", "switchcraft.cli", "serve"])\n'),
+        "switchcraft/__init__.py": "",
+        "switchcraft/cli.py": 'x = __import__("evaluation.bench", fromlist=["run"])\n',
+    })
+    stages = ("data", "serving", "evaluation", "switchcraft")
+    bad = upward_imports(imports_of(tmp_path, stages), stages)
+    assert bad == [
+        "data/a.py:4: data.a imports serving.x inside a function (data may import only data; move what it needs "
+        "into data or further left)",
+        "evaluation/bench.py:4: evaluation.bench imports switchcraft.cli inside a function (evaluation may import "
+        "only data, serving, evaluation; move what it needs into evaluation or further left)",
+    ]
+
+
+def test_checker_finds_a_folder_arrow_back_up(tmp_path):
+    _write(tmp_path, {
+        "serving/__init__.py": "",
+        "serving/gateway/__init__.py": "",
+        "serving/gateway/app.py": "from serving.console.views import page\n",
+        "serving/gateway/auth.py": "",
+        "serving/console/__init__.py": "",
+        "serving/console/views.py": "from serving.gateway.auth import check\npage = 1\n",
+    })
+    imports = imports_of(tmp_path, ("serving",))
+    assert import_circles(imports) == []  # no module circle: only the folders go round
+    assert folder_circles(imports) == [
+        "folder circle: serving.console (serving/console/views.py:1: serving.console.views imports "
+        "serving.gateway.auth) → serving.gateway (serving/gateway/app.py:1: serving.gateway.app imports "
+        "serving.console.views) → serving.console (one folder sits below the other: move what both need into the "
+        "lower one, or the wiring above both)"]
