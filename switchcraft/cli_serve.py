@@ -82,36 +82,26 @@ def export(
 def serve(
     overrides: list[str] = typer.Argument(None, help="Config overrides, key=value (dotted keys for sections)."),
     config: Path = typer.Option(Path("configs/serving.yaml"), "--config", "-c", help="Serving config."),
+    host: str = typer.Option(None, help="Bind address (default: the config's host, 127.0.0.1)."),
+    port: int = typer.Option(None, help="Port (default: the config's port, 8080)."),
 ) -> None:
-    """Load the router and the pool, then serve on cfg.host:cfg.port (127.0.0.1 by default)."""
-    import logging
-
-    import uvicorn
-
+    """Load the router and the pool, then serve on cfg.host:cfg.port (127.0.0.1:8080 by default)."""
     from data.errors import DataError
-    from data.pool import load_pool
-    from serving.gateway.app import UNAUTHENTICATED, create_app
-    from serving.gateway.config import load_serving_config
-    from serving.gateway.errors import configure_json_logging
-    from serving.gateway.reload import client_from
+    from serving.app import UNAUTHENTICATED, bind, load_served, run_served
     from serving.gateway.state import StateUnavailable
-    from serving.gateway.server import uvicorn_config
 
+    given = [*([f"host={host}"] if host else []), *([f"port={port}"] if port else [])]
     try:
-        cfg = load_serving_config(config, overrides or [])
-        client = client_from(cfg.router, cfg.router.dir)  # the same settings a reload (SIGHUP) loads with
-        app = create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool))
+        cfg, app, client = load_served(config, [*(overrides or []), *given])
+        sock = bind(cfg)
     except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
         fail(str(e))
-    configure_json_logging(cfg.log_level)  # every line on stderr is one JSON object (uvicorn's and httpx's too)
-    logging.getLogger("uvicorn").setLevel(logging.WARNING)
     if cfg.auth.mode == "none":
         err.print("[bold red]WARNING:[/] " + UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}"), highlight=False)
     keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
     console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
                   f"{keys})", highlight=False)
-    # Headers and bodies have deadlines (header_timeout_s, body_timeout_s): a slow client cannot hold a connection.
-    uvicorn.Server(uvicorn_config(app, cfg)).run()
+    run_served(cfg, app, client, sock)
 
 
 def gateway_key(

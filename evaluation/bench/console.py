@@ -12,7 +12,7 @@ costs at the pool's prices, and `--explore` of the answered requests explored (e
 each model right with its own probability, wrong answers drawn from a few spellings, so consensus has something
 to do). The same `--seed` writes the same log.
 
-Then the console is served by the real gateway app (serving/gateway/app.py `create_app`, an admin key's session
+Then the console is served by the real gateway app (serving/app.py `create_app`, an admin key's session
 cookie, pages fetched over HTTP in process with Starlette's TestClient) and every view's page is timed for each
 range: the median of `--repeat` GETs (the slowest is in the .json). Writes a markdown table and the same numbers
 as .json. `--screenshots DIR` also opens the Savings and Quality pages in headless Chromium
@@ -164,7 +164,7 @@ def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: f
 
 def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
     from serving.client import RouterClient
-    from serving.gateway.app import create_app
+    from serving.app import create_app
     from serving.gateway.auth import KeyStore
     from serving.gateway.config import ServingConfig
 

@@ -102,7 +102,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
     from data.sources import read_source
     from evaluation.jobs.learn import learn
     from serving.client import RouterClient
-    from serving.gateway.app import create_app
+    from serving.app import create_app
     from serving.gateway.config import ServingConfig
     from serving.loopback import Loopback
     from data.logged import read_log

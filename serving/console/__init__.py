@@ -1,6 +1,6 @@
 """The operator's console: what the gateway saves, whether quality holds, where the money goes, in a browser.
 
-    mount(app, gw)                       # serving/gateway/app.py: pages under /console on the gateway's port
+    mount(app, gw)                       # serving/app.py: pages under /console on the gateway's port
     open http://127.0.0.1:8080/console   # log in once with an admin key (docs/console.md)
     switchcraft traffic report --log runs/gateway/log --out runs/traffic    # the same numbers, no browser
 

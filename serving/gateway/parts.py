@@ -1,6 +1,6 @@
-"""The gateway's parts, built once by `create_app` (serving/gateway/app.py) and handed to every request handler.
+"""The gateway's parts, built once by `create_app` (serving/app.py) and handed to every request handler.
 
-    gw = build_gateway(cfg, client=client, pool=pool)       # serving/gateway/app.py: the parts, no server
+    gw = build_gateway(cfg, client=client, pool=pool)       # serving/app.py: the parts, no server
     response = await chat(gw, request)                       # serving/gateway/chat.py, route.py, admin.py
     gw.finish("chat", 200, started, rid, ident, chosen=…)    # every request's counts and its one JSON log line
 

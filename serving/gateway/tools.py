@@ -13,7 +13,8 @@ string is a tenant); `request_group` calls already in the conversation are
 replayed as expansions, through the same filter. With `tools.mcp` (an MCP
 gateway config) the catalog is its upstream MCP servers' tools, under the MCP
 config's policy and retrieval (the tools config gives only `groups`), so chat
-callers and MCP hosts see the same tools and groups.
+callers and MCP hosts see the same tools and groups; serving/app.py builds that
+one, so the gateway never imports the MCP gateway.
 """
 
 from __future__ import annotations
@@ -60,11 +61,10 @@ class GatewayTools:
     def from_settings(cls, settings: ToolRoutingSettings) -> GatewayTools:
         from serving.tools.config import load_tools_config
 
+        if settings.mcp is not None:
+            raise ValueError("tools.mcp: a catalog of MCP servers' tools is built by the serving app "
+                             "(serving/app.py tools_of), not by the gateway alone")
         cfg = load_tools_config(settings.config)
-        if settings.mcp is not None:  # the catalog: the MCP servers' tools (serving/mcp/catalog.py)
-            from serving.mcp.catalog import mcp_tool_router
-
-            return cls(mcp_tool_router(settings.mcp, cfg.groups, settings.top_k))
         update: dict[str, Any] = {}
         if settings.catalog is not None:
             update["catalog"] = settings.catalog

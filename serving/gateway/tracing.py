@@ -4,7 +4,7 @@
     tracing(served)           # an observer (serving/gateway/record.py): spans are made and ended at once
     await tracing.aclose()    # flush what is queued and shut the exporter down (the app's lifespan does this)
 
-Built by serving/gateway/app.py only when `otel.endpoint` is set (configs/serving.yaml); otherwise this module and
+Built by serving/app.py only when `otel.endpoint` is set (configs/serving.yaml); otherwise this module and
 the OpenTelemetry SDK are never imported. It has its own `TracerProvider` (the process's global one is left alone)
 with `service.name` from `otel.service_name`, and exports over OTLP/HTTP (protobuf) to `otel.endpoint`, the full
 traces URL (`http://collector:4318/v1/traces`), with `otel.headers`. Export never blocks a request: a

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.views import REFUSED
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from switchcraft.cli import app as cli
 from tests.serving.gateway.helpers import POOL, pool_env

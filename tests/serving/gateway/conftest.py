@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from data.replay import Faults
 from data.replay.serve import ReplayServer, build_state
 from data.verify.agree import calls_agree
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.tools import GatewayTools
 from serving.tools.config import RetrievalConfig

@@ -18,7 +18,7 @@ from data.decoders import decode
 from data.pool import load_pool
 from data.pool_runner.request import openai_function_name
 from data.verify.batch import is_text
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_tools
 from tests.routers import REPO

@@ -21,7 +21,7 @@ from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
 from serving.client import RouterClient
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.tools.policy import Caller
 from tests.routers import REPO

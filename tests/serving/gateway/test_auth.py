@@ -166,7 +166,7 @@ def test_keys_never_reach_logs_or_traces(replay_gateway, examples, caplog):
 
 
 def test_unauthenticated_mode_is_explicit_announced_and_cannot_widen(client, monkeypatch, caplog):
-    from serving.gateway.app import create_app
+    from serving.app import create_app
     from serving.gateway.config import ServingConfig
 
     monkeypatch.delenv(KEYS_ENV, raising=False)

@@ -23,7 +23,7 @@ import pytest
 from data.pool import load_pool
 from serving.backends import BackendError, OrtBackend
 from serving.client import RouterClient
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.config import ServingConfig
 from serving.gateway.metrics import GatewayMetrics

@@ -16,7 +16,7 @@ import pytest
 
 from data.decoders import decode
 from data.verify.agree import calls_agree, disagreement_kind
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.serving.gateway.helpers import A, B, POOL, TIE, TOP, replay_app, cost_of, decoded, pool_env, tools_of
 from tests.serving.helpers import AUTH, Loopback, openai_body, post, stream

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from data.pool import load_pool
-from serving.gateway.app import build_gateway, create_app
+from serving.app import build_gateway, create_app
 from serving.gateway.auth import KeyEntry, KeyLimits, KeyStore
 from serving.gateway.budget import payload_size, worst_case_usd
 from serving.gateway.chat import Pending, plan, reserve, run

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from data.logged import FILE
 from data.pool import load_pool
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.auth import AuthSettings, KeyStore
 from serving.gateway.config import ServingConfig
 from serving.triton import free_port

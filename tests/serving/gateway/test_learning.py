@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from data.logged import read_log
 from tests.serving.gateway.helpers import POOL, pool_env

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.budget import worst_case_usd
 from serving.gateway.config import ServingConfig
 from serving.gateway.redis_local import LocalRedis

@@ -23,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from data.replay import Faults
 from data.replay.serve import ReplayServer, build_state
 from serving.client import RouterClient
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.breaker import Breaker, Breakers
 from serving.gateway.config import BreakerSettings, ServingConfig
 from serving.gateway.upstream import retry_after

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.sessions import HEADER
 from serving.gateway.tools import GatewayTools

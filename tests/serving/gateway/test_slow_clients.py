@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from data.pool import load_pool
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.server import uvicorn_config
 from tests.routers import REPO

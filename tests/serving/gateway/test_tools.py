@@ -13,7 +13,7 @@ import pytest
 from data.pool import load_pool
 from data.pool_runner.request import openai_function_name
 from data.schema import Tool
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from serving.gateway.requests import to_messages
 from serving.tools.catalog import REQUEST_GROUP

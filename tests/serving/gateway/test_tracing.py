@@ -222,7 +222,7 @@ def test_otel_endpoint_exports_each_request_over_otlp_http_with_breaker_states(g
 
 
 def test_a_hedge_ends_with_its_call_and_a_failed_request_is_an_error_span():
-    """No gateway: a Served as app.py builds it for a hedged request that no upstream answered."""
+    """No gateway: a Served as serving/app.py builds it for a hedged request that no upstream answered."""
     exporter = InMemorySpanExporter()
     tracing = Tracing.from_settings(OtelSettings(), exporter=exporter, breaker_state={A: "half_open"}.__getitem__)
     run = Run(Strategy.single(A, (B,)))

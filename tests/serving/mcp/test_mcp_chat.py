@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from data.pool import load_pool
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.routers import REPO
 from tests.serving.helpers import SECRET, Loopback, bearer, chat, post, use_keys

@@ -1,4 +1,6 @@
-"""The gateway: route a tool-calling request to the cheapest model predicted to get it right, then forward it.
+"""The served app: the chat gateway (serving/gateway/), the operator's console mounted on it (serving/console/),
+and its tool router over the MCP servers' tools when `tools.mcp` says so (serving/mcp/catalog.py). The gateway
+routes a tool-calling request to the cheapest model predicted to get it right, then forwards it.
 
     switchcraft serve --config configs/serving.yaml
     app = create_app(cfg, client=RouterClient.from_dir(...), pool=load_pool(...))    # tests build it this way
@@ -23,7 +25,8 @@ streamed answers included. /metrics, /readyz details and GET /v1/admin/spend
 need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
 unexpected exception answers 500 with `connection: close` (serving/gateway/errors.py).
 
-This module is the wiring: `build_gateway` makes the parts (serving/gateway/parts.py
+This module is the wiring, above the three folders it joins (none of them imports another's wiring):
+`build_gateway` makes the parts (serving/gateway/parts.py
 `Gateway`) and `create_app` registers one handler per request kind on them:
 serving/gateway/chat.py (admit → plan → reserve → run → settle → respond),
 route.py (the decision only) and admin.py (readiness, metrics, spend, reload).
@@ -35,8 +38,10 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 import sqlite3
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -52,7 +57,7 @@ from serving.gateway.budget import Budgets
 from serving.gateway.cascade import Cascade
 from serving.gateway.apis import anthropic_messages, openai_responses
 from serving.gateway.chat import CHAT, handler
-from serving.gateway.config import ServingConfig
+from serving.gateway.config import ServingConfig, ToolRoutingSettings
 from serving.gateway.decision_log import DecisionLog
 from serving.gateway.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
@@ -80,7 +85,7 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                   observers: list[Observer] | None = None) -> Gateway:
     """The gateway's parts, as `create_app` takes them (no server, no lifespan: a test may call handlers on them)."""
     if tools is None and cfg.tools is not None:
-        tools = GatewayTools.from_settings(cfg.tools)
+        tools = tools_of(cfg.tools)
     metrics = GatewayMetrics()
     state = state or open_state(cfg.state)
     budgets = Budgets.from_settings(state, metrics, cfg.state)
@@ -115,6 +120,17 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                                                             state_settings=cfg.state))
     return Gateway(cfg, pool, metrics, keys, state, budgets, upstreams, cascade, slot, tools, tool_selector, forced,
                    observers)
+
+
+def tools_of(settings: ToolRoutingSettings) -> GatewayTools:
+    """The tool router `tools:` names: over the tools its MCP servers list now (`tools.mcp`, serving/mcp/catalog.py),
+    else over a catalog file."""
+    if settings.mcp is None:
+        return GatewayTools.from_settings(settings)
+    from serving.mcp.catalog import mcp_tool_router
+    from serving.tools.config import load_tools_config
+
+    return GatewayTools(mcp_tool_router(settings.mcp, load_tools_config(settings.config).groups, settings.top_k))
 
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
@@ -212,3 +228,44 @@ def _on_sighup(reload) -> bool:
     except (ValueError, RuntimeError, NotImplementedError):
         return False
     return True
+
+
+def load_served(config: Path, overrides: list[str]) -> tuple[ServingConfig, FastAPI, RouterClient]:
+    """The serving config with its overrides, the router it names and the app over them, as `switchcraft serve`
+    runs them. ValueError / FileNotFoundError / DataError / StateUnavailable name what is wrong."""
+    from data.pool import load_pool
+    from serving.gateway.config import load_serving_config
+
+    cfg = load_serving_config(config, overrides)
+    client = client_from(cfg.router, cfg.router.dir)  # the same settings a reload (SIGHUP) loads with
+    return cfg, create_app(cfg, client=client, pool=load_pool(cfg.upstream.pool)), client
+
+
+def bind(cfg: ServingConfig) -> socket.socket:
+    """The listening socket on cfg.host:cfg.port, bound before anything says the gateway is up: a port in use
+    fails here (ValueError), not after a banner."""
+    family = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((cfg.host, cfg.port))
+    except OSError as e:
+        sock.close()
+        raise ValueError(f"cannot listen on {cfg.host}:{cfg.port}: {e.strerror or e} (another process holds the "
+                         "port? give another: --port N or port=N)") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_served(cfg: ServingConfig, app: FastAPI, client: RouterClient, sock: socket.socket | None = None) -> None:
+    """Serve until stopped: every log line one JSON object on stderr; headers and bodies have deadlines
+    (header_timeout_s, body_timeout_s), so a slow client cannot hold a connection."""
+    import uvicorn
+
+    from serving.gateway.errors import configure_json_logging
+    from serving.gateway.server import uvicorn_config
+
+    configure_json_logging(cfg.log_level)  # uvicorn's and httpx's lines too
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    uvicorn.Server(uvicorn_config(app, cfg)).run(sockets=[sock or bind(cfg)])
