@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,6 +43,7 @@ from data.replay.recordings import read_recordings
 from data.replay.serve import ReplayServer, build_state
 from serving.gateway.auth import new_key
 from serving.gateway.breaker import endpoint_of
+from evaluation.bench.support import Spawned, free_port, serve_gateway, spawn
 
 PROVIDER_KEY = "sk-bench-provider-key-0123456789"  # what the replay servers expect from the gateway
 SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"
@@ -179,7 +179,7 @@ class Stack:
         self.key = new_key()
         self.servers: dict[str, ReplayServer] = {}
         self.work = tempfile.TemporaryDirectory(prefix="bench-gateway-")
-        self.gateways: list[tuple[subprocess.Popen, int, object]] = []  # (process, port, log file)
+        self.gateways: list[tuple[Spawned, int, Path]] = []  # (process, port, log file)
         self.triton = None
         self.redis = None
 
@@ -201,8 +201,6 @@ class Stack:
 
             self.triton = TritonServer(Path(self.cfg.router_dir) / "cpu").start()
             router += ["router.backend=triton-grpc", f"router.triton_url={self.triton.grpc_url}"]
-        from serving.triton import free_port
-
         self.state_overrides = self._state(work)
         entry = {"id": "bench", "key": self.key, "role": "admin"}  # admin: the bench reads /metrics
         if self.cfg.state != "memory" or self.cfg.processes > 1:  # limits that never bite: every request uses the store
@@ -211,11 +209,9 @@ class Stack:
         env.update({m.api_key_env: PROVIDER_KEY for m in self.pool.models if m.api_key_env})
         for i in range(self.cfg.processes):
             port = free_port()
-            log = open(work / f"gateway{i}.log", "wb")  # noqa: SIM115 - closed in __exit__
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "switchcraft.cli", "serve", "--config", str(SERVING_YAML),
-                 f"port={port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", *router,
-                 *self.state_overrides, *self.cfg.overrides], env=env, stdout=log, stderr=subprocess.STDOUT)
+            log = work / f"gateway{i}.log"
+            proc = spawn(serve_gateway, SERVING_YAML, [f"port={port}", f"upstream.pool={work / 'pool.yaml'}",
+                         "auth.keys_file=null", *router, *self.state_overrides, *self.cfg.overrides], env=env, log=log)
             self.gateways.append((proc, port, log))
         for i in range(self.cfg.processes):
             self._wait_ready(i)
@@ -254,8 +250,9 @@ class Stack:
         raise TimeoutError(f"the gateway was not ready after {timeout_s:.0f} s: {self.log_tail(i)}")
 
     def log_tail(self, i: int = 0) -> str:
-        self.gateways[i][2].flush()
-        return (Path(self.work.name) / f"gateway{i}.log").read_text(errors="replace")[-2000:]
+        log = self.gateways[i][2]
+        return log.read_text(errors="replace")[-2000:] if log.exists() else ""
+
 
     def targets(self, names: list[str]) -> list[str]:
         if "all" in names:
@@ -266,13 +263,12 @@ class Stack:
         return picked
 
     def __exit__(self, *exc) -> None:
-        for proc, _, log in self.gateways:
+        for proc, _, _ in self.gateways:
             proc.terminate()
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            log.close()
         if self.redis is not None:
             self.redis.stop()
         for server in self.servers.values():

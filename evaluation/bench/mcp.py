@@ -21,7 +21,6 @@ import os
 import platform
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from evaluation.bench.support import Spawned, free_port, serve_mcp_gateway, spawn
 
 PROTOCOL = "2026-07-28"
 NAME_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -57,12 +58,6 @@ def fleet_tools(n: int, data_root: str) -> list[dict]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Rpc:
     """JSON-RPC over Streamable HTTP (the 2026-07-28 per-request envelope; stateless servers): one POST a call."""
 
@@ -89,7 +84,7 @@ class Rpc:
         return ms, answer["result"]
 
 
-def wait_for(check, what: str, timeout_s: float, proc: subprocess.Popen) -> float:
+def wait_for(check, what: str, timeout_s: float, proc: subprocess.Popen | Spawned) -> float:
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
         if proc.poll() is not None:
@@ -130,8 +125,7 @@ def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: st
         rpc = Rpc()
         direct = f"http://127.0.0.1:{fleet_port}/s0/mcp"
         wait_for(lambda: rpc(direct, "tools/list"), "the upstream fleet", 60, fleet)
-        gateway = subprocess.Popen([sys.executable, "-m", "switchcraft.cli", "mcp", "serve", "--config",
-                                    str(work / "bench_mcp.yaml")], env=env, stderr=subprocess.DEVNULL)
+        gateway = spawn(serve_mcp_gateway, work / "bench_mcp.yaml", env=env)
         procs.append(gateway)
         health = f"http://127.0.0.1:{gw_port}/healthz"
         ready_s = wait_for(lambda: httpx2.get(health).json()["tools"] == tools, "the gateway", 900, gateway)

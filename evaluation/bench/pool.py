@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import yaml
+
+from evaluation.bench.support import Spawned, free_port, serve_replay, spawn
 
 MODEL = {
     "name": "gpt-4o-2024-08-06-FC",
@@ -34,33 +33,12 @@ MODEL = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_replay_server(pool_yaml: Path, data_root: Path, port: int) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "switchcraft.cli",
-        "pool",
-        "replay-server",
-        "--pool",
-        str(pool_yaml),
-        "--outputs",
-        str(data_root / "bfcl_v1_pool_outputs_2024-08-11"),
-        "--port",
-        str(port),
-        "--data-root",
-        str(data_root),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start_replay_server(pool_yaml: Path, data_root: Path, port: int) -> Spawned:
+    proc = spawn(serve_replay, pool_yaml, data_root / "bfcl_v1_pool_outputs_2024-08-11", data_root / "bfcl_v1", port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"replay server exited: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"the replay server exited with status {proc.returncode}")
         try:
             httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).raise_for_status()
             return proc
@@ -89,7 +67,7 @@ def bench_pool(concurrency: list[int], calls: int, data_root: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         pool_yaml = Path(tmp) / "pool.yaml"
         pool_yaml.write_text(yaml.safe_dump({"models": [MODEL]}))
-        port = _free_port()
+        port = free_port()
         server = start_replay_server(pool_yaml, data_root, port)
         try:
             for c in concurrency:
