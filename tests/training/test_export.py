@@ -102,15 +102,17 @@ def test_export_refuses_without_requests_and_reports_parity_failures(tiny_router
         ExportReport(n_requests=2, max_abs_diff_fp32=0.0, decisions_equal_fp32=0.5).check()
 
 
-def test_checked_in_repository_is_what_export_writes(exported, tmp_path):
+def test_the_repository_export_writes_is_for_the_routers_own_pool(exported, tmp_path):
     from serving.triton import model_config, write_model_repository
 
-    repo = REPO / "serving" / "model_repository"
-    for variant in ("gpu", "cpu"):
-        # The checked-in configs are the default pool's (8 models, one input per metadata feature).
-        assert (repo / variant / "router" / "config.pbtxt").read_text() == model_config(variant, n_models=8, n_meta=len(FEATURE_NAMES))
     out, _ = exported
+    n_models = len(json.loads((out / "router.json").read_text())["models"])  # the tiny router's: the 2024 pool, 8
     written = write_model_repository(out, tmp_path / "repo", max_batch_size=16)
+    for variant in ("gpu", "cpu"):  # only the Python backend's model.py is checked in: the configs are per pool
+        assert not (REPO / "serving" / "model_repository" / variant / "router" / "config.pbtxt").exists()
+        assert f"dims: [ {n_models} ]" in (written / variant / "router" / "config.pbtxt").read_text()
+    assert (written / "gpu" / "router" / "config.pbtxt").read_text() == model_config(
+        "gpu", n_models=n_models, n_meta=len(FEATURE_NAMES), max_batch_size=16)
     gpu = (written / "gpu" / "router" / "config.pbtxt").read_text()
     assert 'platform: "onnxruntime_onnx"' in gpu and "KIND_GPU" in gpu and "max_batch_size: 16" in gpu
     assert "max_queue_delay_microseconds" in gpu and 'name: "tensorrt"' in gpu
