@@ -28,7 +28,8 @@ import numpy as np
 from serving.backends import Backend, make_backend
 from serving.long_input import CappedEncoder
 from serving.policy import Constraints, CostAwarePolicy, Decision
-from training.policy import StrategyPolicy
+from training.novelty import Novelty
+from training.policy import Strategy, StrategyPolicy
 from training.export import Request, RequestEncoder, pad_batch
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class RouterClient:
 
     def __init__(self, encoder: RequestEncoder, backend: Backend, info: dict[str, Any], *, version: str,
                  max_batch_size: int = 32, pad_multiple: int = 1, rule: str | None = None, lam: float | None = None,
-                 strategies: bool = True) -> None:
+                 strategies: bool = True, novelty: Novelty | None = None) -> None:
         if max_batch_size < 1 or pad_multiple < 1:
             raise ValueError("max_batch_size and pad_multiple must be ≥ 1")
         # Long strings are cut to what packing can use before anything is tokenized (serving/long_input.py).
@@ -99,6 +100,9 @@ class RouterClient:
         if self.strategy_policy is not None and self.strategy_policy.models != self.models:
             raise ValueError(f"router.json: strategy_policy is over {self.strategy_policy.models}, the router over {self.models}")
         self.version = version
+        self.novelty = novelty  # None: every request is routed, however unlike the training requests
+        if novelty is not None and novelty.safe_model not in self.models:
+            raise ValueError(f"router.json: novelty's safe model {novelty.safe_model!r} is not one of {self.models}")
         self.max_batch_size = max_batch_size
         # Triton's ONNX backend batches only equal shapes: padding lengths to a multiple makes them meet.
         self.pad_multiple = pad_multiple
@@ -107,7 +111,7 @@ class RouterClient:
     def from_dir(cls, path: str | Path, *, backend: str = "ort", url: str | None = None, int8: bool = False,
                  threads: int | None = None, timeout_s: float = 2.0, max_batch_size: int = 32,
                  pad_multiple: int = 1, spin: bool = False, rule: str | None = None, lam: float | None = None,
-                 strategies: bool = True) -> RouterClient:
+                 strategies: bool = True, novelty: bool = True) -> RouterClient:
         """From an exported folder (`switchcraft export`) or a model repository (both hold router.json + tokenizer/)."""
         path = Path(path)
         if not (path / "router.json").exists():
@@ -124,8 +128,9 @@ class RouterClient:
         encoder = RequestEncoder.from_dir(path)
         name = f"{backend}{'-int8' if int8 else ''}"
         engine.name = name
+        index = Novelty.load(path, info["novelty"]) if novelty and info.get("novelty") else None
         return cls(encoder, engine, info, version=router_version(info, raw), max_batch_size=max_batch_size,
-                   pad_multiple=pad_multiple, rule=rule, lam=lam, strategies=strategies)
+                   pad_multiple=pad_multiple, rule=rule, lam=lam, strategies=strategies, novelty=index)
 
     # --- probabilities -----------------------------------------------------------------------------
     def _pad_to(self, n: int) -> int:
@@ -163,20 +168,52 @@ class RouterClient:
         t0 = time.perf_counter()
         encoded = [self.encoder.encode(m, t) for m, t in requests]
         probs = self.infer_encoded(encoded)
-        decisions = [self.decide(p, constraints, threshold=threshold) for p in probs]
+        decisions = [self.decide(p, constraints, threshold=threshold, novelty=self.novelty_of(e))
+                     for p, e in zip(probs, encoded)]
         ms = (time.perf_counter() - t0) * 1e3
         return [RoutedDecision(d, self.version, ms, self.backend.name, len(ids)) for d, (ids, _) in zip(decisions, encoded)]
 
+    def novelty_of(self, encoded: tuple[list[int], np.ndarray]) -> dict[str, float] | None:
+        """How unlike the training requests an encoded request (ids, metadata) is: its text and metadata distances
+        and their score (None: this router has no novelty index)."""
+        return None if self.novelty is None else self.novelty.parts(*encoded)
+
     def decide(self, probs: np.ndarray, constraints: Constraints | None = None, *,
-               threshold: float | None = None) -> Decision:
-        """One request's decision from its probabilities: the policy, then the strategy policy (unless τ is given).
+               threshold: float | None = None, novelty: dict[str, float] | None = None) -> Decision:
+        """One request's decision from its probabilities: the policy, then the strategy policy (unless τ is given);
+        a request whose `novelty` (novelty_of) is over the index's threshold goes to the safe model instead.
 
         Per request, so requests with different constraints can share one inference call (serving/gateway/batcher.py).
         Raises NoEligibleModel when the constraints leave no model."""
         decision = self.policy.decide(probs, constraints, threshold=threshold)
         if self.strategy_policy is not None and threshold is None:
             self._choose_strategy(decision, probs, constraints)
+        if novelty is not None and self.novelty is not None:
+            self._unlike_training(decision, novelty, threshold)
         return decision
+
+    def _unlike_training(self, decision: Decision, parts: dict[str, float], threshold: float | None) -> None:
+        """Over the threshold, the safe model (the most accurate single model on the training labels) answers, its
+        fallbacks the ranking's: the router's probabilities there are extrapolation. A caller's τ, or constraints
+        that exclude the safe model, keep the decision; the decision says which happened."""
+        nv, score = self.novelty, parts["score"]
+        note = {**{k: round(v, 4) for k, v in parts.items()}, "threshold": round(nv.threshold, 4),
+                "safe_model": nv.safe_model, "flagged": score > nv.threshold, "applied": False}
+        decision.novelty = note
+        if not note["flagged"]:
+            return
+        if threshold is not None:
+            note["why"] = "the request gave its own threshold: routed as asked"
+            return
+        if nv.safe_model in decision.excluded:
+            note["why"] = f"the safe model is excluded: {decision.excluded[nv.safe_model]}"
+            return
+        fallbacks = tuple(m for m in decision.ranking if m != nv.safe_model)
+        decision.chosen, decision.ranking = nv.safe_model, [nv.safe_model, *fallbacks]
+        decision.strategy = Strategy.single(nv.safe_model, fallbacks)
+        decision.strategy_why = {"rule": "novelty", "why": f"unlike the router's training requests (novelty "
+                                 f"{score:.3f} > {nv.threshold:.3f}): the pool's safe model answers"}
+        note["applied"] = True
 
     def _choose_strategy(self, decision: Decision, probs: np.ndarray, constraints: Constraints | None) -> None:
         """Replace the single decision's strategy with the strategy policy's, where the caller's constraints allow.

@@ -59,6 +59,7 @@ class Decision:
     strategy: Strategy | None = None
     strategy_why: dict | None = None  # set when a strategy policy chose the strategy (training.policy.StrategyPolicy)
     lam: float | None = None  # the λ of rule "lambda"
+    novelty: dict | None = None  # how unlike the training requests, and whether it went to the safe model
 
     def __post_init__(self) -> None:
         if self.strategy is None:
@@ -80,6 +81,7 @@ class Decision:
         return {
             "strategy": self.strategy.to_dict(),
             **({"strategy_why": self.strategy_why} if self.strategy_why else {}),
+            **({"novelty": self.novelty} if self.novelty else {}),
             "chosen": self.chosen,
             "rule": self.rule,
             "threshold": self.threshold,

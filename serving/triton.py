@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from training.export import copy_novelty
+
 REPOSITORY_TEMPLATE = Path(__file__).parent / "model_repository"
 MODEL_NAME = "router"
 VARIANTS = ("gpu", "cpu")
@@ -155,6 +157,7 @@ def write_model_repository(onnx_dir: str | Path, out: str | Path, *, int8: bool 
             shutil.copy(REPOSITORY_TEMPLATE / "cpu" / MODEL_NAME / "1" / "model.py", model_dir / "1" / "model.py")
     # The client packs requests and applies the policy with this file (same tokenizer beside it).
     shutil.copy(onnx_dir / "router.json", out / "router.json")
+    copy_novelty(onnx_dir, out, info)
     if (out / "tokenizer").exists():
         shutil.rmtree(out / "tokenizer")
     shutil.copytree(onnx_dir / "tokenizer", out / "tokenizer")

@@ -85,3 +85,49 @@ def training_blend(router_dir, requests, wc: float | None = None) -> np.ndarray:
     k, wc = router.category.n_models, router.category.weight if wc is None else wc
     z[:, :k] = (1 - wc) * z[:, :k] + wc * router.category.logits(router.lexical.features(ids), feed["metadata"])
     return 1.0 / (1.0 + np.exp(-z / router.temperatures))
+
+
+# A coding agent's first turn: a long system prompt about a CLI, an environment block, file and shell tools.
+AGENT_SYSTEM = (
+    "You are an interactive CLI tool that helps users with software engineering tasks. Use the instructions below "
+    "and the tools available to you to assist the user. IMPORTANT: Assist with defensive security tasks only.\n"
+    "# Tone and style\nYou should be concise, direct, and to the point. When you run a non-trivial bash command, "
+    "you should explain what the command does and why you are running it.\n# Following conventions\nWhen making "
+    "changes to files, first understand the file's code conventions. Mimic code style, use existing libraries.\n"
+    "<env>\nWorking directory: /home/dev/project\nIs directory a git repo: Yes\nPlatform: linux\n</env>\n") * 4
+AGENT_TOOLS = [
+    ("Read", "Reads a file from the local filesystem. The file_path parameter must be an absolute path."),
+    ("Bash", "Executes a given bash command in a persistent shell session with optional timeout."),
+    ("Edit", "Performs exact string replacements in files. You must use your Read tool at least once first."),
+    ("Write", "Writes a file to the local filesystem, overwriting the existing file if there is one."),
+    ("Glob", "Fast file pattern matching tool that works with any codebase size; returns matching paths."),
+    ("Grep", "A powerful search tool built on ripgrep; supports full regex syntax and file type filters."),
+    ("TodoWrite", "Use this tool to create and manage a structured task list for your current coding session."),
+    ("WebFetch", "Fetches content from a specified URL and processes it using an AI model."),
+]
+
+
+def agent_request() -> tuple[list, list]:
+    """(messages, tools) of a coding agent's first turn: nothing like a benchmark question."""
+    from data.schema import Message, Tool
+
+    tools = [Tool(name=n, description=d, parameters={"type": "object", "properties": {
+        "file_path": {"type": "string", "description": "The absolute path to the file"},
+        "command": {"type": "string", "description": "The command to execute"}}, "required": ["file_path"]})
+        for n, d in AGENT_TOOLS]
+    return [Message(role="system", content=AGENT_SYSTEM),
+            Message(role="user", content="read notes.txt in this folder and tell me what it says")], tools
+
+
+def with_novelty(router_dir: Path, novelty, out: Path) -> Path:
+    """A copy of an exported router folder with a fitted novelty index beside its router.json, as training writes
+    it (training/novelty.py)."""
+    import json
+    import shutil
+
+    shutil.copytree(router_dir, out)
+    info = json.loads((out / "router.json").read_text())
+    info["novelty"] = novelty.info()
+    (out / "router.json").write_text(json.dumps(info))
+    novelty.save(out)
+    return out

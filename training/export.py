@@ -193,6 +193,14 @@ Decide = Callable[[np.ndarray], np.ndarray]  # probabilities [n, models] → cho
 MIN_INT8_AGREEMENT = 0.97  # share of requests whose chosen model INT8 must keep, or it is not served
 
 
+def copy_novelty(src: str | Path, out: str | Path, info: dict) -> None:
+    """The novelty index router.json names (training/novelty.py), beside the copied router.json."""
+    if info.get("novelty"):
+        name = info["novelty"].get("file", "novelty.npz")
+        if Path(src).resolve() != Path(out).resolve():
+            shutil.copy(Path(src) / name, Path(out) / name)
+
+
 def export_router(router_dir: str | Path, out_dir: str | Path, *, requests: Sequence[Request],
                   int8: bool = False, decide: Decide | None = None, opset: int = 17, threads: int | None = None,
                   tol: float = 1e-4, min_int8_agreement: float = MIN_INT8_AGREEMENT) -> ExportReport:
@@ -219,6 +227,7 @@ def export_router(router_dir: str | Path, out_dir: str | Path, *, requests: Sequ
     if (out / "tokenizer").exists():
         shutil.rmtree(out / "tokenizer")
     shutil.copytree(Path(router_dir) / "tokenizer", out / "tokenizer")
+    copy_novelty(router_dir, out, router.info)
 
     encoder = RequestEncoder(router.tokenizer, router.info)
     feeds = [encoder.batch([r]) for r in requests]

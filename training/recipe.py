@@ -41,6 +41,7 @@ from training.folds import grouped_folds, grouped_split
 from training.lexical import LexicalModel
 from training.metadata import FEATURE_NAMES, MetadataScaler
 from training.model import RouterModel, load_backbone
+from training.novelty import Novelty
 from training.packing import special_ids
 
 OOF_FILE = "oof_predictions.parquet"
@@ -401,14 +402,17 @@ class TrainRecipe:
         if self.final is not None:
             fitted, temps = self.final
             model, scaler = fitted.model, fitted.scaler
+            novelty = Novelty.fit(self.table.ids, scaler.transform(self.table.meta_raw), self.fold,
+                                  safe_model=safe_model(self.table))
             save_router(out, model, self.tokenizer, {
                 "models": self.models, "prices": self.prices, "cost_profile": cost_profile(self.table, np.arange(len(self.table))),
                 "cost_profile_basis": "mean cost_usd per query over all training examples (labels)",
                 "threshold": cfg.threshold, "temperatures": temps, "packing": cfg.packing.model_dump(),
                 "metadata": scaler.to_json(), "mode": cfg.mode, "backbone": cfg.backbone.model_dump(),
                 "n_examples": len(self.table), "config": cfg.model_dump(), "added_models": [],
-                "aux_models": self.aux_models,
+                "aux_models": self.aux_models, "novelty": novelty.info(),
             }, lexical=fitted.lexical, category=fitted.category)
+            novelty.save(out)
         plot_oof(self, out / "reliability.png")
         self.metrics["timing"] = self.timing
         self.metrics["fold_details"] = self.fold_records
@@ -421,6 +425,15 @@ class TrainRecipe:
         if hasattr(self, "accelerator"):
             self.accelerator.free_memory()
         gc.collect()
+
+
+def safe_model(table: RequestTable) -> str:
+    """The most accurate single model on the training labels (ties: the cheaper): where a request unlike the
+    training requests goes (training/novelty.py)."""
+    seen = table.mask.sum(axis=0)
+    acc = np.where(seen > 0, (table.y * table.mask).sum(axis=0) / np.maximum(seen, 1), -1.0)
+    cost = np.nan_to_num(np.nanmean(np.where(table.mask, table.cost, np.nan), axis=0), nan=np.inf)
+    return table.models[int(np.lexsort((cost, -acc))[0])]
 
 
 def run_training(cfg: TrainConfig) -> dict:

@@ -175,7 +175,8 @@ class RoutingBatcher:
         out: list = []
         for c, p in zip(batch, probs):
             try:
-                out.append(self.client.decide(p, c.constraints, threshold=c.threshold))
+                out.append(self.client.decide(p, c.constraints, threshold=c.threshold,
+                                              novelty=self.client.novelty_of(c.encoded)))
             except Exception as e:  # noqa: BLE001 - NoEligibleModel (422) and the like belong to that request alone
                 out.append(e)
         return out

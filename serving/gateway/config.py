@@ -66,6 +66,9 @@ class RouterSettings(BaseModel):
     pad_multiple: int = Field(default=1, ge=1, description="Pad lengths to a multiple (helps Triton's ONNX batcher).")
     rule: Literal["threshold", "lambda"] | None = Field(default=None, description="Policy rule (default: router.json's, else threshold).")
     lam: float | None = Field(default=None, gt=0, description="λ of the lambda rule (switchcraft evaluate prints a calibrated one).")
+    novelty: bool = Field(default=True, description="Send a request unlike the router's training requests (router.json "
+                          "`novelty`, training/novelty.py) to the pool's safe model, its most accurate single model; "
+                          "false: route it like any other.")
     cascade: CascadeSettings | None = Field(default=None, description="Run this strategy instead of the decision's "
                                             "(models checked against the pool when the gateway starts).")
 

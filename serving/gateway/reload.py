@@ -35,7 +35,7 @@ def client_from(settings, path: str | Path) -> RouterClient:
     r = settings
     return RouterClient.from_dir(path, backend=r.backend, url=r.triton_url, int8=r.int8, threads=r.threads,
                                  timeout_s=r.timeout_s, max_batch_size=r.max_batch_size, pad_multiple=r.pad_multiple,
-                                 spin=r.spin, rule=r.rule, lam=r.lam)
+                                 spin=r.spin, rule=r.rule, lam=r.lam, novelty=r.novelty)
 
 
 def _libc_trim():

@@ -50,6 +50,11 @@ def test_frozen_training_learns_the_toy_task_and_round_trips(toy_task, tiny_back
     assert {"torch", "transformers"} <= set(info["versions"]) and info["config"]["mode"] == "frozen"
     assert (router_dir / "reliability.png").stat().st_size > 1000
     assert (router_dir / "metrics.json").exists()
+    # The novelty index (training/novelty.py): fitted held out on the same folds; its safe model the most accurate.
+    nv = info["novelty"]
+    assert (router_dir / nv["file"]).exists() and nv["held_out_flagged"] <= 0.02 + 1e-9 and nv["rows"] == 48
+    rates = {m: metrics["per_model"][m]["base_rate"] for m in info["models"]}
+    assert nv["safe_model"] == max(rates, key=rates.get)
 
     examples = read_examples(toy_task / "examples.parquet")
     a = load_router(router_dir).predict(examples)
