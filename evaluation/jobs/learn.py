@@ -18,8 +18,11 @@ learns from (exploration, `explore.rate`, provides them). Steps:
 4. on the held-out requests, the new router's decisions are replayed on the logged answers
    (`training.policy.replay`: the gateway's cascade rules, `training.policy.rules`) and compared with what the
    router in service did: accuracy scored with consensus labels, and with the verifier's true labels where the
-   caller's `metadata.example_id` names a BFCL v1 query (`--data-root`), cost from the logged calls.
-Results: `<run-dir>/learn.json` and the printed table.
+   caller's `metadata.example_id` names a BFCL v1 query (`--data-root`), cost from the logged calls;
+5. the rollout verdict: "keep" (the router in service stays) when the learned router is less accurate or dearer
+   beyond the paired 95% intervals, else "roll_out"; written into `router_onnx/router.json` (`rollout`), where
+   `POST /v1/admin/reload` reads it and refuses a "keep" router unless `{"force": true}`.
+Results: `<run-dir>/learn.json` and the printed table; `switchcraft learn` exits 3 on "keep".
 """
 
 from __future__ import annotations
@@ -99,7 +102,40 @@ def compare_on_holdout(held: list[Example], outputs: list[Output], labels: pd.Da
                 out[who]["n_true"] = int(len(scored))
         diff = scored[f"new_{labels_col}"].astype(float) - scored[f"in_service_{labels_col}"].astype(float)
         out[f"new_minus_in_service_{scoring}"] = _mean_ci(diff, ci["new"].delta_accuracy)
+        if scoring == "consensus":  # cost does not depend on the labels: one paired difference, over every row
+            dearer = (frame["new_cost"] - frame["in_service_cost"]) * 1e6
+            out["new_minus_in_service_usd_per_million"] = _mean_ci(dearer, ci["new"].delta_usd_per_million)
     return out
+
+
+def rollout_verdict(comparison: dict) -> dict:
+    """Whether the learned router may replace the one in service: not if it is less accurate beyond the paired
+    interval (the verifier's labels where the held-out requests have them, else consensus) or dearer beyond it.
+    `verdict` is "roll_out" or "keep"; `why` says which figure decided."""
+    scoring = "true" if comparison.get("new_minus_in_service_true") else "consensus"
+    acc, usd = comparison.get(f"new_minus_in_service_{scoring}"), comparison.get("new_minus_in_service_usd_per_million")
+    out = {"scoring": scoring, "delta_accuracy": acc, "delta_usd_per_million": usd, "n": comparison.get("n")}
+    if acc is None or usd is None:
+        return {**out, "verdict": "keep", "why": "no held-out request could be compared"}
+    if acc["high"] < 0:
+        why = (f"less accurate than the router in service ({scoring} labels): Δ {acc['mean']:+.3f} "
+               f"[{acc['low']:+.3f}, {acc['high']:+.3f}]")
+        return {**out, "verdict": "keep", "why": why}
+    if usd["low"] > 0:
+        why = (f"dearer than the router in service: Δ ${usd['mean']:+,.0f}/M [{usd['low']:+,.0f}, {usd['high']:+,.0f}] "
+               f"(accuracy Δ {acc['mean']:+.3f} [{acc['low']:+.3f}, {acc['high']:+.3f}])")
+        return {**out, "verdict": "keep", "why": why}
+    return {**out, "verdict": "roll_out", "why": f"neither less accurate nor dearer beyond the paired intervals "
+                                               f"(accuracy Δ {acc['mean']:+.3f}, ${usd['mean']:+,.0f}/M)"}
+
+
+def stamp_rollout(onnx_dir: Path, verdict: dict) -> None:
+    """The verdict in the learned router's router.json (`rollout`): /v1/admin/reload refuses a router marked
+    "keep" unless forced."""
+    path = Path(onnx_dir) / "router.json"
+    info = json.loads(path.read_text())
+    info["rollout"] = verdict
+    path.write_text(json.dumps(info, indent=2, default=str))
 
 
 def _mean_ci(values, interval) -> dict:
@@ -202,6 +238,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     truth = true_labels(held, outputs, pool, Path(data_root) if data_root else None)
     comparison = step("compare on held-out requests",
                       lambda: compare_on_holdout(held, outputs, labels_frame, onnx_dir, pool, truth))
+    comparison["rollout"] = rollout_verdict(comparison)
+    stamp_rollout(onnx_dir, comparison["rollout"])
     result = LearnResult(run, router, onnx_dir, len(examples), len(train), len(held), consensus.agreement,
                          comparison, timings)
     (run / "learn.json").write_text(json.dumps({

@@ -151,7 +151,9 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
             app = create_app(ServingConfig(), client=client, pool=served_pool(full))
             with Loopback(app, start_timeout_s=60) as url:
                 sent_before = send_all(url, scored)
-                r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned.onnx_dir)},
+                # The loop scores the learned router whatever learn's rollout verdict (LoopResult.learn["rollout"]):
+                # measuring it is the point; an operator's reload would refuse a "keep" without force.
+                r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned.onnx_dir), "force": True},
                                headers={"authorization": f"Bearer {LOOP_KEY}"}, timeout=120)
                 if r.status_code != 200:
                     raise RuntimeError(f"reload failed: {r.text}")

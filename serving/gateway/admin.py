@@ -5,7 +5,9 @@
                                   otherwise); details (backend, router version, endpoints, state) for an admin key
     GET  /metrics                 Prometheus text (admin key)
     GET  /v1/admin/spend          the ledger of `key` on `day` and its totals (admin key)
-    POST /v1/admin/reload         serve another router directory: {"dir": …}, default router.dir (admin key)
+    POST /v1/admin/reload         serve another router directory: {"dir": …}, default router.dir (admin key);
+                                  409 for a router `switchcraft learn` said to keep out of service, unless
+                                  {"force": true}
 
 Each is a plain function of the gateway's parts (serving/gateway/parts.py) and the request.
 """
@@ -24,6 +26,7 @@ from serving.gateway.admit import admin_of
 from serving.gateway.budget import spend_report
 from serving.gateway.errors import GatewayError
 from serving.gateway.parts import Gateway
+from serving.gateway.reload import RolloutRefused
 from serving.gateway.state import StateUnavailable
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -74,9 +77,15 @@ async def reload(gw: Gateway, request: Request) -> Response:
         where = body.get("dir") if isinstance(body, dict) else None
         if where is not None and not isinstance(where, str):
             raise GatewayError(400, "dir: must be a string (a router directory)", param="dir")
-        out = await gw.slot.reload(where)
+        force = body.get("force", False) if isinstance(body, dict) else False
+        if not isinstance(force, bool):
+            raise GatewayError(400, "force: must be true or false", param="force")
+        out = await gw.slot.reload(where, force=force)
     except GatewayError as e:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+    except RolloutRefused as e:
+        return JSONResponse(GatewayError(409, f"router not reloaded: {e}", type="rollout_refused", param="force").body(),
+                            status_code=409)
     except json.JSONDecodeError:
         return JSONResponse(GatewayError(400, "body: not JSON", param="body").body(), status_code=400)
     except ValueError as e:

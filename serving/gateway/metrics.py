@@ -97,7 +97,7 @@ class GatewayMetrics:
                                       ["outcome"], registry=r)
         self.explore_below_target = Gauge("switchcraft_explore_models_below_target", "Explored pool models with "
                                           "fewer logged answers than explore.min_answers", registry=r)
-        self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed)",
+        self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed | refused)",
                                       ["outcome"], registry=r)
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "

@@ -30,6 +30,23 @@ log = logging.getLogger("switchcraft.gateway")
 DRAIN_S = 30.0
 
 
+class RolloutRefused(ValueError):
+    """The router's own learn verdict says to keep the router in service."""
+
+
+def rollout_refusal(path: str | Path) -> str | None:
+    """Why `path` must not replace the router in service (router.json `rollout.verdict` "keep"), else None. A
+    router.json that cannot be read is left to the loader, which says what is wrong with it."""
+    try:
+        rollout = json.loads((Path(path) / "router.json").read_text()).get("rollout") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if rollout.get("verdict") != "keep":
+        return None
+    return (f"switchcraft learn advised to keep the router in service: the learned router is {rollout.get('why')}; "
+            "reload with {\"dir\": …, \"force\": true} to serve it anyway")
+
+
 def client_from(settings, path: str | Path) -> RouterClient:
     """A router client for `path` with the serving config's router settings (backend, threads, rule, …)."""
     r = settings
@@ -83,12 +100,19 @@ class RouterSlot:
         self.loaded_from = default_dir
         self.loaded: RouterClient | None = None  # a client this slot loaded (closed when replaced); not the first
 
-    async def reload(self, path: str | None = None) -> dict:
+    async def reload(self, path: str | None = None, *, force: bool = False) -> dict:
         """Serve the router in `path` (default: the configured router.dir) from now on; ValueError /
-        FileNotFoundError (nothing changed) when it cannot be served."""
+        FileNotFoundError (nothing changed) when it cannot be served, RolloutRefused when `switchcraft learn` said
+        to keep the router in service (router.json `rollout`) and `force` is not given."""
         path = path or self.default_dir
         if not path:
             raise ValueError("no router directory to reload: give {\"dir\": …}")
+        if not force:
+            refused = rollout_refusal(path)
+            if refused:
+                self.metrics.router_reloads.labels(outcome="refused").inc()
+                log.warning(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": refused}))
+                raise RolloutRefused(refused)
         async with self.lock:
             t0 = time.perf_counter()
             try:

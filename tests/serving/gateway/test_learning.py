@@ -192,3 +192,25 @@ def test_request_ids_are_the_gateways_even_when_callers_reuse_theirs(pool, clien
     assert len(examples_) == 2 and {o.example_id for o in outputs} == {f"log:{i}" for i in ids}
     joined = [json.loads(r.getMessage()) for r in caplog.records if '"client_request_id"' in r.getMessage()]
     assert sorted(j["request_id"] for j in joined) == sorted(ids) and {j["client_request_id"] for j in joined} == {"job-7"}
+
+
+def test_reload_refuses_a_router_learn_said_to_keep_out_of_service_unless_forced(pool, client, exported, tmp_path):
+    kept = tmp_path / "kept"
+    shutil.copytree(exported[0], kept)
+    spec = json.loads((kept / "router.json").read_text())
+    spec["rollout"] = {"verdict": "keep", "why": "less accurate than the router in service (consensus labels): "
+                                                 "Δ -0.100 [-0.250, -0.010]"}
+    (kept / "router.json").write_text(json.dumps(spec))
+    app = create_app(ServingConfig(), client=client, pool=pool)
+    with Loopback(app) as url:
+        r = httpx.post(url + "/v1/admin/reload", json={"dir": str(kept)}, headers=AUTH)
+        assert r.status_code == 409, r.text
+        err = r.json()["error"]
+        assert err["type"] == "rollout_refused" and "less accurate than the router in service" in err["message"]
+        assert '"force": true' in err["message"]
+        assert httpx.post(url + "/v1/admin/reload", json={"dir": str(kept), "force": "yes"},
+                          headers=AUTH).status_code == 400
+        forced = httpx.post(url + "/v1/admin/reload", json={"dir": str(kept), "force": True}, headers=AUTH)
+        assert forced.status_code == 200 and forced.json()["dir"] == str(kept)
+        metrics = httpx.get(url + "/metrics", headers=AUTH).text
+    assert 'switchcraft_router_reloads_total{outcome="refused"} 1.0' in metrics
