@@ -3,12 +3,14 @@
     app.include_router(console_routes(gw))        # serving/console/__init__.py mount(app, gw)
 
 GET  /console/login            the form that takes an admin key once (POST /console/login sets the session)
-POST /console/logout           ends the session
+POST /console/logout           ends the session (revoked in the state store: a copy of the cookie is refused too)
 GET  /console/{view}           savings | quality | traffic | keys | requests | router   (?range=1h|24h|7d|30d|all)
 GET  /console/requests/{id}    one request's trace
 
 A page needs a session cookie (serving/console/session.py) or an admin key in `Authorization: Bearer`; without
 either it redirects to the login page. The key is read from the form body only (never a URL) and never logged.
+Login and logout refuse another site's form (403), a small form's worth of body at most (413), and failed logins
+past their allowance (429) before any key is read (serving/console/guard.py; bounds: `console:` in the config).
 Queries run in a worker thread, off the event loop (serving/console/queries.py).
 """
 
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
+import re
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import quote
 
 import anyio
 from fastapi import APIRouter, Request
@@ -33,16 +37,18 @@ from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
 from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
                                      router_versions, savings, trace, traffic)
-from serving.console.session import COOKIE, Sessions
+from serving.console.guard import LoginThrottle, Refused, cross_site, https, read_form, retry_after
+from serving.console.session import COOKIE, Sessions, revoke, revoked
 from serving.gateway.admit import admin_of
 from serving.gateway.errors import GatewayError
 from serving.gateway.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
-HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "no-referrer",
+HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin",
            "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
                                       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
+NEXT = re.compile(r"/console/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")  # no `%`, backslash, `:` or query: nothing decodes
 REFUSED = "That is not an admin key of this gateway."  # the same words for an unknown key and a caller's key
 
 
@@ -57,15 +63,21 @@ def templates() -> Environment:
 
 
 def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
-    sessions = sessions or Sessions.from_env()
+    bounds = gw.cfg.console
+    sessions = sessions or Sessions.from_env(max_age_s=bounds.session_max_age_s)
+    throttle = LoginThrottle(bounds.login_failures_per_address, bounds.login_failures_total)
     env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
 
-    def page(name: str, status: int = 200, **ctx) -> HTMLResponse:
+    def page(name: str, status: int = 200, headers: dict[str, str] | None = None, **ctx) -> HTMLResponse:
         html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
-        return HTMLResponse(html, status_code=status, headers=HEADERS)
+        return HTMLResponse(html, status_code=status, headers={**HEADERS, **(headers or {})})
 
-    def admin_id(request: Request) -> str | None:
-        """The admin key id this request acts as: its session's or its Authorization header's (None: neither)."""
+    def login_page(status: int, error: str | None, nxt: str = "/console/savings", headers=None) -> HTMLResponse:
+        return page("login.html", status, headers, next=nxt, error=error, who=None, hours=sessions.max_age_s / 3600)
+
+    async def admin_id(request: Request) -> str | None:
+        """The admin key id this request acts as: its session's or its Authorization header's (None: neither).
+        StateUnavailable when the session's revocation cannot be checked."""
         if gw.keys.mode == "none":
             return gw.keys.local.key_id
         if request.headers.get("authorization"):
@@ -73,21 +85,46 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
                 return admin_of(gw, request).key_id
             except GatewayError:
                 return None
-        key_id = sessions.key_id_of(request.cookies.get(COOKIE), now=time.time())
+        now = time.time()
+        session = sessions.read(request.cookies.get(COOKIE), now=now)
         admins = {i.key_id for i in gw.keys.identities() if i.admin}
-        return key_id if key_id in admins else None
+        if session is None or session.key_id not in admins:
+            return None
+        return None if await revoked(gw.state, session, now=now) else session.key_id
 
-    def to_login(request: Request) -> Response:
-        return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303, headers=HEADERS)
+    async def signed_in(request: Request) -> str | Response:
+        """The admin key id, or the response instead of the page: the login page, or 503 when the state store
+        cannot say whether the session was logged out."""
+        try:
+            who = await admin_id(request)
+        except StateUnavailable as e:
+            return page("empty.html", 503, view=None, who=None, message=f"the session cannot be checked now (the "
+                        f"state store holds logouts): {e}; a page also accepts Authorization: Bearer <admin key>")
+        if who is None:
+            return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303,
+                                    headers=HEADERS)
+        return who
 
     @router.get("/login")
     async def login_form(next: str = "/console/savings") -> HTMLResponse:
-        return page("login.html", next=_local(next), error=None, who=None)
+        return login_page(200, None, _local(next))
 
     @router.post("/login")
     async def login(request: Request) -> Response:
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        key, nxt = (form.get("key") or [""])[0].strip(), _local((form.get("next") or [""])[0])
+        address, now = request.client.host if request.client else "", time.time()
+        try:
+            if why := cross_site(request, bounds.origins):
+                raise Refused(403, f"Refused: {why}. Log in from this gateway's own login page.",
+                              {"connection": "close"})
+            if wait := throttle.admit(address, now):
+                gw.metrics.auth_rejections.labels(key="", reason="console_throttled").inc()
+                raise Refused(429, f"Too many failed logins in the last minute; try again in {retry_after(wait)} s.",
+                              {"retry-after": retry_after(wait), "connection": "close"})
+            form = await read_form(request, bounds.max_login_bytes)
+        except Refused as e:
+            log.warning(json.dumps({"event": "console_login", "ok": False, "status": e.status}))
+            return login_page(e.status, e.message, headers=e.headers)
+        key, nxt = form["key"].strip(), _local(form["next"])
         try:
             ident = gw.keys.authenticate(f"Bearer {key}") if key else None
         except GatewayError:
@@ -95,17 +132,33 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         if ident is None or not ident.admin:
             gw.metrics.auth_rejections.labels(key="", reason="console_login").inc()
             log.warning(json.dumps({"event": "console_login", "ok": False}))
-            return page("login.html", status=401, next=nxt, error=REFUSED, who=None)
+            return login_page(401, REFUSED, nxt)
+        throttle.succeeded(address, now)
         log.info(json.dumps({"event": "console_login", "ok": True, "key": ident.key_id}))
         out = RedirectResponse(nxt, status_code=303, headers=HEADERS)
         out.set_cookie(COOKIE, sessions.issue(ident.key_id, now=time.time()), max_age=sessions.max_age_s,
-                       path="/console", httponly=True, samesite="strict", secure=_https(request))
+                       path="/console", httponly=True, samesite="strict", secure=https(request))
         return out
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
+        if why := cross_site(request, bounds.origins):
+            return login_page(403, f"Refused: {why}. Log out from this gateway's own pages.",
+                              headers={"connection": "close"})
+        now = time.time()
+        session = sessions.read(request.cookies.get(COOKIE), now=now)
         out = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
-        out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=_https(request))
+        if session is not None:
+            try:
+                await revoke(gw.state, session, now=now)
+                log.info(json.dumps({"event": "console_logout", "key": session.key_id}))
+            except StateUnavailable as e:
+                out = page("empty.html", 503, view=None, who=None, message=f"Logged out in this browser, but the "
+                           f"state store could not record the logout ({e}): a copy of the cookie stays valid until "
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(session.exp))}.")
+        out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=https(request))
+        if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
+            out.headers["connection"] = "close"  # the body is never read: it must not be taken for a next request
         return out
 
     @router.get("")
@@ -115,9 +168,9 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
     @router.get("/requests/{request_id}")
     async def request_trace(request: Request, request_id: str) -> Response:
-        who = admin_id(request)
-        if who is None:
-            return to_login(request)
+        who = await signed_in(request)
+        if isinstance(who, Response):
+            return who
         found = await _query(gw, lambda db: trace(db, request_id))
         if isinstance(found, str):
             return page("empty.html", view="requests", who=who, range=DEFAULT_RANGE, message=found)
@@ -129,9 +182,9 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
     @router.get("/{view}")
     async def view_page(request: Request, view: str, range: str = DEFAULT_RANGE) -> Response:
-        who = admin_id(request)
-        if who is None:
-            return to_login(request)
+        who = await signed_in(request)
+        if isinstance(who, Response):
+            return who
         if view not in VIEWS:
             return page("empty.html", 404, view=view, who=who, range=DEFAULT_RANGE,
                         message=f"no view {view!r}; the views: {', '.join(VIEWS)}")
@@ -152,12 +205,11 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
 
 def _local(path: str) -> str:
-    """A console path to go to after login (anything else, e.g. another site, goes to the Savings view)."""
-    return path if path.startswith("/console/") and "//" not in path and "\\" not in path else "/console/savings"
-
-
-def _https(request: Request) -> bool:
-    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
+    """A console path to go to after login. Anything else goes to the Savings view: another site, a path that
+    leaves /console once a browser or proxy resolves it (`..`, `//`, a backslash), an encoded form of one."""
+    if NEXT.fullmatch(path) and posixpath.normpath(path) == path:
+        return path
+    return "/console/savings"
 
 
 async def _query(gw, fn, since: float = 0.0):
