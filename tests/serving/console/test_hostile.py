@@ -21,6 +21,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.guard import LoginThrottle
 from serving.console.session import SECRET_ENV
 from serving.console.views import REFUSED, _local
@@ -143,6 +147,50 @@ def test_an_origin_the_operator_names_may_post_the_forms(client, monkeypatch):
     with Loopback(app) as url:
         assert login(url, headers={"origin": "https://ops.example.com:443"}).status_code == 303
         assert login(url, headers={"origin": "https://ops.example.com.evil.example"}).status_code == 403
+
+
+CHROMIUM, CHROMEDRIVER = chromium()
+
+
+def foreign_site(gateway: str) -> FastAPI:
+    """Another site's page (another origin: another port) with forms posting to the gateway's console."""
+    app = FastAPI()
+
+    @app.get("/")
+    async def page() -> HTMLResponse:
+        return HTMLResponse(f"""<html><body>
+<form method="post" action="{gateway}/console/logout"><button id="out" type="submit">win a prize</button></form>
+<form method="post" action="{gateway}/console/login"><input type="hidden" name="key" value="{KEY}">
+<input type="hidden" name="next" value="/console/keys"><button id="in" type="submit">another prize</button></form>
+</body></html>""")
+    return app
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=browser_missing() or "")
+def test_in_a_real_browser_another_sites_forms_are_refused_and_logout_revokes_the_cookie(gateway, tmp_path):
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(gateway + "/console/login")
+        browser.type("#key", KEY)
+        browser.click("#login")
+        assert browser.wait_url(gateway + "/console/savings") == gateway + "/console/savings"
+        (cookie,) = browser.call("GET", "/cookie")
+        with Loopback(foreign_site(gateway)) as foreign:
+            for button in ("#out", "#in"):
+                browser.open(foreign + "/")
+                browser.click(button)
+                assert "another site" in browser.text("#error") and browser.url() == gateway + "/console/" + (
+                    "logout" if button == "#out" else "login")
+                assert [c["value"] for c in browser.call("GET", "/cookie")] == [cookie["value"]]
+        browser.open(gateway + "/console/keys")
+        assert browser.text("h1").lower().startswith("keys")  # still logged in, as itself
+        browser.click("header button")  # the console's own "log out"
+        assert browser.wait_url(gateway + "/console/login") == gateway + "/console/login"
+        assert browser.call("GET", "/cookie") == []
+    finally:
+        browser.close()
+    copied = httpx.get(gateway + "/console/keys", cookies={COOKIE: cookie["value"]})
+    assert copied.status_code == 303 and copied.headers["location"] == "/console/login?next=/console/keys"
 
 
 # --- 3. logout revokes the session ---------------------------------------------------------------------------
