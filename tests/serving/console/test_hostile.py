@@ -30,6 +30,7 @@ from serving.console.session import SECRET_ENV
 from serving.console.views import REFUSED, _local
 from serving.gateway.app import create_app
 from serving.gateway.config import ConsoleSettings, ServingConfig
+from serving.gateway.redis_local import LocalRedis
 from tests.routers import REPO
 from tests.serving.gateway.helpers import POOL
 from tests.serving.helpers import AUTH, KEY, SECRET, Loopback, use_keys
@@ -194,20 +195,43 @@ def test_in_a_real_browser_another_sites_forms_are_refused_and_logout_revokes_th
 
 
 # --- 3. logout revokes the session ---------------------------------------------------------------------------
-def test_a_copy_of_the_cookie_is_refused_after_logout_by_every_replica(client, monkeypatch, tmp_path):
-    state = {"path": str(tmp_path / "state")}  # two gateway apps over one SQLite file, one console secret
-    with Loopback(gateway_app(client, monkeypatch, state=state)) as a, \
-            Loopback(gateway_app(client, monkeypatch, state=state)) as b:
-        cookie = login(a).cookies[COOKIE]
-        other = login(a).cookies[COOKIE]
-        for url in (a, b):
-            assert httpx.get(url + "/console/keys", cookies={COOKIE: cookie}).status_code == 200
-        out = httpx.post(b + "/console/logout", cookies={COOKIE: cookie})
-        assert out.status_code == 303 and f'{COOKIE}=""' in out.headers["set-cookie"]
-        for url in (a, b):
-            refused = httpx.get(url + "/console/keys", cookies={COOKIE: cookie})
-            assert refused.status_code == 303 and refused.headers["location"] == "/console/login?next=/console/keys"
-            assert httpx.get(url + "/console/keys", cookies={COOKIE: other}).status_code == 200  # its own session
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_copy_of_the_cookie_is_refused_after_logout_by_every_replica(client, monkeypatch, tmp_path, store):
+    redis = LocalRedis(tmp_path / "redis") if store == "redis" else None
+    state = {"redis_url": redis.start()} if redis else {"path": str(tmp_path / "state")}
+    try:  # two gateway apps over one store, with one console secret
+        with Loopback(gateway_app(client, monkeypatch, state=state)) as a, \
+                Loopback(gateway_app(client, monkeypatch, state=state)) as b:
+            cookie = login(a).cookies[COOKIE]
+            other = login(a).cookies[COOKIE]
+            for url in (a, b):
+                assert httpx.get(url + "/console/keys", cookies={COOKIE: cookie}).status_code == 200
+            out = httpx.post(b + "/console/logout", cookies={COOKIE: cookie})
+            assert out.status_code == 303 and f'{COOKIE}=""' in out.headers["set-cookie"]
+            for url in (a, b):
+                refused = httpx.get(url + "/console/keys", cookies={COOKIE: cookie})
+                assert refused.status_code == 303 and refused.headers["location"] == "/console/login?next=/console/keys"
+                assert httpx.get(url + "/console/keys", cookies={COOKIE: other}).status_code == 200  # its own session
+    finally:
+        if redis:
+            redis.stop()
+
+
+def test_without_its_state_store_a_session_is_neither_trusted_nor_silently_kept_after_logout(client, monkeypatch,
+                                                                                             tmp_path):
+    redis = LocalRedis(tmp_path / "redis")
+    try:
+        with Loopback(gateway_app(client, monkeypatch, state={"redis_url": redis.start()})) as url:
+            cookie = login(url).cookies[COOKIE]
+            redis.kill()
+            page = httpx.get(url + "/console/savings", cookies={COOKIE: cookie}, timeout=30)
+            assert page.status_code == 503 and "the session cannot be checked now" in page.text
+            assert httpx.get(url + "/console/router", headers=AUTH, timeout=30).status_code == 200  # a key still opens it
+            out = httpx.post(url + "/console/logout", cookies={COOKIE: cookie}, timeout=30)
+            assert out.status_code == 503 and f'{COOKIE}=""' in out.headers["set-cookie"]
+            assert "could not record the logout" in out.text and "stays valid until" in out.text
+    finally:
+        redis.stop()
 
 
 # --- 4. failed logins are throttled ----------------------------------------------------------------------------
