@@ -28,6 +28,11 @@ from urllib.parse import parse_qs, urlsplit
 from fastapi import Request
 
 FORM = "application/x-www-form-urlencoded"
+# Every console answer: never cached, never framed, fetches nothing, and keeps `Origin` on its own forms' posts
+# (no-referrer would make the browser send `Origin: null`, which cross_site refuses).
+HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin",
+           "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
 WINDOW_S = 60.0
 FIELDS = ("key", "next")
 

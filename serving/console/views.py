@@ -9,8 +9,9 @@ GET  /console/requests/{id}    one request's trace
 
 A page needs a session cookie (serving/console/session.py) or an admin key in `Authorization: Bearer`; without
 either it redirects to the login page. The key is read from the form body only (never a URL) and never logged.
-Login and logout refuse another site's form (403), a small form's worth of body at most (413), and failed logins
-past their allowance (429) before any key is read (serving/console/guard.py; bounds: `console:` in the config).
+Login and logout (serving/console/login.py) refuse another site's form (403); login refuses failed logins past
+their allowance (429) and more than a small form's worth of body (413) before any key is read
+(serving/console/guard.py; bounds: `console:` in the config).
 Queries run in a worker thread, off the event loop (serving/console/queries.py).
 """
 
@@ -18,8 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -32,24 +31,20 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from serving.console import charts
+from serving.console.guard import HEADERS
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
 from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
                                      router_versions, savings, trace, traffic)
-from serving.console.guard import LoginThrottle, Refused, cross_site, https, read_form, retry_after
-from serving.console.session import COOKIE, Sessions, revoke, revoked
+from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
+from serving.console.session import COOKIE, Sessions, revoked
 from serving.gateway.admit import admin_of
 from serving.gateway.errors import GatewayError
 from serving.gateway.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
-HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "same-origin",
-           "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
-NEXT = re.compile(r"/console/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")  # no `%`, backslash, `:` or query: nothing decodes
-REFUSED = "That is not an admin key of this gateway."  # the same words for an unknown key and a caller's key
 
 
 def templates() -> Environment:
@@ -63,17 +58,12 @@ def templates() -> Environment:
 
 
 def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
-    bounds = gw.cfg.console
-    sessions = sessions or Sessions.from_env(max_age_s=bounds.session_max_age_s)
-    throttle = LoginThrottle(bounds.login_failures_per_address, bounds.login_failures_total)
+    sessions = sessions or Sessions.from_env(max_age_s=gw.cfg.console.session_max_age_s)
     env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
 
     def page(name: str, status: int = 200, headers: dict[str, str] | None = None, **ctx) -> HTMLResponse:
         html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
         return HTMLResponse(html, status_code=status, headers={**HEADERS, **(headers or {})})
-
-    def login_page(status: int, error: str | None, nxt: str = "/console/savings", headers=None) -> HTMLResponse:
-        return page("login.html", status, headers, next=nxt, error=error, who=None, hours=sessions.max_age_s / 3600)
 
     async def admin_id(request: Request) -> str | None:
         """The admin key id this request acts as: its session's or its Authorization header's (None: neither).
@@ -105,61 +95,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
                                     headers=HEADERS)
         return who
 
-    @router.get("/login")
-    async def login_form(next: str = "/console/savings") -> HTMLResponse:
-        return login_page(200, None, _local(next))
-
-    @router.post("/login")
-    async def login(request: Request) -> Response:
-        address, now = request.client.host if request.client else "", time.time()
-        try:
-            if why := cross_site(request, bounds.origins):
-                raise Refused(403, f"Refused: {why}. Log in from this gateway's own login page.",
-                              {"connection": "close"})
-            if wait := throttle.admit(address, now):
-                gw.metrics.auth_rejections.labels(key="", reason="console_throttled").inc()
-                raise Refused(429, f"Too many failed logins in the last minute; try again in {retry_after(wait)} s.",
-                              {"retry-after": retry_after(wait), "connection": "close"})
-            form = await read_form(request, bounds.max_login_bytes)
-        except Refused as e:
-            log.warning(json.dumps({"event": "console_login", "ok": False, "status": e.status}))
-            return login_page(e.status, e.message, headers=e.headers)
-        key, nxt = form["key"].strip(), _local(form["next"])
-        try:
-            ident = gw.keys.authenticate(f"Bearer {key}") if key else None
-        except GatewayError:
-            ident = None
-        if ident is None or not ident.admin:
-            gw.metrics.auth_rejections.labels(key="", reason="console_login").inc()
-            log.warning(json.dumps({"event": "console_login", "ok": False}))
-            return login_page(401, REFUSED, nxt)
-        throttle.succeeded(address, now)
-        log.info(json.dumps({"event": "console_login", "ok": True, "key": ident.key_id}))
-        out = RedirectResponse(nxt, status_code=303, headers=HEADERS)
-        out.set_cookie(COOKIE, sessions.issue(ident.key_id, now=time.time()), max_age=sessions.max_age_s,
-                       path="/console", httponly=True, samesite="strict", secure=https(request))
-        return out
-
-    @router.post("/logout")
-    async def logout(request: Request) -> Response:
-        if why := cross_site(request, bounds.origins):
-            return login_page(403, f"Refused: {why}. Log out from this gateway's own pages.",
-                              headers={"connection": "close"})
-        now = time.time()
-        session = sessions.read(request.cookies.get(COOKIE), now=now)
-        out = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
-        if session is not None:
-            try:
-                await revoke(gw.state, session, now=now)
-                log.info(json.dumps({"event": "console_logout", "key": session.key_id}))
-            except StateUnavailable as e:
-                out = page("empty.html", 503, view=None, who=None, message=f"Logged out in this browser, but the "
-                           f"state store could not record the logout ({e}): a copy of the cookie stays valid until "
-                           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(session.exp))}.")
-        out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=https(request))
-        if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
-            out.headers["connection"] = "close"  # the body is never read: it must not be taken for a next request
-        return out
+    add_login_routes(router, gw, sessions, page)
 
     @router.get("")
     @router.get("/")
@@ -202,14 +138,6 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         return page(f"{view}.html", **ctx)
 
     return router
-
-
-def _local(path: str) -> str:
-    """A console path to go to after login. Anything else goes to the Savings view: another site, a path that
-    leaves /console once a browser or proxy resolves it (`..`, `//`, a backslash), an encoded form of one."""
-    if NEXT.fullmatch(path) and posixpath.normpath(path) == path:
-        return path
-    return "/console/savings"
 
 
 async def _query(gw, fn, since: float = 0.0):

@@ -27,7 +27,7 @@ from fastapi.responses import HTMLResponse
 from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.guard import LoginThrottle
 from serving.console.session import SECRET_ENV
-from serving.console.views import REFUSED, _local
+from serving.console.login import REFUSED, console_path
 from serving.gateway.app import create_app
 from serving.gateway.config import ConsoleSettings, ServingConfig
 from serving.gateway.redis_local import LocalRedis
@@ -282,7 +282,7 @@ LEAVING = ["/console/../v1/models", "/console/..", "/console/./../metrics", "//e
 
 @pytest.mark.parametrize("nxt", LEAVING)
 def test_a_next_path_that_leaves_the_console_goes_to_savings(gateway, nxt):
-    assert _local(nxt) == "/console/savings"
+    assert console_path(nxt) == "/console/savings"
     r = login(gateway, nxt=nxt)
     assert r.status_code == 303 and r.headers["location"] == "/console/savings"
 
@@ -301,6 +301,7 @@ NEXTS = st.one_of(st.sampled_from(LEAVING), st.text(max_size=60), st.builds(lamb
                                                                               st.text(max_size=40)))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(body=st.one_of(st.binary(max_size=6000), st.builds(lambda k, n: f"key={k}&next={n}".encode("utf-8", "replace"),
