@@ -45,7 +45,7 @@ def add_login_routes(router: APIRouter, gw, sessions: Sessions, page) -> None:
         return page("login.html", status, headers, next=nxt, error=error, who=None, hours=sessions.max_age_s / 3600)
 
     @router.get("/login")
-    async def login_form(next: str = "/console/savings") -> HTMLResponse:
+    async def login_form(next: str = HOME) -> HTMLResponse:
         return login_page(200, None, console_path(next))
 
     @router.post("/login")

@@ -215,6 +215,15 @@ class ConsoleSettings(BaseModel):
                                "of the request) whose pages may post the login and logout forms, e.g. "
                                "https://ops.example.com behind a proxy that rewrites Host.")
 
+    @model_validator(mode="after")
+    def _origins_are_origins(self) -> ConsoleSettings:
+        for i, origin in enumerate(self.origins):
+            scheme, _, host = origin.partition("://")
+            if scheme not in ("http", "https") or not host or any(c in host for c in "/?#@ \t"):
+                raise ValueError(f"console.origins[{i}]: {origin!r} is not an origin; write scheme://host[:port], "
+                                 "e.g. https://ops.example.com (no path)")
+        return self
+
 
 class ServingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")

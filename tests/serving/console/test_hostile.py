@@ -148,6 +148,9 @@ def test_an_origin_the_operator_names_may_post_the_forms(client, monkeypatch):
     with Loopback(app) as url:
         assert login(url, headers={"origin": "https://ops.example.com:443"}).status_code == 303
         assert login(url, headers={"origin": "https://ops.example.com.evil.example"}).status_code == 403
+    for bad in ("ops.example.com", "https://ops.example.com/console"):  # never silently matching nothing
+        with pytest.raises(ValueError, match=r"console.origins\[0\]: .* is not an origin; write scheme://host"):
+            ServingConfig(console={"origins": [bad]})
 
 
 CHROMIUM, CHROMEDRIVER = chromium()
