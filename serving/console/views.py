@@ -3,12 +3,15 @@
     app.include_router(console_routes(gw))        # serving/console/__init__.py mount(app, gw)
 
 GET  /console/login            the form that takes an admin key once (POST /console/login sets the session)
-POST /console/logout           ends the session
+POST /console/logout           ends the session (revoked in the state store: a copy of the cookie is refused too)
 GET  /console/{view}           savings | quality | traffic | keys | requests | router   (?range=1h|24h|7d|30d|all)
 GET  /console/requests/{id}    one request's trace
 
 A page needs a session cookie (serving/console/session.py) or an admin key in `Authorization: Bearer`; without
 either it redirects to the login page. The key is read from the form body only (never a URL) and never logged.
+Login and logout (serving/console/login.py) refuse another site's form (403); login refuses failed logins past
+their allowance (429) and more than a small form's worth of body (413) before any key is read
+(serving/console/guard.py; bounds: `console:` in the config).
 Queries run in a worker thread, off the event loop (serving/console/queries.py).
 """
 
@@ -19,7 +22,7 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import quote
 
 import anyio
 from fastapi import APIRouter, Request
@@ -28,22 +31,20 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from serving.console import charts
+from serving.console.guard import HEADERS
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
 from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
                                      router_versions, savings, trace, traffic)
-from serving.console.session import COOKIE, Sessions
+from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
+from serving.console.session import COOKIE, Sessions, revoked
 from serving.gateway.admit import admin_of
 from serving.gateway.errors import GatewayError
 from serving.gateway.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
-HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY", "referrer-policy": "no-referrer",
-           "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
-                                      "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"}
-REFUSED = "That is not an admin key of this gateway."  # the same words for an unknown key and a caller's key
 
 
 def templates() -> Environment:
@@ -57,15 +58,16 @@ def templates() -> Environment:
 
 
 def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
-    sessions = sessions or Sessions.from_env()
+    sessions = sessions or Sessions.from_env(max_age_s=gw.cfg.console.session_max_age_s)
     env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
 
-    def page(name: str, status: int = 200, **ctx) -> HTMLResponse:
+    def page(name: str, status: int = 200, headers: dict[str, str] | None = None, **ctx) -> HTMLResponse:
         html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
-        return HTMLResponse(html, status_code=status, headers=HEADERS)
+        return HTMLResponse(html, status_code=status, headers={**HEADERS, **(headers or {})})
 
-    def admin_id(request: Request) -> str | None:
-        """The admin key id this request acts as: its session's or its Authorization header's (None: neither)."""
+    async def admin_id(request: Request) -> str | None:
+        """The admin key id this request acts as: its session's or its Authorization header's (None: neither).
+        StateUnavailable when the session's revocation cannot be checked."""
         if gw.keys.mode == "none":
             return gw.keys.local.key_id
         if request.headers.get("authorization"):
@@ -73,40 +75,27 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
                 return admin_of(gw, request).key_id
             except GatewayError:
                 return None
-        key_id = sessions.key_id_of(request.cookies.get(COOKIE), now=time.time())
+        now = time.time()
+        session = sessions.read(request.cookies.get(COOKIE), now=now)
         admins = {i.key_id for i in gw.keys.identities() if i.admin}
-        return key_id if key_id in admins else None
+        if session is None or session.key_id not in admins:
+            return None
+        return None if await revoked(gw.state, session, now=now) else session.key_id
 
-    def to_login(request: Request) -> Response:
-        return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303, headers=HEADERS)
-
-    @router.get("/login")
-    async def login_form(next: str = "/console/savings") -> HTMLResponse:
-        return page("login.html", next=_local(next), error=None, who=None)
-
-    @router.post("/login")
-    async def login(request: Request) -> Response:
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
-        key, nxt = (form.get("key") or [""])[0].strip(), _local((form.get("next") or [""])[0])
+    async def signed_in(request: Request) -> str | Response:
+        """The admin key id, or the response instead of the page: the login page, or 503 when the state store
+        cannot say whether the session was logged out."""
         try:
-            ident = gw.keys.authenticate(f"Bearer {key}") if key else None
-        except GatewayError:
-            ident = None
-        if ident is None or not ident.admin:
-            gw.metrics.auth_rejections.labels(key="", reason="console_login").inc()
-            log.warning(json.dumps({"event": "console_login", "ok": False}))
-            return page("login.html", status=401, next=nxt, error=REFUSED, who=None)
-        log.info(json.dumps({"event": "console_login", "ok": True, "key": ident.key_id}))
-        out = RedirectResponse(nxt, status_code=303, headers=HEADERS)
-        out.set_cookie(COOKIE, sessions.issue(ident.key_id, now=time.time()), max_age=sessions.max_age_s,
-                       path="/console", httponly=True, samesite="strict", secure=_https(request))
-        return out
+            who = await admin_id(request)
+        except StateUnavailable as e:
+            return page("empty.html", 503, view=None, who=None, message=f"the session cannot be checked now (the "
+                        f"state store holds logouts): {e}; a page also accepts Authorization: Bearer <admin key>")
+        if who is None:
+            return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303,
+                                    headers=HEADERS)
+        return who
 
-    @router.post("/logout")
-    async def logout(request: Request) -> Response:
-        out = RedirectResponse("/console/login", status_code=303, headers=HEADERS)
-        out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=_https(request))
-        return out
+    add_login_routes(router, gw, sessions, page)
 
     @router.get("")
     @router.get("/")
@@ -115,9 +104,9 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
     @router.get("/requests/{request_id}")
     async def request_trace(request: Request, request_id: str) -> Response:
-        who = admin_id(request)
-        if who is None:
-            return to_login(request)
+        who = await signed_in(request)
+        if isinstance(who, Response):
+            return who
         found = await _query(gw, lambda db: trace(db, request_id))
         if isinstance(found, str):
             return page("empty.html", view="requests", who=who, range=DEFAULT_RANGE, message=found)
@@ -129,9 +118,9 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
     @router.get("/{view}")
     async def view_page(request: Request, view: str, range: str = DEFAULT_RANGE) -> Response:
-        who = admin_id(request)
-        if who is None:
-            return to_login(request)
+        who = await signed_in(request)
+        if isinstance(who, Response):
+            return who
         if view not in VIEWS:
             return page("empty.html", 404, view=view, who=who, range=DEFAULT_RANGE,
                         message=f"no view {view!r}; the views: {', '.join(VIEWS)}")
@@ -149,15 +138,6 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         return page(f"{view}.html", **ctx)
 
     return router
-
-
-def _local(path: str) -> str:
-    """A console path to go to after login (anything else, e.g. another site, goes to the Savings view)."""
-    return path if path.startswith("/console/") and "//" not in path and "\\" not in path else "/console/savings"
-
-
-def _https(request: Request) -> bool:
-    return request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
 
 
 async def _query(gw, fn, since: float = 0.0):

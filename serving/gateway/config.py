@@ -200,6 +200,34 @@ class AdminSettings(BaseModel):
     docs: bool = Field(default=False, description="Serve /docs, /redoc and /openapi.json (off: they are 404).")
 
 
+class ConsoleSettings(BaseModel):
+    """`console:` the operator's console at /console (serving/console/, docs/console.md): its login's bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_login_bytes: int = Field(default=4_096, ge=256, le=1_000_000, description="The login form's body at most "
+                                 "(a key is under 100 bytes); larger gets 413, and a body without a length is read "
+                                 "no further than this.")
+    session_max_age_s: int = Field(default=28_800, ge=60, le=30 * 86_400, description="A console session cookie's "
+                                   "lifetime from its login.")
+    login_failures_per_address: int = Field(default=10, ge=1, description="Failed logins one client address may make "
+                                            "in a minute; beyond, its logins get 429 with Retry-After.")
+    login_failures_total: int = Field(default=100, ge=1, description="Failed logins from all addresses in a minute; "
+                                      "beyond, every login gets 429 with Retry-After.")
+    origins: list[str] = Field(default_factory=list, description="Origins besides the gateway's own (scheme://host "
+                               "of the request) whose pages may post the login and logout forms, e.g. "
+                               "https://ops.example.com behind a proxy that rewrites Host.")
+
+    @model_validator(mode="after")
+    def _origins_are_origins(self) -> ConsoleSettings:
+        for i, origin in enumerate(self.origins):
+            scheme, _, host = origin.partition("://")
+            if scheme not in ("http", "https") or not host or any(c in host for c in "/?#@ \t"):
+                raise ValueError(f"console.origins[{i}]: {origin!r} is not an origin; write scheme://host[:port], "
+                                 "e.g. https://ops.example.com (no path)")
+        return self
+
+
 class ServingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -233,6 +261,7 @@ class ServingConfig(BaseModel):
     otel: OtelSettings = Field(default_factory=OtelSettings, description="OpenTelemetry traces (off by default).")
     log: DecisionLogSettings = Field(default_factory=DecisionLogSettings, description="The decision log.")
     explore: ExploreSettings = Field(default_factory=ExploreSettings, description="Exploration (off by default).")
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings, description="The operator's console.")
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:
