@@ -28,7 +28,7 @@ from serving.console.browser import Browser, browser_missing, chromium
 from serving.console.guard import LoginThrottle
 from serving.console.session import SECRET_ENV
 from serving.console.login import REFUSED, console_path
-from serving.gateway.app import create_app
+from serving.app import create_app
 from serving.gateway.config import ConsoleSettings, ServingConfig
 from serving.gateway.redis_local import LocalRedis
 from tests.routers import REPO
