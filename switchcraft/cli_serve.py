@@ -32,8 +32,10 @@ def export(
     int8: bool = typer.Option(False, "--int8", help="Also write a dynamic INT8 graph, with its agreement and speed-up."),
     triton: bool = typer.Option(False, "--triton", help="Also write the Triton model repository."),
     triton_dir: Path = typer.Option(None, help="Where the repository goes (default: <out>/model_repository)."),
-    validate: int = typer.Option(400, help="BFCL v1 requests to validate on (0: all 1,630)."),
-    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/."),
+    validate: int = typer.Option(400, help="Requests to validate on (0: all of them)."),
+    data_root: Path = typer.Option(DATA_ROOT, help="Shared data root holding bfcl_v1/ (the default requests)."),
+    examples: Path = typer.Option(None, help="Validate on this examples.parquet instead (default: BFCL v1 under "
+                                  "--data-root, else the examples.parquet beside the router's folder)."),
     threads: int = typer.Option(None, help="ONNX Runtime threads for validation timing."),
 ) -> None:
     """Export, fuse, validate (max |Δp| ≤ 1e-4 and identical decisions), optionally quantise and write Triton's repository."""
@@ -53,10 +55,9 @@ def export(
         info = json.loads((router_dir / "router.json").read_text())
         policy = policy_from_info(info)
         costs = np.array([policy.costs[m] for m in policy.models])
-        from evaluation.bench.serve import bench_requests
-
-        requests = bench_requests(data_root, validate or 10**9)
-        console.print(f"exporting {router_dir} → {out}; validating on {len(requests)} BFCL v1 requests", highlight=False)
+        requests, source = validation_requests(router_dir, data_root, examples, validate or 10**9)
+        console.print(f"exporting {router_dir} → {out}; validating on {len(requests)} requests of {source}",
+                      highlight=False)
         report = export_router(router_dir, out, requests=requests, int8=int8, threads=threads,
                                decide=lambda p: choose_batch(p, costs, policy.threshold))
     except (FileNotFoundError, DataError, ValueError) as e:
@@ -79,6 +80,27 @@ def export(
     console.print(f"wrote {out} in {report.seconds:.0f} s", highlight=False)
 
 
+def validation_requests(router_dir: Path, data_root: Path, examples: Path | None, n: int) -> tuple[list, str]:
+    """(requests, where they come from) to check the ONNX graph against PyTorch on: --examples, else BFCL v1 under
+    the data root, else the run's examples.parquet beside the router's folder."""
+    from data.schema import read_examples
+
+    if examples is None and not (data_root / "bfcl_v1").exists():
+        beside = router_dir.resolve().parent / "examples.parquet"
+        if not beside.exists():
+            raise FileNotFoundError(f"no requests to validate the export on: {data_root / 'bfcl_v1'} is not there and "
+                                    f"there is no {beside}; give --data-root DIR (the folder holding bfcl_v1/) or "
+                                    "--examples FILE (an examples.parquet, e.g. a run directory's)")
+        examples = beside
+    if examples is None:
+        from evaluation.bench.serve import bench_requests
+
+        return bench_requests(data_root, n), "BFCL v1"
+    rows = read_examples(examples)
+    step = max(1, len(rows) // n)
+    return [(e.messages, e.tools) for e in rows[::step][:n]], str(examples)
+
+
 def serve(
     overrides: list[str] = typer.Argument(None, help="Config overrides, key=value (dotted keys for sections)."),
     config: Path = typer.Option(Path("configs/serving.yaml"), "--config", "-c", help="Serving config."),
@@ -88,6 +110,7 @@ def serve(
     """Load the router and the pool, then serve on cfg.host:cfg.port (127.0.0.1:8080 by default)."""
     from data.errors import DataError
     from serving.app import UNAUTHENTICATED, bind, load_served, run_served
+    from serving.gateway.admin import missing_credentials
     from serving.gateway.state import StateUnavailable
 
     given = [*([f"host={host}"] if host else []), *([f"port={port}"] if port else [])]
@@ -98,6 +121,13 @@ def serve(
         fail(str(e))
     if cfg.auth.mode == "none":
         err.print("[bold red]WARNING:[/] " + UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}"), highlight=False)
+    missing = missing_credentials(app.state.gateway.pool)
+    if missing:
+        names = sorted(set(missing.values()))
+        err.print(f"[bold yellow]warning:[/] {len(missing)} of {len(app.state.gateway.pool.models)} pool models have "
+                  f"no provider key; export {', '.join(names)} (the pool file's api_key_env) or they answer 502"
+                  + ("; /readyz is not ready until one has" if len(missing) == len(app.state.gateway.pool.models)
+                     else ""), highlight=False)
     keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
     console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
                   f"{keys})", highlight=False)

@@ -28,6 +28,7 @@ Results: `<run-dir>/learn.json` and the printed table; `switchcraft learn` exits
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,9 @@ from data.logged import complete_rows, log_contracts, read_log
 from data.schema import Example, Output, write_examples, write_outputs
 from evaluation.offline.stats import paired_bootstrap
 from training.policy.replay import replay
+
+
+MIN_COMPLETE = 40  # requests every pool model answered: fewer leave too little to train, hold out and compare
 
 
 @dataclass
@@ -161,6 +165,16 @@ def true_labels(held: list[Example], outputs: list[Output], pool: Pool, data_roo
     return {(lb.example_id, lb.model): bool(lb.correct) for lb in label_outputs(renamed, bench, pool)}
 
 
+def too_few_explored(complete: int, logged: int) -> str:
+    """What learn says when too few logged requests were answered by every pool model, with how many more to serve
+    at the log's own explored share."""
+    share = complete / logged if logged else 0.0
+    more = (f"about {math.ceil((MIN_COMPLETE - complete) / share):,} more logged requests at this log's explored "
+            f"share ({share:.1%})" if share else "no request was explored so far")
+    return (f"only {complete} of {logged:,} logged requests were answered by every pool model (exploration asks them "
+            f"all); at least {MIN_COMPLETE} are needed: {more}")
+
+
 # ------------------------------------------------------------------------------------------------ the job
 
 def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = "configs/pool.yaml",
@@ -200,9 +214,10 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     complete = sorted(complete_rows(examples, outputs, pool), key=lambda e: e.meta["ts"])
     console.print(f"{len(examples):,} logged requests with text, {len(complete):,} answered by all "
                   f"{len(pool.names)} pool models", highlight=False)
-    if len(complete) < 40:
-        raise DataError(f"only {len(complete)} logged requests were answered by every pool model (at least 40 are "
-                        "needed)", path=log_path, hint="raise explore.rate, or serve longer, then learn again")
+    if len(complete) < MIN_COMPLETE:
+        raise DataError(too_few_explored(len(complete), len(examples)), path=log_path,
+                        hint="serve with log.requests=true and explore.rate > 0 (e.g. 0.05), or raise explore.rate "
+                             "or explore.usd_per_day, then learn again")
     n_hold = max(10, int(round(holdout * len(complete))))
     train, held = complete[:-n_hold], complete[-n_hold:]
     write_examples(run / "examples.parquet", complete)

@@ -15,6 +15,7 @@ Each is a plain function of the gateway's parts (serving/gateway/parts.py) and t
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -40,15 +41,27 @@ def is_admin(gw: Gateway, request: Request) -> bool:
     return True
 
 
+def missing_credentials(pool) -> dict[str, str]:
+    """Pool model → the provider-key variable it names (`api_key_env`) that is not set in the environment."""
+    return {m.name: m.api_key_env for m in pool.models if m.api_key_env and not os.environ.get(m.api_key_env)}
+
+
 async def readyz(gw: Gateway, request: Request) -> Response:
-    """Ready: the router answers and at least one upstream endpoint's breaker is not open. Details (backend,
-    router version, upstream endpoints, the state store) only for an admin key."""
+    """Ready: the router answers, at least one pool model has its provider key (or needs none) and at least one
+    upstream endpoint's breaker is not open. Details (backend, router version, upstream endpoints, the provider
+    keys not set, the state store) only for an admin key."""
     client = gw.slot.client
     router_ready = await anyio.to_thread.run_sync(client.ready)
     circuits = gw.upstreams.breakers.states()
-    ready = router_ready and any(s != "open" for s in circuits.values())
-    body: dict[str, Any] = {"ready": ready, "router": router_ready}
+    missing = missing_credentials(gw.pool)
+    callable_models = len(gw.pool.models) - len(missing)
+    ready = router_ready and callable_models > 0 and any(s != "open" for s in circuits.values())
+    body: dict[str, Any] = {"ready": ready, "router": router_ready, "credentials": callable_models > 0}
+    if callable_models == 0:
+        body["reason"] = ("no pool model has its provider key: export the variables the pool file names "
+                          "(api_key_env), e.g. " + ", ".join(sorted(set(missing.values()))[:4]))
     if is_admin(gw, request):
+        body["missing_credentials"] = missing
         try:
             await gw.state.ping()
             store_ok = True

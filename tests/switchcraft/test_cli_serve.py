@@ -44,3 +44,18 @@ def test_host_and_port_options_set_where_it_listens(exported, tmp_path, monkeypa
     assert r.exit_code == 0, r.output
     assert served["at"] == ("127.0.0.1", port) and served["cfg"].port == port
     assert f"switchcraft gateway on http://127.0.0.1:{port}" in r.output
+
+
+def test_export_without_benchmark_data_says_what_to_give_and_takes_examples(tiny_router_dir, bfcl_examples, tmp_path):
+    from data.schema import write_examples
+
+    args = ["export", str(tiny_router_dir), "--out", str(tmp_path / "onnx"), "--data-root", str(tmp_path / "none"),
+            "--validate", "8"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1
+    words = " ".join(r.output.split())
+    assert "no requests to validate the export on" in words and "--examples FILE" in words and "--path" not in words
+    write_examples(tmp_path / "examples.parquet", bfcl_examples[:40])
+    r = CliRunner().invoke(app, [*args, "--examples", str(tmp_path / "examples.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "validating on 8 requests of" in " ".join(r.output.split()) and (tmp_path / "onnx" / "router.onnx").exists()

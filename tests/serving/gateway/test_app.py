@@ -252,3 +252,18 @@ def test_client_serves_the_lambda_rule_when_asked(exported, examples):
         d = lam.route(*to_schema(body["messages"], body["tools"])).decision
         utility = {m: 0.002 * d.probabilities[m] - d.costs[m] for m in lam.models}
         assert d.rule == "lambda" and d.chosen == max(lam.models, key=lambda m: (utility[m], -d.costs[m]))
+
+def test_readyz_is_not_ready_while_no_pool_model_has_its_provider_key(client, monkeypatch):
+    pool = load_pool(REPO / "configs" / "pool.yaml")
+    use_keys(monkeypatch)
+    for m in pool.models:
+        if m.api_key_env:
+            monkeypatch.delenv(m.api_key_env, raising=False)
+    with Loopback(create_app(ServingConfig(), client=client, pool=pool)) as url:
+        r = httpx.get(url + "/readyz")
+        assert r.status_code == 503 and r.json()["credentials"] is False
+        assert "export the variables the pool file names" in r.json()["reason"] and "OPENAI_API_KEY" in r.json()["reason"]
+        assert set(httpx.get(url + "/readyz", headers=AUTH).json()["missing_credentials"]) == set(pool.names)
+        monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+        r = httpx.get(url + "/readyz", headers=AUTH)
+        assert r.status_code == 200 and r.json()["ready"] and "gpt-4o-2024-08-06-FC" not in r.json()["missing_credentials"]

@@ -254,7 +254,7 @@ def test_operator_surfaces_are_closed_to_callers(replay, client, monkeypatch):
         assert httpx.get(url + "/metrics", headers=bearer(RPM_KEY)).status_code == 403
         assert "switchcraft_requests_total" in httpx.get(url + "/metrics", headers=AUTH).text
         ready = httpx.get(url + "/readyz", headers=bearer(RPM_KEY)).json()
-        assert set(ready) == {"ready", "router"}  # no upstream URLs, no router version
+        assert set(ready) == {"ready", "router", "credentials"}  # no upstream URLs, no router version
         detailed = httpx.get(url + "/readyz", headers=AUTH).json()
         assert "upstreams" in detailed and detailed["state"] == {"store": "sqlite", "durable": False, "reachable": True}
         assert httpx.get(url + "/v1/admin/spend", headers=bearer(RPM_KEY)).status_code == 403

@@ -1,14 +1,15 @@
-"""`switchcraft learn`'s rollout verdict: keep the router in service when the learned one is less accurate or
-dearer beyond the paired intervals; the verifier's labels decide where the held-out requests have them.
+"""`switchcraft learn`: its rollout verdict (keep the router in service when the learned one is less accurate or
+dearer beyond the paired intervals; the verifier's labels decide where the held-out requests have them), and how
+many more requests it asks for when too few were explored.
 
-    .venv/bin/python -m pytest tests/evaluation/jobs/test_rollout.py -q
+    .venv/bin/python -m pytest tests/evaluation/jobs/test_learn.py -q
 """
 
 from __future__ import annotations
 
 import json
 
-from evaluation.jobs.learn import rollout_verdict, stamp_rollout
+from evaluation.jobs.learn import rollout_verdict, stamp_rollout, too_few_explored
 
 
 def ci(mean: float, low: float, high: float) -> dict:
@@ -50,3 +51,10 @@ def test_the_verdict_is_stamped_into_the_learned_routers_json(tmp_path):
     stamp_rollout(tmp_path, {"verdict": "keep", "why": "x"})
     assert json.loads((tmp_path / "router.json").read_text()) == {"models": ["a"], "rollout": {"verdict": "keep",
                                                                                                "why": "x"}}
+
+
+def test_too_few_explored_requests_says_how_many_more_to_serve():
+    assert too_few_explored(10, 200) == ("only 10 of 200 logged requests were answered by every pool model "
+                                         "(exploration asks them all); at least 40 are needed: about 600 more logged "
+                                         "requests at this log's explored share (5.0%)")
+    assert too_few_explored(0, 1_500).endswith("no request was explored so far")
