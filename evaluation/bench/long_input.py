@@ -38,14 +38,27 @@ def interval(xs: list[float], rng: np.random.Generator) -> tuple[float, float, f
     return float(np.median(xs)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
-def main(router: Path, reps: int = 30, whole_reps: int = 3) -> None:
-    """`switchcraft bench long-input`: print the markdown table, a row as each is measured."""
+def measure(router: Path, reps: int = 30, whole_reps: int = 3, sizes: tuple[int, ...] = (2_000, 2_000_000),
+            on_row=None) -> list[dict]:
+    """One row per (encoder, body size): the median ms of parse → schema → packing → metadata, its 95% interval."""
     whole = RequestEncoder.from_dir(router)
     rng = np.random.default_rng(0)
-    print("| encoder | body | median ms | 95% CI | runs |\n|---|---:|---:|---|---:|")
+    rows = []
     for name, encoder in (("cut", CappedEncoder(whole)), ("whole", whole)):
-        for n in (2_000, 2_000_000):
+        for n in sizes:
             runs = whole_reps if name == "whole" and n > 100_000 else reps
             raw = body(n)
             mid, lo, hi = interval([cost_s(encoder, raw) * 1e3 for _ in range(runs)], rng)
-            print(f"| {name} | {len(raw):,} B | {mid:.1f} | [{lo:.1f}, {hi:.1f}] | {runs} |", flush=True)
+            rows.append({"encoder": name, "bytes": len(raw), "median_ms": mid, "low_ms": lo, "high_ms": hi,
+                         "runs": runs})
+            if on_row:
+                on_row(rows[-1])
+    return rows
+
+
+def main(router: Path, reps: int = 30, whole_reps: int = 3) -> list[dict]:
+    """`switchcraft bench long-input`: print the markdown table, a row as each is measured."""
+    print("| encoder | body | median ms | 95% CI | runs |\n|---|---:|---:|---|---:|")
+    return measure(router, reps, whole_reps, on_row=lambda r: print(
+        f"| {r['encoder']} | {r['bytes']:,} B | {r['median_ms']:.1f} | [{r['low_ms']:.1f}, {r['high_ms']:.1f}] | "
+        f"{r['runs']} |", flush=True))

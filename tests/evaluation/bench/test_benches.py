@@ -1,0 +1,56 @@
+"""Each smaller bench on tiny inputs: it runs through its functions and its figures add up (the big ones:
+test_gateway.py, test_console.py, test_sessions.py; bench serve: tests/switchcraft/test_cli_bench.py).
+
+    .venv/bin/python -m pytest tests/evaluation/bench/test_benches.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_bench_pool_sends_every_call_to_a_replay_server_in_its_own_process(shared_data):
+    from evaluation.bench.pool import bench_pool
+
+    res = bench_pool([2], 24, shared_data)
+    row = res["results"][2]
+    assert res["model"] == "gpt-4o-2024-08-06-FC" and row["calls"] == 24
+    assert row["calls_per_s"] >= row["calls_per_s_with_export"] > 0
+    assert row["server_cpu_ms_per_call"] > 0  # read from the spawned server's own /proc entry
+
+
+def test_bench_router_ab_times_both_routers_on_the_same_requests(exported, shared_data):
+    from evaluation.bench.router_ab import interleaved
+
+    res = interleaved(str(exported[0]), str(exported[0]) + "/", 8, shared_data)
+    assert len(res) == 2 and all(r["n"] == 8 and 0 < r["p50_ms"] <= r["p99_ms"] for r in res.values())
+
+
+def test_bench_long_input_cuts_a_long_body_before_packing(exported):
+    from evaluation.bench.long_input import measure
+
+    rows = measure(exported[0], reps=3, whole_reps=1, sizes=(2_000, 200_000))
+    assert [(r["encoder"], r["runs"]) for r in rows] == [("cut", 3), ("cut", 3), ("whole", 3), ("whole", 1)]
+    cut, whole = rows[1], rows[3]
+    assert cut["bytes"] == whole["bytes"] > 200_000 and cut["median_ms"] < whole["median_ms"]
+    assert all(r["low_ms"] <= r["median_ms"] <= r["high_ms"] for r in rows)
+
+
+@pytest.mark.slow
+def test_bench_verify_decodes_and_verifies_every_recorded_output(shared_data):
+    from evaluation.bench.verify import bench_verify
+
+    res = bench_verify(shared_data)
+    assert res["outputs"] == 115_730 and 0 < res["correct"] < res["outputs"]
+    assert res["decode_verify_cpu_s"] > 0 and res["distinct_reasons"] > 5
+
+
+@pytest.mark.slow
+def test_bench_mcp_measures_direct_and_through_on_a_small_fleet(shared_data, tmp_path):
+    from evaluation.bench.mcp import run
+
+    rec = run(servers=2, tools=40, requests=5, data_root=str(shared_data), run_dir=str(tmp_path))
+    assert rec["listed"]["tools/list direct"] == rec["listed"]["tools/list through"] == 20
+    assert set(rec["added_ms"]) == {"tools/list", "tools/call"} and rec["ms"]["find_tools (1,000 tools)"]["p50"] > 0
