@@ -142,6 +142,12 @@ class StateSettings(BaseModel):
                                        "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
     session_ttl_s: float = Field(default=6 * 3600.0, gt=0, description="An agent session idle this long is "
                                  "forgotten (serving/gateway/sessions.py).")
+    session_prune_every_s: float = Field(default=60.0, ge=0, description="SQLite: expired sessions are deleted "
+                                         "in the background after a session write, at most this often (Redis "
+                                         "expires its own).")
+    session_prune_batch: int = Field(default=1_000, ge=1, description="SQLite: expired sessions deleted per "
+                                     "transaction of a prune (it repeats until none is left; requests use the "
+                                     "store between batches).")
     cache_ttl_s: float = Field(default=300.0, ge=0, description="How long a provider keeps a conversation's prompt "
                                "prefix cached after its last use (Anthropic's default 5 minutes): within it a "
                                "session prices keeping its model with the cache.")
