@@ -111,6 +111,14 @@ class ToolRoutingSettings(BaseModel):
     mcp: str | None = Field(default=None, description="An MCP gateway config (configs/mcp.yaml): the catalog is "
                             "its upstream servers' tools, listed at start, with its policy and retrieval "
                             "(serving/mcp/catalog.py); the tools config then gives only `groups`.")
+    max_tools: int = Field(default=64, ge=1, description="Tools an agent session is shown at most: its tools grow "
+                           "turn by turn in a stable order, and past this the ones unused longest (neither routed "
+                           "to nor called) leave (serving/gateway/sessions.py).")
+    rejected_calls: Literal["drop", "refuse", "pass"] = Field(default="drop", description="A model's call to a tool "
+                                                              "the caller was not shown: drop it from the answer, "
+                                                              "refuse the answer (a failed answer: the cascade "
+                                                              "escalates, else 502), or pass it on (flagged in "
+                                                              "switchcraft.tool_routing.rejected_calls).")
 
 
 class StateSettings(BaseModel):

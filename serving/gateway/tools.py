@@ -29,6 +29,9 @@ from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from serving.tools.router import RoutingDecision, ToolRouter
 
+MAX_TOOLS = ToolRoutingSettings.model_fields["max_tools"].default  # the defaults of `tools.max_tools`
+REJECTED = ToolRoutingSettings.model_fields["rejected_calls"].default  # and `tools.rejected_calls`
+
 
 @dataclass
 class ToolRouted:
@@ -53,8 +56,8 @@ def query_of(messages: list[Message]) -> str:
 
 
 class GatewayTools:
-    def __init__(self, router: ToolRouter) -> None:
-        self.router = router
+    def __init__(self, router: ToolRouter, *, max_tools: int = MAX_TOOLS, rejected: str = REJECTED) -> None:
+        self.router, self.max_tools, self.rejected = router, max_tools, rejected
 
     @classmethod
     def from_settings(cls, settings: ToolRoutingSettings) -> GatewayTools:
@@ -64,7 +67,8 @@ class GatewayTools:
         if settings.mcp is not None:  # the catalog: the MCP servers' tools (serving/mcp/catalog.py)
             from serving.mcp.catalog import mcp_tool_router
 
-            return cls(mcp_tool_router(settings.mcp, cfg.groups, settings.top_k))
+            return cls(mcp_tool_router(settings.mcp, cfg.groups, settings.top_k), max_tools=settings.max_tools,
+                       rejected=settings.rejected_calls)
         update: dict[str, Any] = {}
         if settings.catalog is not None:
             update["catalog"] = settings.catalog
@@ -72,7 +76,8 @@ class GatewayTools:
             update["index_dir"] = settings.index_dir
         if settings.top_k is not None:
             update["retrieval"] = cfg.retrieval.model_copy(update={"top_k": settings.top_k})
-        return cls(ToolRouter.from_config(cfg.model_copy(update=update)))
+        return cls(ToolRouter.from_config(cfg.model_copy(update=update)), max_tools=settings.max_tools,
+                   rejected=settings.rejected_calls)
 
     @property
     def catalog_version(self) -> str:
