@@ -238,6 +238,8 @@ async def settle(gw: Gateway, at: Pending, out: Outcome) -> tuple[list[Charge], 
     answer = run_.returned.answer
     if p.asked.tooled is not None and answer is not None:  # streamed answers are not read here
         p.meta["tool_routing"]["rejected_calls"] = gw.tools.rejected_calls(p.asked.tooled, answer.body)
+        if p.meta["tool_routing"]["rejected_calls"]:  # tools.rejected_calls: dropped, refused, or passed on
+            answer.body = gw.tools.withhold(p.asked.tooled, answer.body)
     charged = charges(gw, run_, p.payloads)
     headers = {**run_.headers(), "x-request-id": at.rid}
     if at.stream and answer is None:  # passed through: its own cost is known when the stream ends, and a last chunk says it

@@ -116,9 +116,10 @@ class ToolRoutingSettings(BaseModel):
                            "to nor called) leave (serving/gateway/sessions.py).")
     rejected_calls: Literal["drop", "refuse", "pass"] = Field(default="drop", description="A model's call to a tool "
                                                               "the caller was not shown: drop it from the answer, "
-                                                              "refuse the answer (a failed answer: the cascade "
-                                                              "escalates, else 502), or pass it on (flagged in "
-                                                              "switchcraft.tool_routing.rejected_calls).")
+                                                              "refuse (withhold every call of that answer), or "
+                                                              "pass it on; a message left empty says why in its "
+                                                              "text. Always listed in "
+                                                              "switchcraft.tool_routing.rejected_calls.")
 
 
 class StateSettings(BaseModel):

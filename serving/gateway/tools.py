@@ -14,6 +14,12 @@ replayed as expansions, through the same filter. With `tools.mcp` (an MCP
 gateway config) the catalog is its upstream MCP servers' tools, under the MCP
 config's policy and retrieval (the tools config gives only `groups`), so chat
 callers and MCP hosts see the same tools and groups.
+
+A model's call to a tool it was not shown (a hallucinated name, a tool from
+the conversation's history the caller may no longer see) never reaches the
+caller by default: `tools.rejected_calls` drops it (`drop`), withholds the
+whole answer's calls (`refuse`), or passes it on, flagged (`pass`). Every API's
+answer is translated from the chat answer this edits, so all three get it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from serving.tools.router import RoutingDecision, ToolRouter
 
 MAX_TOOLS = ToolRoutingSettings.model_fields["max_tools"].default  # the defaults of `tools.max_tools`
 REJECTED = ToolRoutingSettings.model_fields["rejected_calls"].default  # and `tools.rejected_calls`
+WITHHELD = ("[switchcraft] The model called tools this caller may not use; {n} tool call(s) were withheld "
+            "(tools.rejected_calls). Ask again, or name the task differently.")
 
 
 @dataclass
@@ -101,6 +109,34 @@ class GatewayTools:
                 if not isinstance(name, str) or not self.router.check_call(routed.decision, name).valid:
                     out.append(str(name))
         return out
+
+    def withhold(self, routed: ToolRouted, answer: dict[str, Any]) -> dict[str, Any]:
+        """`answer` as the caller gets it under `tools.rejected_calls` (`self.rejected`): `pass` unchanged; `drop`
+        without the calls naming a tool that was not exposed; `refuse` without any call once one is rejected. A
+        message left with neither a call nor text says so in its content (finish_reason `stop`), so an agent
+        reads why and goes on; the tools' names are not repeated to the caller."""
+        if self.rejected == "pass":
+            return answer
+        choices = []
+        for choice in answer.get("choices") or []:
+            message = (choice or {}).get("message") or {}
+            calls = message.get("tool_calls") or []
+            kept = [tc for tc in calls if self.router.check_call(
+                routed.decision, str(((tc or {}).get("function") or {}).get("name"))).valid]
+            if len(kept) == len(calls):
+                choices.append(choice)
+                continue
+            kept = kept if self.rejected == "drop" else []
+            message = {**message, "tool_calls": kept or None}
+            choice = {**choice, "message": message}
+            if not kept:
+                message.pop("tool_calls")
+                choice["finish_reason"] = "stop"
+                if not (isinstance(message.get("content"), str) and message["content"].strip()):
+                    message["content"] = WITHHELD.format(n=len(calls) - len(kept) if self.rejected == "drop"
+                                                         else len(calls))
+            choices.append(choice)
+        return {**answer, "choices": choices}
 
     def route(self, messages: list[Message], caller: Caller) -> ToolRouted:
         decision = self.router.route(query_of(messages), caller)
