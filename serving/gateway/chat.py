@@ -41,6 +41,7 @@ from serving.gateway.auth import Identity
 from serving.gateway.budget import StreamCharge, charges_of, payload_size, tokens_in, worst_case_usd
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.gateway.errors import GatewayError, error_response
+from serving.gateway.fairshare import CALLER
 from serving.gateway.parts import Gateway
 from serving.gateway.record import Served, notify
 from serving.gateway.requests import check_chat_fields, model_mode
@@ -125,6 +126,7 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
     try:
         key = request.headers.get(api.key_header) if api.key_header else None
         at.ident = await authenticate(gw, request, f"Bearer {key}" if key else None)
+        CALLER.set(at.ident.key_id)  # this request's task: its upstream calls count against its key's share
         sent = await read_body(gw, request)
         inbound = api.inbound(sent)
         body = inbound.body

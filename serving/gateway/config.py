@@ -93,6 +93,11 @@ class UpstreamSettings(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0, description="Overrides every pool model's timeout_s.")
     max_attempts: int = Field(default=3, ge=1, description="The chosen model plus this many minus one fallbacks.")
     max_connections: int = Field(default=64, ge=1)
+    key_share: float = Field(default=0.5, gt=0, le=1, description="Upstream calls one API key may have in flight "
+                             "at once, as a share of max_connections (at least one): a key's slow requests never "
+                             "hold the whole pool (serving/gateway/fairshare.py).")
+    key_wait_s: float = Field(default=5.0, ge=0, le=600, description="How long a call beyond its key's share waits "
+                              "for one of the key's own calls to end; then 429 key_upstream_busy with Retry-After.")
     breaker: BreakerSettings = Field(default_factory=lambda: BreakerSettings())
     hedge_after_s: float | None = Field(default=None, gt=0, description="Single strategies: when the first model has "
                                         "not answered after this long, also ask the next; the slower call is abandoned "
