@@ -19,7 +19,7 @@ their streams are the finished answer as events (the strategy runs whole).
 
 A request of an agent session (serving/gateway/sessions.py) keeps the model of
 the session's previous turn while its cached prefix makes that cheaper, and the
-tool router's tools for it only grow.
+tool router's tools for it grow in a stable order, up to `tools.max_tools`.
 """
 
 from __future__ import annotations

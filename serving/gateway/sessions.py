@@ -1,5 +1,5 @@
 """Agent sessions: a conversation's turns stay on one model while its provider's prompt cache is worth more than a
-switch, and the tools shown to it only grow.
+switch, and the tools shown to it grow in a stable order (up to `tools.max_tools`).
 
     session = await open_session(gw, request, body, api, ident)     # None: no session (a lone first turn)
     asked = grow_tools(gw, asked, session)                           # tool routing: earlier tools kept, in order
@@ -69,6 +69,9 @@ class SessionState:
     messages: int = 0  # the messages the last turn's request held (calls after them are new)
 
 
+FIELDS = set(SessionState.__dataclass_fields__)
+
+
 @dataclass
 class Session:
     id: str  # key id + name, hashed
@@ -111,7 +114,10 @@ class SessionStore:
 
     async def get(self, sid: str, now: float) -> SessionState | None:
         raw = await self.store.session_get(sid, now)
-        return SessionState(**json.loads(raw)) if raw else None
+        if not raw:
+            return None
+        # Fields a newer replica wrote that this one does not know are left out (replicas upgrade one at a time).
+        return SessionState(**{k: v for k, v in json.loads(raw).items() if k in FIELDS})
 
     async def put(self, sid: str, state: SessionState, now: float) -> None:
         await self.store.session_put(sid, json.dumps(asdict(state)), now=now, ttl_s=self.ttl_s)

@@ -105,3 +105,16 @@ def test_a_stream_holds_its_keys_slot_until_it_is_closed(client, slow_upstream, 
             assert shares.held == {"a": 1}  # the answer is open: the call still holds its connection
             assert "[DONE]" in r.read().decode()
         wait_for(lambda: shares.held == {}, 5)
+
+
+def test_without_a_share_one_keys_slow_requests_make_the_other_wait(client, slow_upstream, monkeypatch):
+    """The contrast: key_share 1 lets one key hold every connection, and another key's quick request queues."""
+    upstream, flight = slow_upstream
+    app = gateway(client, upstream, monkeypatch, key_share=1.0, key_wait_s=10.0)
+    with Loopback(app) as url, ThreadPoolExecutor(8) as pool:
+        assert ask(url, KEY_B, "warm up")[0].status_code == 200
+        slow = [pool.submit(ask, url, KEY_A, f"SLOW {i}") for i in range(6)]
+        wait_for(lambda: flight["now"] >= 4, 10)
+        r, took = ask(url, KEY_B, "quick question")
+        assert r.status_code == 200 and took > 0.8, took  # it waited for one of A's calls to end
+        assert all(f.result()[0].status_code == 200 for f in slow)

@@ -1,5 +1,6 @@
 """Agent sessions: naming, the cache-priced switch rule, state in the store (two replicas on one Redis), tools
-that only grow, and the gateway keeping a session's model on real recorded answers.
+that grow in a stable order, expired sessions deleted, and the gateway keeping a session's model on real recorded
+answers.
 
     .venv/bin/python -m pytest -q tests/serving/gateway/test_sessions.py
 """
@@ -98,6 +99,10 @@ def test_session_state_in_sqlite_and_shared_by_two_replicas_on_one_redis(redis_s
         await sqlite.put("s1", state, time.time())
         assert await SessionStore(SQLiteState(tmp_path / "state.sqlite")).get("s1", time.time()) == state
         assert await sqlite.get("s1", time.time() + 10 * 86400) is None  # forgotten once idle
+        # a newer replica's state, with a field this one does not know: read, the field left out
+        await sqlite.store.session_put("s3", '{"model": "big", "turns": 4, "shown_at": [1]}', now=time.time(),
+                                       ttl_s=60)
+        assert await sqlite.get("s3", time.time()) == SessionState("big", 0, 4)
         prefix = f"t{time.time_ns()}."
         one, two = (SessionStore(RedisState(redis_server.url, prefix=prefix)) for _ in range(2))
         await one.put("s2", state, time.time())
