@@ -135,7 +135,11 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         if gw.upstreams.breakers.all_open():  # nothing can answer: say so before paying for routing
             raise gw.upstreams.unavailable(gw.pool.names)
         at.stream = inbound.stream
-        passthrough = at.stream and api.reply is None
+        # A stream passed through unread could carry a call to a tool the caller was not shown: with tool routing
+        # (unless tools.rejected_calls is pass) the answer is read whole, then sent as a stream.
+        passthrough = at.stream and api.reply is None and (gw.tools is None or gw.tools.rejected == "pass")
+        if at.stream and not passthrough:
+            body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         named, threshold = (None, arg) if mode == "route" else (arg, None)
         at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)

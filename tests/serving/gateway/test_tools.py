@@ -7,8 +7,12 @@ that answers every request: what was forwarded is asserted exactly.
 
 from __future__ import annotations
 
+import json
 
+import httpx
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
 from data.pool_runner.request import openai_function_name
@@ -204,3 +208,45 @@ def test_drop_keeps_the_allowed_calls_and_refuse_withholds_them_all(tool_index):
     assert "tool_calls" not in out["refuse"]["message"] and out["refuse"]["finish_reason"] == "stop"
     assert out["refuse"]["message"]["content"] == WITHHELD.format(n=2)
     assert out["pass"] == both["choices"][0]
+
+
+def test_a_streamed_answer_never_carries_a_call_to_a_hidden_tool(client, tool_index, monkeypatch):
+    """An upstream that streams (SSE) when asked to: with tool routing the answer is read whole before anything
+    reaches the caller, then sent as a stream."""
+    from serving.gateway.tools import GatewayTools, WITHHELD
+    from serving.tools.config import RetrievalConfig
+    from serving.tools.router import ToolRouter
+    from tests.catalogs import POLICY
+    from tests.serving.gateway.helpers import POOL, pool_env
+
+    hidden = "payments_refund_payment"  # as the provider was sent the names
+    upstream = FastAPI()
+
+    @upstream.post("/v1/chat/completions")
+    async def complete(request: Request):
+        call = {"index": 0, "id": "t0", "type": "function", "function": {"name": hidden, "arguments": "{}"}}
+        if not (await request.json()).get("stream"):
+            return {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+                {"index": 0, "finish_reason": "tool_calls",
+                 "message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+        chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}]
+        lines = [f"data: {json.dumps({'id': 'x', 'object': 'chat.completion.chunk', 'model': 'm', **c})}\n\n"
+                 for c in chunks]
+        return StreamingResponse(iter([*lines, "data: [DONE]\n\n"]), media_type="text/event-stream")
+
+    pool_env(monkeypatch, {"id": "support", "key": KEYS["support"], "caller": SUPPORT})
+    native = next(m.name for m in POOL.models if m.prompt_style == "native")
+    with Loopback(upstream) as up:
+        pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": up + "/v1"}) for m in POOL.models]})
+        tools = GatewayTools(ToolRouter(tool_index, POLICY, RetrievalConfig(top_k=3)))
+        with Loopback(create_app(ServingConfig(), client=client, pool=pool, tools=tools)) as url:
+            with httpx.stream("POST", url + "/v1/chat/completions", headers=AS_SUPPORT, timeout=60, json={
+                    "model": native, "stream": True, "messages": [{"role": "user", "content": "refund pay_1"}]}) as r:
+                text = r.read().decode()
+                assert r.status_code == 200, text
+    assert "refund_payment" not in text.split('"rejected_calls"')[0]  # only in the trace that flags it
+    events = [json.loads(x[5:]) for x in text.split("\n") if x.startswith("data: {")]
+    said = "".join(c["delta"].get("content") or "" for e in events for c in e.get("choices") or [])
+    assert said == WITHHELD.format(n=1)
+    assert not any(c["delta"].get("tool_calls") for e in events for c in e.get("choices") or [])
