@@ -133,8 +133,7 @@ class GatewayTools:
                 message.pop("tool_calls")
                 choice["finish_reason"] = "stop"
                 if not (isinstance(message.get("content"), str) and message["content"].strip()):
-                    message["content"] = WITHHELD.format(n=len(calls) - len(kept) if self.rejected == "drop"
-                                                         else len(calls))
+                    message["content"] = WITHHELD.format(n=len(calls))
             choices.append(choice)
         return {**answer, "choices": choices}
 
