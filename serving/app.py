@@ -95,7 +95,8 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
 
         observers.append(Tracing.from_settings(cfg.otel, breaker_state=lambda m: upstreams.breakers.of(m).current()))
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
-                          max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker)
+                          max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker,
+                          key_share=cfg.upstream.key_share, key_wait_s=cfg.upstream.key_wait_s)
     cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts,
                       hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
@@ -130,7 +131,8 @@ def tools_of(settings: ToolRoutingSettings) -> GatewayTools:
     from serving.mcp.catalog import mcp_tool_router
     from serving.tools.config import load_tools_config
 
-    return GatewayTools(mcp_tool_router(settings.mcp, load_tools_config(settings.config).groups, settings.top_k))
+    return GatewayTools(mcp_tool_router(settings.mcp, load_tools_config(settings.config).groups, settings.top_k),
+                        max_tools=settings.max_tools, rejected=settings.rejected_calls)
 
 
 def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,

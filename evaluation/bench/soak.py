@@ -9,6 +9,11 @@ concurrency, until the time is up:
 - routed chat (`model: "router"`), a named pool model, a stream read to its end, a stream the client leaves at
   once, and hostile bodies (lone surrogates in tool-call arguments, NaN, wrong types, unknown fields, deep
   nesting) that must never get a 5xx (most are a 4xx naming the field; a lone surrogate is cleaned and answered);
+- agent sessions (multi-turn conversations under one `x-switchcraft-session`, a few turns each), console login
+  attempts with wrong keys (now and then a body past the body limit), and an MCP gateway's `find_tools` and
+  `call_tool` (real and hostile: unknown tools, bad arguments, bodies that are not JSON) against an MCP gateway
+  the soak starts in front of a fleet of upstream MCP servers (evaluation/bench/soak_traffic.py); hostile input
+  there may get a 4xx (413, 429 included), never a 5xx;
 - a router reload every `--reload-every` seconds (the same directory: a swap under load), and a Redis restart at
   half time (the store is down for a second; keys with limits fail closed with a 503 meanwhile).
 
@@ -35,8 +40,11 @@ import numpy as np
 
 from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
 from evaluation.bench.overhead import measured_model
+from evaluation.bench.soak_traffic import Conversation, McpStack, Req, console_login, mcp_request
 
-MIX = {"routed": 0.55, "named": 0.15, "stream": 0.1, "stream_left": 0.05, "hostile": 0.15}
+MIX = {"routed": 0.40, "named": 0.10, "stream": 0.08, "stream_left": 0.04, "hostile": 0.12, "session": 0.12,
+       "console_login": 0.04, "mcp_find": 0.05, "mcp_call": 0.03, "mcp_hostile": 0.02}
+HOSTILE = {"hostile", "console_login", "mcp_hostile"}  # input nobody should send: a 5xx there is a 5xx to input
 RSS_TOLERANCE = 0.10
 
 
@@ -84,6 +92,7 @@ class SoakConfig:
     warmup_fraction: float = 0.2  # RSS before this share of the run is warm-up, not judged
     request_timeout_s: float = 30.0
     seed: int = 0
+    mcp_tools: int = 40  # tools of the MCP gateway's upstream fleet (two servers)
 
     def __post_init__(self) -> None:
         if not 0 < self.minutes <= 120:
@@ -100,6 +109,8 @@ class Tally:
     statuses: Counter = field(default_factory=Counter)  # "kind:status"
     input_5xx: int = 0
     lost: int = 0
+    rpc_errors: int = 0  # MCP calls of real tools answered with a JSON-RPC error
+    sessions_continued: int = 0  # session turns the gateway served as a later turn of a session it kept
     outage_503: int = 0
     reloads: Counter = field(default_factory=Counter)
     rss_mb: list[tuple[float, float]] = field(default_factory=list)  # (seconds since start, MB)
@@ -112,35 +123,51 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def one_request(http: httpx.AsyncClient, url: str, kind: str, body, tally: Tally, outage: list[bool]) -> None:
+async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally, outage: list[bool]) -> None:
     tally.sent[kind] += 1
     try:
         if kind in ("stream", "stream_left"):
-            async with http.stream("POST", url, json=body) as r:
+            async with http.stream("POST", req.url, json=req.json, headers=req.headers) as r:
                 status = r.status_code
                 if kind == "stream":
                     async for _ in r.aiter_bytes():
                         pass
-        elif isinstance(body, bytes):
-            r = await http.post(url, content=body, headers={"content-type": "application/json"})
+        elif req.content is not None:
+            r = await http.post(req.url, content=req.content,
+                                headers={"content-type": "application/json", **req.headers})
             status = r.status_code
         else:
-            r = await http.post(url, json=body)
+            r = await http.post(req.url, json=req.json, headers=req.headers)
             status = r.status_code
+        if req.rpc and status == 200 and "error" in _json(r):
+            tally.rpc_errors += 1
+        if kind == "session" and status == 200 and _json(r).get("switchcraft", {}).get("session", {}).get("turn", 0) > 1:
+            tally.sessions_continued += 1
     except httpx.HTTPError:
+        if req.oversized:  # refused before it was read: the connection closes under the sender, nothing is lost
+            tally.statuses[f"{kind}:closed"] += 1
+            return
         tally.lost += 1
         tally.statuses[f"{kind}:error"] += 1
         return
     tally.statuses[f"{kind}:{status}"] += 1
     if status == 503 and outage[0]:
         tally.outage_503 += 1  # the store was down: a refusal the caller may retry, not a lost request
-    elif status >= 500 and kind == "hostile":
+    elif status >= 500 and kind in HOSTILE:
         tally.input_5xx += 1
     elif status >= 500:
         tally.lost += 1
 
 
-async def soak(stack: Stack, cfg: SoakConfig, progress=None) -> Tally:
+def _json(r: httpx.Response) -> dict:
+    try:
+        out = r.json()
+    except ValueError:
+        return {"error": "not JSON"}
+    return out if isinstance(out, dict) else {"error": "not an object"}
+
+
+async def soak(stack: Stack, cfg: SoakConfig, progress=None, mcp: McpStack | None = None) -> Tally:
     rng = random.Random(cfg.seed)
     model = measured_model(stack).name
     examples = stack.examples
@@ -150,23 +177,32 @@ async def soak(stack: Stack, cfg: SoakConfig, progress=None) -> Tally:
     tally, outage = Tally(), [False]
     started = time.monotonic()
     deadline = started + cfg.minutes * 60
-    kinds, weights = list(MIX), list(MIX.values())
+    mix = {k: w for k, w in MIX.items() if mcp is not None or not k.startswith("mcp_")}
+    kinds, weights = list(mix), list(mix.values())
 
-    def body_for(kind: str):
+    def request_for(kind: str, conversation: Conversation) -> Req:
         ex = examples[rng.randrange(len(examples))]
         base = chat_body(ex)
         if kind == "routed":
-            return base
+            return Req(url, base)
         if kind == "named":
-            return {**base, "model": model}
+            return Req(url, {**base, "model": model})
         if kind in ("stream", "stream_left"):
-            return {**base, "model": model, "stream": True}
-        return hostile[rng.randrange(len(hostile))](base)
+            return Req(url, {**base, "model": model, "stream": True})
+        if kind == "session":
+            return conversation.next_turn(rng, base, stack.url, f"soak-{cfg.seed}-{id(conversation)}")
+        if kind == "console_login":
+            return console_login(rng, stack.url)
+        if kind.startswith("mcp_"):
+            return mcp_request(rng, mcp, kind)
+        out = hostile[rng.randrange(len(hostile))](base)
+        return Req(url, content=out) if isinstance(out, bytes) else Req(url, out)
 
     async def worker(http: httpx.AsyncClient) -> None:
+        conversation = Conversation()  # each worker is one agent: its session's turns come one at a time
         while time.monotonic() < deadline:
             kind = rng.choices(kinds, weights)[0]
-            await one_request(http, url, kind, body_for(kind), tally, outage)
+            await one_request(http, kind, request_for(kind, conversation), tally, outage)
 
     async def operator(http: httpx.AsyncClient) -> None:
         """Samples RSS, reloads the router on a schedule, restarts Redis at half time."""
@@ -230,8 +266,8 @@ def run_soak(cfg: SoakConfig, progress=None) -> dict:
     stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool, requests=200,
                                    concurrency=cfg.concurrency, state="redis",
                                    request_timeout_s=cfg.request_timeout_s)
-    with Stack(stack_cfg) as stack:
-        tally = asyncio.run(soak(stack, cfg, progress))
+    with McpStack(cfg.data_root, tools=cfg.mcp_tools) as mcp, Stack(stack_cfg) as stack:
+        tally = asyncio.run(soak(stack, cfg, progress, mcp))
         time.sleep(1.0)  # the last streams' background settlement
         spent, (billed, unpriced) = ledger(stack), billed_usd(stack)
         reserve_max = stack.examples and max(
@@ -260,6 +296,7 @@ def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unprice
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(cfg).items()},
         "requests": sum(tally.sent.values()), "sent": dict(tally.sent), "statuses": dict(tally.statuses),
         "input_5xx": tally.input_5xx, "lost": tally.lost, "outage_503": tally.outage_503,
+        "mcp_rpc_errors": tally.rpc_errors, "sessions_continued": tally.sessions_continued,
         "reloads": dict(tally.reloads),
         "rss_mb": [(round(t, 1), round(mb, 1)) for t, mb in tally.rss_mb],
         "rss_after_warmup_mb": {"first": first, "peak": peak, "growth": (peak - first) / first if first else None},

@@ -19,7 +19,7 @@ their streams are the finished answer as events (the strategy runs whole).
 
 A request of an agent session (serving/gateway/sessions.py) keeps the model of
 the session's previous turn while its cached prefix makes that cheaper, and the
-tool router's tools for it only grow.
+tool router's tools for it grow in a stable order, up to `tools.max_tools`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from serving.gateway.auth import Identity
 from serving.gateway.budget import StreamCharge, charges_of, payload_size, tokens_in, worst_case_usd
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.gateway.errors import GatewayError, error_response
+from serving.gateway.fairshare import CALLER
 from serving.gateway.parts import Gateway
 from serving.gateway.record import Served, notify
 from serving.gateway.requests import check_chat_fields, model_mode
@@ -125,6 +126,7 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
     try:
         key = request.headers.get(api.key_header) if api.key_header else None
         at.ident = await authenticate(gw, request, f"Bearer {key}" if key else None)
+        CALLER.set(at.ident.key_id)  # this request's task: its upstream calls count against its key's share
         sent = await read_body(gw, request)
         inbound = api.inbound(sent)
         body = inbound.body
@@ -133,7 +135,11 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         if gw.upstreams.breakers.all_open():  # nothing can answer: say so before paying for routing
             raise gw.upstreams.unavailable(gw.pool.names)
         at.stream = inbound.stream
-        passthrough = at.stream and api.reply is None
+        # A stream passed through unread could carry a call to a tool the caller was not shown: with tool routing
+        # (unless tools.rejected_calls is pass) the answer is read whole, then sent as a stream.
+        passthrough = at.stream and api.reply is None and (gw.tools is None or gw.tools.rejected == "pass")
+        if at.stream and not passthrough:
+            body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         named, threshold = (None, arg) if mode == "route" else (arg, None)
         at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
@@ -238,6 +244,8 @@ async def settle(gw: Gateway, at: Pending, out: Outcome) -> tuple[list[Charge], 
     answer = run_.returned.answer
     if p.asked.tooled is not None and answer is not None:  # streamed answers are not read here
         p.meta["tool_routing"]["rejected_calls"] = gw.tools.rejected_calls(p.asked.tooled, answer.body)
+        if p.meta["tool_routing"]["rejected_calls"]:  # tools.rejected_calls: dropped, refused, or passed on
+            answer.body = gw.tools.withhold(p.asked.tooled, answer.body)
     charged = charges(gw, run_, p.payloads)
     headers = {**run_.headers(), "x-request-id": at.rid}
     if at.stream and answer is None:  # passed through: its own cost is known when the stream ends, and a last chunk says it

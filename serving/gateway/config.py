@@ -96,6 +96,11 @@ class UpstreamSettings(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0, description="Overrides every pool model's timeout_s.")
     max_attempts: int = Field(default=3, ge=1, description="The chosen model plus this many minus one fallbacks.")
     max_connections: int = Field(default=64, ge=1)
+    key_share: float = Field(default=0.5, gt=0, le=1, description="Upstream calls one API key may have in flight "
+                             "at once, as a share of max_connections (at least one): a key's slow requests never "
+                             "hold the whole pool (serving/gateway/fairshare.py).")
+    key_wait_s: float = Field(default=5.0, ge=0, le=600, description="How long a call beyond its key's share waits "
+                              "for one of the key's own calls to end; then 429 key_upstream_busy with Retry-After.")
     breaker: BreakerSettings = Field(default_factory=lambda: BreakerSettings())
     hedge_after_s: float | None = Field(default=None, gt=0, description="Single strategies: when the first model has "
                                         "not answered after this long, also ask the next; the slower call is abandoned "
@@ -114,6 +119,15 @@ class ToolRoutingSettings(BaseModel):
     mcp: str | None = Field(default=None, description="An MCP gateway config (configs/mcp.yaml): the catalog is "
                             "its upstream servers' tools, listed at start, with its policy and retrieval "
                             "(serving/mcp/catalog.py); the tools config then gives only `groups`.")
+    max_tools: int = Field(default=64, ge=1, description="Tools an agent session is shown at most: its tools grow "
+                           "turn by turn in a stable order, and past this the ones unused longest (neither routed "
+                           "to nor called) leave (serving/gateway/sessions.py).")
+    rejected_calls: Literal["drop", "refuse", "pass"] = Field(default="drop", description="A model's call to a tool "
+                                                              "the caller was not shown: drop it from the answer, "
+                                                              "refuse (withhold every call of that answer), or "
+                                                              "pass it on; a message left empty says why in its "
+                                                              "text. Always listed in "
+                                                              "switchcraft.tool_routing.rejected_calls.")
 
 
 class StateSettings(BaseModel):
@@ -145,6 +159,12 @@ class StateSettings(BaseModel):
                                        "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
     session_ttl_s: float = Field(default=6 * 3600.0, gt=0, description="An agent session idle this long is "
                                  "forgotten (serving/gateway/sessions.py).")
+    session_prune_every_s: float = Field(default=60.0, ge=0, description="SQLite: expired sessions are deleted "
+                                         "in the background after a session write, at most this often (Redis "
+                                         "expires its own).")
+    session_prune_batch: int = Field(default=1_000, ge=1, description="SQLite: expired sessions deleted per "
+                                     "transaction of a prune (it repeats until none is left; requests use the "
+                                     "store between batches).")
     cache_ttl_s: float = Field(default=300.0, ge=0, description="How long a provider keeps a conversation's prompt "
                                "prefix cached after its last use (Anthropic's default 5 minutes): within it a "
                                "session prices keeping its model with the cache.")

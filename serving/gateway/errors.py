@@ -13,7 +13,8 @@ gets ECONNRESET) and the request is never counted. `CatchAll` catches instead:
 a JSON 500 naming the exception type (never its text: it may quote the
 request), `connection: close`, `switchcraft_requests_total{status="500"}`, and
 one JSON log line with the traceback (frames and type, not the exception's
-text) as a field.
+text) as a field. Every response it lets out carries `x-content-type-options: nosniff`
+(`NOSNIFF`): a browser never reads an error's JSON, which may echo a caller's text, as HTML.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import anyio
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat", "/v1/messages": "messages",
              "/v1/responses": "responses"}
 
@@ -59,7 +61,8 @@ def error_response(e: GatewayError, rid: str, extra: dict | None = None, shape=G
         body["error"]["attempts"] = e.attempts
     if extra:
         body["switchcraft"] = extra
-    return JSONResponse(body, status_code=e.status, headers={**(e.headers or {}), "x-request-id": rid})
+    return JSONResponse(body, status_code=e.status, headers={**(e.headers or {}), "x-request-id": rid,
+                                                             NOSNIFF[0].decode(): NOSNIFF[1].decode()})
 
 
 def bad(message: str, param: str | None = None) -> GatewayError:
@@ -149,6 +152,9 @@ class CatchAll:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
+                headers = list(message.get("headers") or [])
+                if not any(k.lower() == NOSNIFF[0] for k, _ in headers):
+                    message = {**message, "headers": [*headers, NOSNIFF]}
             await send(message)
 
         try:
@@ -198,7 +204,7 @@ async def _send_json(send, status: int, payload: dict, rid: str) -> None:
     body = json.dumps(payload).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"), (b"x-request-id", rid.encode())]})
+        (b"connection", b"close"), (b"x-request-id", rid.encode()), NOSNIFF]})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -1,5 +1,5 @@
 """Agent sessions: a conversation's turns stay on one model while its provider's prompt cache is worth more than a
-switch, and the tools shown to it only grow.
+switch, and the tools shown to it grow in a stable order (up to `tools.max_tools`).
 
     session = await open_session(gw, request, body, api, ident)     # None: no session (a lone first turn)
     asked = grow_tools(gw, asked, session)                           # tool routing: earlier tools kept, in order
@@ -65,6 +65,11 @@ class SessionState:
     turns: int = 0
     last_at: float = 0.0  # time.time() of the last turn
     tools: list[str] = field(default_factory=list)  # tool-router keys shown so far, in first-shown order
+    used: dict[str, int] = field(default_factory=dict)  # tool key -> the last turn it was routed to or called
+    messages: int = 0  # the messages the last turn's request held (calls after them are new)
+
+
+FIELDS = set(SessionState.__dataclass_fields__)
 
 
 @dataclass
@@ -109,7 +114,10 @@ class SessionStore:
 
     async def get(self, sid: str, now: float) -> SessionState | None:
         raw = await self.store.session_get(sid, now)
-        return SessionState(**json.loads(raw)) if raw else None
+        if not raw:
+            return None
+        # Fields a newer replica wrote that this one does not know are left out (replicas upgrade one at a time).
+        return SessionState(**{k: v for k, v in json.loads(raw).items() if k in FIELDS})
 
     async def put(self, sid: str, state: SessionState, now: float) -> None:
         await self.store.session_put(sid, json.dumps(asdict(state)), now=now, ttl_s=self.ttl_s)
@@ -211,19 +219,36 @@ def keep_or_switch(pool: Pool, session: Session | None, decision, now: float, to
 
 def grow_tools(gw, asked, session: Session | None):
     """`asked` with the tool router's tools for this session: those shown on earlier turns that this caller may
-    still see first (in the order first shown), then this turn's new ones; request_group stays last."""
+    still see first (in the order first shown), then this turn's new ones; request_group stays last. Past
+    `tools.max_tools` the tools unused longest (neither routed to nor called) leave; the rest keep their order,
+    so a provider's prompt cache keeps all of the list before the first one that left."""
     tooled = asked.tooled
     if session is None or tooled is None:
         return asked
+    from data.pool_runner.request import openai_function_name
     from data.schema import Tool
     from serving.tools.catalog import REQUEST_GROUP
 
-    router, d = gw.tools.router, tooled.decision
+    router, d, st = gw.tools.router, tooled.decision, session.state
     cards = router.catalog.cards
     index = {c.key: i for i, c in enumerate(cards)}
     seen = router.visible(asked.who).visible
-    keys = [k for k in session.state.tools if k in index and seen[index[k]]]
+    keys = [k for k in st.tools if k in index and seen[index[k]]]
     keys += [k for k in d.tool_keys if k not in keys]
+    turn, by_name = st.turns + 1, {}
+    for k in keys:  # a call names the tool as the caller saw it, or as the provider did
+        name = cards[index[k]].to_openai()["function"]["name"]
+        by_name[name] = by_name[openai_function_name(name)] = k
+    st.used = {k: st.used.get(k, 0) for k in keys}
+    for k in d.tool_keys:
+        st.used[k] = turn
+    # Calls in the messages added since the last turn (all of them, when the conversation was shortened).
+    for m in asked.messages[st.messages if st.messages <= len(asked.messages) else 0:]:
+        for call in m.tool_calls:
+            if call.name in by_name:
+                st.used[by_name[call.name]] = turn
+    st.messages = len(asked.messages)
+    keys = bounded_tools(keys, st.used, gw.tools.max_tools)
     group = [t for t in d.tools if t["function"]["name"] == REQUEST_GROUP]
     d.tools = [cards[index[k]].to_openai() for k in keys] + group
     d.tool_keys = keys
@@ -233,6 +258,16 @@ def grow_tools(gw, asked, session: Session | None):
                          original=t["function"]) for t in d.tools]
     asked.tools = tooled.tools
     return asked
+
+
+def bounded_tools(keys: list[str], used: dict[str, int], limit: int) -> list[str]:
+    """`keys` without the ones unused longest beyond `limit`, in order (among equals the latest shown leave: the
+    prefix a provider cached stays longer)."""
+    if len(keys) <= limit:
+        return keys
+    place = {k: i for i, k in enumerate(keys)}
+    kept = set(sorted(keys, key=lambda k: (-used.get(k, 0), place[k]))[:limit])
+    return [k for k in keys if k in kept]
 
 
 async def remember(gw, session: Session | None, run, tools: list[str] | None) -> None:
@@ -249,6 +284,7 @@ async def remember(gw, session: Session | None, run, tools: list[str] | None) ->
     st.model, st.turns, st.last_at = rec.model, st.turns + 1, time.time()
     if tools is not None:
         st.tools = list(tools)
+        st.used = {k: st.used.get(k, 0) for k in st.tools}
     try:
         await bounded(gw, store_of(gw).put(session.id, st, st.last_at))
     except (StateUnavailable, TimeoutError) as e:

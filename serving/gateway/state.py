@@ -26,6 +26,7 @@ with limits).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -40,6 +41,8 @@ import anyio
 KINDS = ("answer", "cascade", "abandoned", "estimated", "expired", "explore")
 WINDOW_S = 60.0
 SWEEP_EVERY_S = 1.0  # expired reservations are looked for at most this often per process
+SESSION_PRUNE_EVERY_S = 60.0  # defaults of `state.session_prune_every_s` and `state.session_prune_batch`
+SESSION_PRUNE_BATCH = 1_000
 THREADS = 8  # worker threads a SQLite store may hold (calls beyond wait for one, within their deadline)
 
 
@@ -145,14 +148,13 @@ class StateStore(ABC):
     async def aclose(self) -> None:
         return None
 
+    @abstractmethod
     async def session_get(self, sid: str, now: float) -> str | None:
-        """A session's state (JSON) unless it expired; this base keeps sessions in this process's memory."""
-        raw, expires = self.__dict__.setdefault("_sessions", {}).get(sid, (None, 0.0))
-        return raw if expires > now else None
+        """A session's state (JSON) unless it expired."""
 
+    @abstractmethod
     async def session_put(self, sid: str, raw: str, *, now: float, ttl_s: float) -> None:
-        """Store a session's state (JSON), forgotten `ttl_s` after `now`."""
-        self.__dict__.setdefault("_sessions", {})[sid] = (raw, now + ttl_s)
+        """Store a session's state (JSON), forgotten `ttl_s` after `now` (and deleted once expired)."""
 
 
 # --------------------------------------------------------------------------------------------------- SQLite
@@ -170,6 +172,7 @@ CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL
                                    usd REAL NOT NULL, request_id TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS ledger_key_day ON ledger (key_id, day);
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, state TEXT NOT NULL, expires REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires);
 """
 
 
@@ -205,6 +208,8 @@ class SQLiteState(StateStore):
         self.lock = threading.Lock()
         self.threads = anyio.CapacityLimiter(THREADS)
         self.last_sweep = 0.0
+        self.session_prune_every_s, self.session_prune_batch = SESSION_PRUNE_EVERY_S, SESSION_PRUNE_BATCH
+        self.pruned_at, self.pruning = 0.0, None
 
     async def _run(self, fn, *args, write: bool = False):
         """`fn(*args)` in a worker thread, holding this connection, within `busy_timeout_s` of this call (the
@@ -322,6 +327,28 @@ class SQLiteState(StateStore):
     async def session_put(self, sid: str, raw: str, *, now: float, ttl_s: float) -> None:
         await self._run(lambda: self.db.execute("INSERT OR REPLACE INTO sessions (id, state, expires) VALUES (?, ?, ?)",
                                                 (sid, raw, now + ttl_s)), write=True)
+        self._prune_soon(now)
+
+    def _prune_soon(self, now: float) -> None:
+        """`session_prune` in the background when the last one is `session_prune_every_s` old: the write that
+        starts it never waits for it, and one runs at a time (a failed one: the next write starts another)."""
+        if now - self.pruned_at < self.session_prune_every_s or (self.pruning and not self.pruning.done()):
+            return
+        self.pruned_at, self.pruning = now, asyncio.ensure_future(self.session_prune(now))
+        self.pruning.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def session_prune(self, now: float) -> int:
+        """Expired sessions deleted `session_prune_batch` rows a transaction (the connection is free between
+        them, so requests interleave), until none is left; the freed pages are reused by later rows."""
+        def batch() -> int:
+            return self.db.execute("DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires <= ? "
+                                   "LIMIT ?)", (now, self.session_prune_batch)).rowcount
+        total = 0
+        while (n := await self._run(batch, write=True)) > 0:
+            total += n
+            if n < self.session_prune_batch:
+                break
+        return total
 
     async def aclose(self) -> None:
         with self.lock:
@@ -509,4 +536,7 @@ def open_state(settings) -> StateStore:
         return RedisState(settings.redis_url, prefix=settings.redis_prefix, reservation_ttl_s=settings.reservation_ttl_s,
                           timeout_s=settings.timeout_s)
     path = ":memory:" if settings.path is None else Path(settings.path) / "state.sqlite"
-    return SQLiteState(path, reservation_ttl_s=settings.reservation_ttl_s, busy_timeout_s=settings.timeout_s * 5)
+    store = SQLiteState(path, reservation_ttl_s=settings.reservation_ttl_s, busy_timeout_s=settings.timeout_s * 5)
+    store.session_prune_every_s = settings.session_prune_every_s
+    store.session_prune_batch = settings.session_prune_batch
+    return store

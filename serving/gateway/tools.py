@@ -15,6 +15,12 @@ gateway config) the catalog is its upstream MCP servers' tools, under the MCP
 config's policy and retrieval (the tools config gives only `groups`), so chat
 callers and MCP hosts see the same tools and groups; serving/app.py builds that
 one, so the gateway never imports the MCP gateway.
+
+A model's call to a tool it was not shown (a hallucinated name, a tool from
+the conversation's history the caller may no longer see) never reaches the
+caller by default: `tools.rejected_calls` drops it (`drop`), withholds the
+whole answer's calls (`refuse`), or passes it on, flagged (`pass`). Every API's
+answer is translated from the chat answer this edits, so all three get it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from serving.tools.cards import RISK_ORDER
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from serving.tools.router import RoutingDecision, ToolRouter
+
+MAX_TOOLS = ToolRoutingSettings.model_fields["max_tools"].default  # the defaults of `tools.max_tools`
+REJECTED = ToolRoutingSettings.model_fields["rejected_calls"].default  # and `tools.rejected_calls`
+WITHHELD = ("[switchcraft] The model called tools this caller may not use; {n} tool call(s) were withheld "
+            "(tools.rejected_calls). Ask again, or name the task differently.")
 
 
 @dataclass
@@ -54,8 +65,8 @@ def query_of(messages: list[Message]) -> str:
 
 
 class GatewayTools:
-    def __init__(self, router: ToolRouter) -> None:
-        self.router = router
+    def __init__(self, router: ToolRouter, *, max_tools: int = MAX_TOOLS, rejected: str = REJECTED) -> None:
+        self.router, self.max_tools, self.rejected = router, max_tools, rejected
 
     @classmethod
     def from_settings(cls, settings: ToolRoutingSettings) -> GatewayTools:
@@ -72,7 +83,8 @@ class GatewayTools:
             update["index_dir"] = settings.index_dir
         if settings.top_k is not None:
             update["retrieval"] = cfg.retrieval.model_copy(update={"top_k": settings.top_k})
-        return cls(ToolRouter.from_config(cfg.model_copy(update=update)))
+        return cls(ToolRouter.from_config(cfg.model_copy(update=update)), max_tools=settings.max_tools,
+                   rejected=settings.rejected_calls)
 
     @property
     def catalog_version(self) -> str:
@@ -96,6 +108,33 @@ class GatewayTools:
                 if not isinstance(name, str) or not self.router.check_call(routed.decision, name).valid:
                     out.append(str(name))
         return out
+
+    def withhold(self, routed: ToolRouted, answer: dict[str, Any]) -> dict[str, Any]:
+        """`answer` as the caller gets it under `tools.rejected_calls` (`self.rejected`): `pass` unchanged; `drop`
+        without the calls naming a tool that was not exposed; `refuse` without any call once one is rejected. A
+        message left with neither a call nor text says so in its content (finish_reason `stop`), so an agent
+        reads why and goes on; the tools' names are not repeated to the caller."""
+        if self.rejected == "pass":
+            return answer
+        choices = []
+        for choice in answer.get("choices") or []:
+            message = (choice or {}).get("message") or {}
+            calls = message.get("tool_calls") or []
+            kept = [tc for tc in calls if self.router.check_call(
+                routed.decision, str(((tc or {}).get("function") or {}).get("name"))).valid]
+            if len(kept) == len(calls):
+                choices.append(choice)
+                continue
+            kept = kept if self.rejected == "drop" else []
+            message = {**message, "tool_calls": kept or None}
+            choice = {**choice, "message": message}
+            if not kept:
+                message.pop("tool_calls")
+                choice["finish_reason"] = "stop"
+                if not (isinstance(message.get("content"), str) and message["content"].strip()):
+                    message["content"] = WITHHELD.format(n=len(calls))
+            choices.append(choice)
+        return {**answer, "choices": choices}
 
     def route(self, messages: list[Message], caller: Caller) -> ToolRouted:
         decision = self.router.route(query_of(messages), caller)

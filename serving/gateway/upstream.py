@@ -16,7 +16,8 @@ returned, so a fallback never hides what happened. A circuit breaker per
 endpoint (serving/gateway/breaker.py) keeps calls off a dead endpoint, and an
 endpoint that refused a connection is skipped for the rest of that request;
 when nothing was reachable the answer is a 503 with Retry-After (seconds) and
-retry-after-ms. A call that timed out or dropped after it was sent is
+retry-after-ms. Each API key's calls hold at most its share of the connections
+(serving/gateway/fairshare.py, `upstream.key_share`). A call that timed out or dropped after it was sent is
 *abandoned*: counted with its estimated cost, since the provider may bill it.
 
 An upstream 429 is obeyed per endpoint: its `retry-after-ms` or `Retry-After`
@@ -52,6 +53,7 @@ from data.pool_runner import apis
 from data.pool_runner.wire import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
+from serving.gateway.fairshare import KeyShares
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
 
@@ -92,8 +94,10 @@ class UpstreamResult:
 
 class Upstreams:
     def __init__(self, pool: Pool, metrics: GatewayMetrics, *, timeout_s: float | None = None,
-                 max_connections: int = 64, breaker: BreakerSettings | None = None) -> None:
+                 max_connections: int = 64, breaker: BreakerSettings | None = None, key_share: float = 0.5,
+                 key_wait_s: float = 5.0) -> None:
         self.pool, self.metrics, self.timeout_s = pool, metrics, timeout_s
+        self.shares = KeyShares(max_connections=max_connections, share=key_share, wait_s=key_wait_s)
         self.breakers = Breakers(pool, breaker or BreakerSettings(), metrics)
         self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections,
                                                           max_keepalive_connections=max_connections))
@@ -148,11 +152,16 @@ class Upstreams:
         Not sent when the endpoint's breaker is open or it refused a connection earlier in this request (`down`:
         the request's set of such endpoints, updated here). `estimate`: the call's expected cost, booked as
         abandoned when it times out or drops."""
+        key = await self.shares.acquire()  # the caller's key's share of the connections (serving/gateway/fairshare.py)
         if self.skip(model, attempts, down):
+            self.shares.release(key)
             return None
-        breaker, verdict = self.breakers.of(model), None
+        breaker, verdict, held = self.breakers.of(model), None, True
         try:
             result = await self._send(model, payload, attempts, estimate)
+            if result is not None and result.response is not None:  # a stream holds its slot until it is closed
+                self.shares.hold_until_closed(key, result.response)
+                held = False
             outcome = attempts[-1].outcome
             status = attempts[-1].status
             verdict = outcome in ("timeout", "connect_error", "dropped", "bad_body") or (status or 0) >= 500
@@ -166,6 +175,8 @@ class Upstreams:
             verdict = False  # the endpoint answered: it is up
             raise
         finally:
+            if held:
+                self.shares.release(key)
             if verdict is None:
                 breaker.release()  # cancelled (a hedge lost): no verdict on the endpoint
             else:

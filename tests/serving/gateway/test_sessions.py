@@ -1,5 +1,6 @@
 """Agent sessions: naming, the cache-priced switch rule, state in the store (two replicas on one Redis), tools
-that only grow, and the gateway keeping a session's model on real recorded answers.
+that grow in a stable order, expired sessions deleted, and the gateway keeping a session's model on real recorded
+answers.
 
     .venv/bin/python -m pytest -q tests/serving/gateway/test_sessions.py
 """
@@ -98,6 +99,10 @@ def test_session_state_in_sqlite_and_shared_by_two_replicas_on_one_redis(redis_s
         await sqlite.put("s1", state, time.time())
         assert await SessionStore(SQLiteState(tmp_path / "state.sqlite")).get("s1", time.time()) == state
         assert await sqlite.get("s1", time.time() + 10 * 86400) is None  # forgotten once idle
+        # a newer replica's state, with a field this one does not know: read, the field left out
+        await sqlite.store.session_put("s3", '{"model": "big", "turns": 4, "shown_at": [1]}', now=time.time(),
+                                       ttl_s=60)
+        assert await sqlite.get("s3", time.time()) == SessionState("big", 0, 4)
         prefix = f"t{time.time_ns()}."
         one, two = (SessionStore(RedisState(redis_server.url, prefix=prefix)) for _ in range(2))
         await one.put("s2", state, time.time())
@@ -105,6 +110,43 @@ def test_session_state_in_sqlite_and_shared_by_two_replicas_on_one_redis(redis_s
         assert await two.get("nobody", time.time()) is None
         for s in (one, two):
             await s.store.aclose()
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_expired_sessions_are_deleted_after_a_later_write_and_their_pages_reused(where, tmp_path):
+    from serving.gateway.config import StateSettings
+    from serving.gateway.state import open_state
+
+    def rows(store) -> int:
+        return store.db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+
+    async def round_of(store, t0: float, n: int) -> None:
+        for i in range(n):
+            await store.session_put(f"s{t0}-{i}", '{"turns": 1}', now=t0, ttl_s=2.0)
+        if store.pruning is not None:
+            await store.pruning
+
+    async def go():
+        path = str(tmp_path) if where == "file" else None
+        store = open_state(StateSettings(path=path, session_prune_every_s=1.0, session_prune_batch=300))
+        t0 = 1_000_000.0
+        await round_of(store, t0, 1_000)  # the first write pruned an empty table; the rest within a second
+        assert rows(store) == 1_000
+        await round_of(store, t0 + 0.5, 1)  # nothing expired yet, and the last prune is recent
+        assert rows(store) == 1_001
+        await round_of(store, t0 + 3.0, 1)  # all expired: deleted in batches of 300 behind this write
+        assert rows(store) == 1
+        assert await store.session_get("s1000003.0-0", t0 + 3.0) == '{"turns": 1}'
+        if where == "file":  # a second wave of as many sessions fits in the pages the first one freed
+            size = (tmp_path / "state.sqlite").stat().st_size + (tmp_path / "state.sqlite-wal").stat().st_size
+            await round_of(store, t0 + 6.0, 1_000)
+            await round_of(store, t0 + 9.0, 1_000)
+            assert rows(store) == 1_000
+            store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            assert (tmp_path / "state.sqlite").stat().st_size <= size * 1.1
+        await store.aclose()
 
     asyncio.run(go())
 

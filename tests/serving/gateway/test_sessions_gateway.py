@@ -91,3 +91,38 @@ def test_a_sessions_tools_never_reorder_or_shrink(client, tool_upstream, tool_in
         kept = [n for n in before if n != "request_group"]
         assert after[:len(kept)] == kept, (before, after)  # every tool shown stays, in its place
     assert len(set(shown[-1])) > len(set(shown[0]))  # and the list grew as the asks changed
+
+
+def test_a_sessions_tools_stay_within_max_tools_the_longest_unused_leaving(client, tool_upstream, tool_index,
+                                                                          monkeypatch):
+    base_url, seen = tool_upstream
+    pool_env(monkeypatch, {"id": "admin", "key": KEYS["admin"], "caller": ADMIN})
+    pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url}) for m in POOL.models]})
+    tools = GatewayTools(ToolRouter(tool_index, POLICY, RetrievalConfig(top_k=2)), max_tools=3)
+    native = next(m.name for m in POOL.models if m.prompt_style == "native")
+    questions = ["What is the weather forecast in Paris?", "Issue an invoice to ACME for the repair",
+                 "Refund the payment of order 7", "List the invoices of ACME", "Charge the card of ACME"]
+    with Loopback(create_app(ServingConfig(), client=client, pool=pool, tools=tools)) as url:
+        shown: list[list[str]] = []
+        messages: list[dict] = []
+        for i, q in enumerate(questions):
+            seen.clear()
+            messages += [{"role": "user", "content": q}]
+            r = post(url + "/v1/chat/completions", json={"model": native, "messages": messages},
+                     headers={**AS_ADMIN, HEADER: "bounded-tools"}, timeout=60)
+            assert r.status_code == 200, r.text
+            shown.append([t["function"]["name"] for t in seen[-1]["tools"] if t["function"]["name"] != "request_group"])
+            if i == 1:  # the model calls the invoice tool shown last: in use, it outlives the earlier ones
+                called = shown[1][-1]
+                messages += [{"role": "assistant", "content": None, "tool_calls": [{
+                    "id": "c1", "type": "function", "function": {"name": called, "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+            else:
+                messages += [{"role": "assistant", "content": "ok"}]
+    assert all(len(s) <= 3 for s in shown), shown
+    assert len({n for s in shown for n in s}) > 3  # more tools were routed than fit: some had to leave
+    for before, after in zip(shown, shown[1:]):
+        stayed = [n for n in before if n in after]
+        assert after[:len(stayed)] == stayed, (before, after)  # who stays keeps its place, before the new ones
+    assert "issue_invoice" in called and len(shown[1]) == 3
+    assert shown[2][0] == called and shown[1][0] not in shown[2]  # the called one stays, the earliest unused went

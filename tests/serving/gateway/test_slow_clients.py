@@ -176,3 +176,24 @@ def test_a_client_that_disconnects_mid_body_is_a_499_not_a_500(gateway, caplog):
     assert not any('"unhandled"' in m or "Exception in ASGI" in m for m in messages)
     assert sum('"client_disconnect"' in m for m in messages) == 3
     assert all(r.levelno <= logging.INFO for r in caplog.records if "client_disconnect" in r.getMessage())
+
+
+def test_every_answer_says_nosniff_errors_included(gateway):
+    """A browser must never sniff a JSON answer (an error may quote the caller's text) as HTML."""
+    url = gateway[2]
+    answers = {
+        "401": httpx.post(url + "/v1/chat/completions", json={}, timeout=10),
+        "404": httpx.get(url + "/v1/nothing", headers=AUTH, timeout=10),
+        "405": httpx.get(url + "/v1/chat/completions", headers=AUTH, timeout=10),
+        "400": httpx.post(url + "/v1/route", content=b"{not json", headers=AUTH, timeout=10),
+        "413": httpx.post(url + "/v1/route", content=b"x" * 3_000_000, headers=AUTH, timeout=10),
+        "200": httpx.get(url + "/healthz", timeout=10),
+    }
+    for status, r in answers.items():
+        assert str(r.status_code) == status, (status, r.text[:200])
+        assert r.headers.get("x-content-type-options") == "nosniff", (status, dict(r.headers))
+    # the 408 of a slow body is written by CatchAll itself
+    s = connect(gateway)
+    s.sendall(head(ROUTE) + ROUTE[:5])
+    answer = read_all(s).lower()
+    assert answer.startswith(b"http/1.1 408 ") and b"x-content-type-options: nosniff" in answer
