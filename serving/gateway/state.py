@@ -3,19 +3,22 @@
     store = open_state(cfg.state)          # SQLite (WAL) under state.path, or Redis at state.redis_url
     seen = await store.admit("acme", rpm=120, usd_per_day=5.0, now=time.time())   # counts the request
     res = await store.reserve("acme", 0.004, limit=5.0, request_id=rid, now=...)  # OverBudget when nothing is left
+    res = await store.extend(res, 0.002, limit=5.0, now=...)  # the same hold, larger (a further call): or OverBudget
+    holds = await store.holds("acme", utc_day(now), now)      # [(created, usd, id)] of its holds in flight
     await store.settle(res, [Charge("gpt-4o-mini-2024-07-18", "answer", 0.00008)], now=...)
     rows = await store.ledger(key_id="acme", day="2026-12-01")
 
 What is kept, per API key id (never the key):
 - the last minute's request times (the `requests_per_minute` sliding window);
-- per UTC day, `spent` (settled charges) and `reserved` (the worst-case cost of requests in flight);
-- every reservation in flight, with the time after which it is charged as `expired` (its process died);
+- per UTC day, `spent` (settled charges) and `reserved` (the held cost of requests in flight);
+- every reservation in flight, with the time after which it is charged as `expired` (its process died), which
+  also says when it was made (expiry less `reservation_ttl_s`);
 - the ledger: one row per charge (time, day, key, model, kind, USD, request id), kinds
   answer | cascade | abandoned | estimated | expired | explore (docs/serving.md, "State").
 
-A request is admitted while `spent + reserved < usd_per_day`; admitting reserves its worst case
-atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent requests see
-each other's reservations, and a day ends at most one admitted request's reservation past its limit.
+A request is admitted while `spent + reserved < usd_per_day`; a hold is made, or extended, only while that
+is true, atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent
+requests see each other's holds, and a day ends at most one hold (or extension) past its limit.
 
 SQLite is the embedded default: one file, WAL, safe for several processes on one machine. Redis is for
 replicas on several machines: every gateway pointed at the same `state.redis_url` shares every count (one
@@ -31,7 +34,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +75,9 @@ class Reservation:
     id: str
     key_id: str
     day: str
-    usd: float
+    usd: float  # held now: the first step's, plus every extension
     request_id: str = ""
+    created: float = 0.0  # when the hold was made (time.time()): how long holds last is learnt from it
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,15 @@ class StateStore(ABC):
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
         """Hold `usd` against today's budget; OverBudget when `spent + reserved >= limit` already."""
+
+    @abstractmethod
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        """Hold `usd` more on `res` (one hold, settled once); OverBudget when `spent + reserved >= limit` already.
+        A hold already charged as expired is returned as it was (nothing is left to extend)."""
+
+    @abstractmethod
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        """(created, usd, reservation id) of every hold of `key_id` on `day` still in flight: when each may clear."""
 
     @abstractmethod
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
@@ -279,7 +292,7 @@ class SQLiteState(StateStore):
 
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
-        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id, now)
 
         def reserve() -> Reservation | OverBudget:
             spent, reserved = self._totals(key_id, res.day)
@@ -296,6 +309,26 @@ class SQLiteState(StateStore):
         if isinstance(out, OverBudget):
             raise out
         return out
+
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        def extend() -> Reservation | OverBudget:
+            spent, reserved = self._totals(res.key_id, res.day)
+            if limit is not None and spent + reserved >= limit:
+                return OverBudget(spent, reserved)
+            if not self.db.execute("UPDATE reservations SET usd = usd + ? WHERE id = ?", (usd, res.id)).rowcount:
+                return res
+            self.db.execute("UPDATE budget SET reserved = reserved + ? WHERE key_id = ? AND day = ?",
+                            (usd, res.key_id, res.day))
+            return replace(res, usd=res.usd + usd)
+        out = await self._run(extend, write=True)
+        if isinstance(out, OverBudget):
+            raise out
+        return out
+
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        rows = await self._run(lambda: self.db.execute("SELECT expires, usd, id FROM reservations WHERE key_id = ? "
+                                                       "AND day = ?", (key_id, day)).fetchall())
+        return [(expires - self.reservation_ttl_s, usd, rid) for expires, usd, rid in rows]
 
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
         await self._run(self._release, res, charges, now, write=True)
@@ -365,6 +398,23 @@ redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
 return {1, tostring(spent), tostring(reserved)}
 """
 
+# KEYS: budget hash, reservation hash. ARGV: limit, usd more. {0, spent, reserved} over the limit; {2, …} when the
+# hold is gone (charged as expired).
+EXTEND = """
+local lim = tonumber(ARGV[1])
+local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
+local reserved = math.max(0, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0'))
+if lim >= 0 and spent + reserved >= lim then
+  return {0, tostring(spent), tostring(reserved)}
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return {2, tostring(spent), tostring(reserved)}
+end
+redis.call('HINCRBYFLOAT', KEYS[2], 'usd', ARGV[2])
+redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', ARGV[2])
+return {1, tostring(spent), tostring(reserved)}
+"""
+
 # KEYS: budget hash, reservation hash, open reservations, ledger stream.
 # ARGV: reservation id, reserved usd, now, day, key id, request id, then (model, kind, usd) per charge.
 SETTLE = """
@@ -420,6 +470,7 @@ class RedisState(StateStore):
                                              decode_responses=True)
         self._admit = self.redis.register_script(ADMIT)
         self._reserve = self.redis.register_script(RESERVE)
+        self._extend = self.redis.register_script(EXTEND)
         self._settle = self.redis.register_script(SETTLE)
         self._sweep = self.redis.register_script(SWEEP)
         self.last_sweep = 0.0
@@ -455,7 +506,7 @@ class RedisState(StateStore):
 
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
-        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id, now)
         ok, spent, reserved = await self._call(self._reserve(
             keys=[self._k("budget", key_id, res.day), self._k("res", res.id), self._k("open")],
             args=[-1 if limit is None else limit, repr(res.usd), now + self.reservation_ttl_s, res.id, key_id,
@@ -463,6 +514,24 @@ class RedisState(StateStore):
         if not ok:
             raise OverBudget(float(spent), float(reserved))
         return res
+
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        ok, spent, reserved = await self._call(self._extend(
+            keys=[self._k("budget", res.key_id, res.day), self._k("res", res.id)],
+            args=[-1 if limit is None else limit, repr(float(usd))]))
+        if ok == 0:
+            raise OverBudget(float(spent), float(reserved))
+        return replace(res, usd=res.usd + usd) if ok == 1 else res
+
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        # Every process's holds, scored by expiry, are in one set: read on a refusal only, a few hundred at most.
+        ids = await self._call(self.redis.zrange(self._k("open"), 0, -1, withscores=True))
+        pipe = self.redis.pipeline(transaction=False)
+        for rid, _ in ids:
+            pipe.hmget(self._k("res", rid), "key", "day", "usd")
+        got = await self._call(pipe.execute()) if ids else []
+        return [(expires - self.reservation_ttl_s, float(usd), rid) for (rid, expires), (key, d, usd) in zip(ids, got)
+                if key == key_id and d == day and usd is not None]
 
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
         args: list[Any] = [res.id, repr(res.usd), now, res.day, res.key_id, res.request_id]
