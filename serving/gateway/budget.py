@@ -89,13 +89,14 @@ class Budgets:
                    settle_retry_s=settings.settle_retry_s, unlimited_wait_s=settings.unlimited_wait_s,
                    hold_clear_s=settings.hold_clear_s)
 
-    def _unavailable(self, op: str, e: StateUnavailable) -> GatewayError:
+    def _unavailable(self, op: str, e: StateUnavailable, ident: Identity) -> GatewayError:
         self.metrics.state_errors.labels(op=op).inc()
         log.error(json.dumps({"event": "state_unavailable", "op": op, "store": self.store.name, "error": str(e)}))
-        return GatewayError(503, "the gateway's limit store is unavailable; this API key has limits, so it is not "
-                            f"served until the store is back; retry after {self.retry_after_s:g} s",
-                            type="state_unavailable",
-                            headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
+        err = GatewayError(503, "the gateway's limit store is unavailable; this API key has limits, so it is not "
+                           f"served until the store is back; retry after {self.retry_after_s:g} s",
+                           type="state_unavailable", headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
+        err.key_id = ident.key_id
+        return err
 
     def _background(self, coro, into: set[asyncio.Task]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -142,7 +143,7 @@ class Budgets:
             seen = await self.store.admit(ident.key_id, rpm=lim.requests_per_minute, usd_per_day=lim.usd_per_day,
                                           now=self.clock())
         except StateUnavailable as e:
-            raise self._unavailable("admit", e) from None
+            raise self._unavailable("admit", e, ident) from None
         if seen.reason == "budget":
             raise await self._over(ident, seen.spent, seen.reserved, "another request")
         if seen.reason == "rate_limit":
@@ -175,7 +176,7 @@ class Budgets:
         except OverBudget as e:
             raise await self._over(ident, e.spent, e.reserved, "this request") from None
         except StateUnavailable as e:
-            raise self._unavailable("reserve", e) from None
+            raise self._unavailable("reserve", e, ident) from None
         self.metrics.reserved_usd.inc(usd)
         return res
 
@@ -187,7 +188,7 @@ class Budgets:
         except OverBudget as e:
             raise await self._over(ident, e.spent, e.reserved, "a further call of this request", res) from None
         except StateUnavailable as e:
-            raise self._unavailable("extend", e) from None
+            raise self._unavailable("extend", e, ident) from None
         self.metrics.reserved_usd.inc(usd)
         return out
 

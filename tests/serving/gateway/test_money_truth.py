@@ -40,7 +40,8 @@ WEATHER = "What is the weather in Paris today?"
 def writer():
     """(base URL, bodies seen): an OpenAI upstream that writes as many tokens as it is allowed and bills them
     (`completion_tokens` is the cap it was sent, LONG without one; `prompt_tokens` its body's bytes / 4). The
-    caller's `metadata.delay_s` holds the answer back; a model named in `metadata.fail` answers 500."""
+    caller's `metadata.delay_s` holds the answer back; a model named in `metadata.fail` answers 500, one named in
+    `metadata.call` calls get_weather instead of answering in text."""
     seen: list[dict] = []
     app = FastAPI()
 
@@ -54,9 +55,12 @@ def writer():
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
         out = body.get("max_completion_tokens") or body.get("max_tokens") or LONG
         usage = {"prompt_tokens": len(json.dumps(body)) // 4, "completion_tokens": out}
+        message = {"role": "assistant", "content": "Sunny, 21 degrees. " * 8}
+        if body["model"] in meta.get("call", []):
+            message = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                       "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]}
         return {"id": "c1", "object": "chat.completion", "model": body["model"], "usage": usage,
-                "choices": [{"index": 0, "finish_reason": "length",
-                             "message": {"role": "assistant", "content": "Sunny, 21 degrees. " * 8}}]}
+                "choices": [{"index": 0, "finish_reason": "length", "message": message}]}
 
     with Loopback(app) as url:
         yield url + "/v1", seen
@@ -177,6 +181,26 @@ def test_a_further_call_the_budget_cannot_hold_is_not_sent_and_its_429_is_logged
         assert spent(url, "one") == 0
         rows = wait_for(lambda: refusals(tmp_path) or None, 10)
     assert rows == [("one", 429, "budget_held:extension")]
+
+
+def test_an_escalation_the_budget_cannot_hold_returns_the_answer_in_hand_and_is_logged(writer, client, tmp_path,
+                                                                                      monkeypatch):
+    base_url, seen = writer
+    top = "gpt-4o-2024-08-06-FC"
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    body = {**uncapped("chat", "router"), "max_tokens": 1000, "tools": [tool], "metadata": {"call": [FLASH]},
+            "switchcraft": {"strategy": {"first": [CHEAP, FLASH], "escalate": [top]}}}
+    with gateway(client, base_url, tmp_path, monkeypatch, pair=0.001) as url:  # the first step (two calls) fills it
+        r = httpx.post(url + PATHS["chat"], json=body, headers=bearer(key_of("pair")), timeout=30)
+        assert r.status_code == 200, r.text
+        trace = r.json()["switchcraft"]
+        assert trace["agreement"]["verdict"] == "disagree" and trace["returned"]["model"] in (CHEAP, FLASH)
+        assert trace["refused"]["reason"] == "budget_held" and trace["refused"]["extension"]
+        assert sorted(b["model"] for b in seen) == sorted([CHEAP, FLASH])  # the escalation was never sent
+        assert [c["outcome"] for c in trace["calls"]][-1] == "budget_refused"
+        rows = wait_for(lambda: refusals(tmp_path) or None, 10)
+    assert rows == [("pair", 200, "budget_held:extension")]
 
 
 def refusals(tmp_path) -> list[tuple]:
