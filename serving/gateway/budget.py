@@ -1,10 +1,10 @@
 """Where a key's budget and request rate are enforced: admit, hold the first step, extend, settle the real cost.
 
     budgets = Budgets.from_settings(store, metrics, cfg.state)
-    await budgets.admit(ident)                                    # 429 rate_limit | budget | budget_held; 503: store down
+    await budgets.admit(ident)                          # 429 rate_limit | budget | budget_held; 503: store down
     usd = first_step_usd(pool, strategy, body, payload_bytes, chars_per_token=3.0, default_output_tokens=4096)
     res = await budgets.reserve(ident, usd, request_id)           # before any upstream call: 429 when none is left
-    hold = Hold(budgets, ident, res, strategy.first, price, request_id)   # GATE for the run's further calls
+    hold = Hold(budgets, ident, res, strategy.first, price)       # upstream.GATE: extends before further calls
     await budgets.settle(ident, hold.res, charges_of(run, ...))  # after the calls: the ledger, the day's spend
 
 The state itself (counts, holds, the ledger) is in serving/gateway/state.py, in SQLite or Redis.
@@ -12,11 +12,11 @@ Holds are staged. Before any upstream call a request holds what its strategy's f
 first model (two for an agreement cascade), each at the size of its payload in input tokens and at the
 output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
 `state.default_output_tokens`; every call carries one). Every further call (a fallback, a hedge, the
-tie-breaker, an escalation) extends the hold by its own worst case before it is sent (`Hold.cover`); a
-refused extension leaves that call unsent: the request returns the best answer already in hand, or the
-429. A hold is made or extended only while the day's `spent + reserved` is below the key's `usd_per_day`,
-so concurrent requests stop at the first hold that reaches the limit: the day ends at most one hold (or
-extension) past it (docs/serving.md, "State").
+tie-breaker, an escalation) extends the hold by its own worst case before it is sent (`Hold.cover`), less
+what was held for calls that failed unbilled (`Hold.spare`); a refused extension leaves that call unsent:
+the request returns the best answer already in hand, or the 429. A hold is made or extended only while
+the day's `spent + reserved` is below the key's `usd_per_day`, so concurrent requests stop at the first hold
+that reaches the limit: the day ends at most one hold (or extension) past it (docs/serving.md, "State").
 
 A 429 says when to retry: at 00:00 UTC when the settled spend alone has reached the limit, else when the
 holds in its way are expected to clear (`clear_wait_s`: each hold's age against the lifetime of holds seen
@@ -129,8 +129,8 @@ class Budgets:
             reason, wait = "budget_held", clear_wait_s(spent, lim, holds, now, self.expected_hold_s())
             why = "the holds of its requests in flight are expected to clear by then"
         err = too_many(reason, f"API key {ident.key_id!r} has spent {spent:.6f} and holds {reserved:.6f} for "
-                       f"requests in flight, of its {lim:g} USD for today (UTC): nothing more can be held for {what}; {why}",
-                       wait)
+                       f"requests in flight, of its {lim:g} USD for today (UTC): nothing more can be held for "
+                       f"{what}; {why}", wait)
         err.key_id = ident.key_id  # an admission refused has no identity yet: the decision log's row needs it
         return err
 
@@ -281,7 +281,8 @@ def clear_wait_s(spent: float, limit: float, holds: list[tuple[float, float]], n
 class Hold:
     """One request's money in flight, staged. `res` covers the first step (`first`: its models, one call each);
     the upstream client asks `cover(model)` before every call (serving/gateway/upstream.py `GATE`), and a call
-    beyond the first step extends the hold by `price(model)` (its worst case) first. A refused extension
+    beyond the first step extends the hold by `price(model)` (its worst case) first, less what calls that
+    failed unbilled (an error status, no connection: `spare`) left unused. A refused extension
     (429, or 503 when the store is down) leaves that call unsent (outcome `budget_refused`) and is kept in
     `refused`: the request returns an answer already in hand, else that error. Keys without limits are never
     refused, and their hold is not extended (nothing is enforced on it)."""
@@ -290,6 +291,7 @@ class Hold:
                  price: Callable[[str], float]) -> None:
         self.budgets, self.ident, self.res, self.price = budgets, ident, res, price
         self.covered = Counter(first)
+        self.spared = 0.0  # held for calls that failed unbilled: pays later calls before any extension
         self.refused: GatewayError | None = None
         self.lock = asyncio.Lock()  # extensions one at a time: each is read-and-grow of the same hold
 
@@ -300,14 +302,22 @@ class Hold:
                 return True
             if self.res is None or not limited(self.ident):
                 return True
+            usd = self.price(model)
+            if usd <= self.spared:
+                self.spared -= usd
+                return True
             try:
-                self.res = await self.budgets.extend(self.ident, self.res, self.price(model))
+                self.res = await self.budgets.extend(self.ident, self.res, usd - self.spared)
+                self.spared = 0.0
             except GatewayError as e:
                 self.refused = e
                 log.info(json.dumps({"event": "hold_not_extended", "key": self.ident.key_id, "model": model,
                                      "request_id": self.res.request_id, "status": e.status, "reason": e.reason}))
                 return False
             return True
+
+    def spare(self, model: str) -> None:
+        self.spared += self.price(model)
 
 
 class StreamCharge:

@@ -74,6 +74,8 @@ class Gate(Protocol):
 
     async def cover(self, model: str) -> bool: ...
 
+    def spare(self, model: str) -> None: ...  # its call failed before anything could be billed
+
 
 # The gate of the request whose calls run in this context (set around a strategy's run by serving/gateway/chat.py;
 # tasks the run starts inherit it). None: calls go out ungated (exploration holds its whole worst case up front).
@@ -178,6 +180,8 @@ class Upstreams:
             result = await self._send(model, payload, attempts, estimate)
             outcome = attempts[-1].outcome
             status = attempts[-1].status
+            if gate is not None and (outcome == "connect_error" or (status or 200) != 200):
+                gate.spare(model)  # an error answer is not billed: what was held for it may pay the next call
             verdict = outcome in ("timeout", "connect_error", "dropped", "bad_body") or (status or 0) >= 500
             if outcome == "connect_error" and down is not None:
                 down.add(breaker.endpoint)

@@ -31,6 +31,7 @@ from tests.serving.helpers import AUTH, Loopback, bearer, openai_body, wait_for
 pytestmark = pytest.mark.integration
 POOL = load_pool(REPO / "configs" / "pool.yaml")
 CHEAP, FLASH = "gpt-4o-mini-2024-07-18", "gemini-1.5-flash-preview-0514"  # prompt style, native
+TOP = "gpt-4o-2024-08-06-FC"  # ~17x FLASH's output price
 LONG = 16_000  # what the stand-in writes when it is sent no cap
 PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
 WEATHER = "What is the weather in Paris today?"
@@ -66,13 +67,16 @@ def writer():
         yield url + "/v1", seen
 
 
-def gateway(client, base_url: str, tmp_path, monkeypatch, **limits: float) -> Loopback:
+def gateway(client, base_url: str, tmp_path, monkeypatch, redis_url: str | None = None, **limits: float) -> Loopback:
     """The gateway over `base_url` (every pool model speaking Chat Completions there), a key per `limits` entry
-    (id: its usd_per_day), its state and decision log under `tmp_path`."""
+    (id: its usd_per_day), its state (SQLite, or the Redis at `redis_url`) and decision log under `tmp_path`."""
     pool_env(monkeypatch, *({"id": k, "key": key_of(k), "limits": {"usd_per_day": usd}} for k, usd in limits.items()))
     pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": base_url, "api": "openai_chat"})
                                               for m in POOL.models]})
-    cfg = ServingConfig(state={"path": str(tmp_path / "state")}, log={"path": str(tmp_path / "log")})
+    state = ({"redis_url": redis_url, "redis_prefix": f"t{time.time_ns()}."} if redis_url
+             else {"path": str(tmp_path / "state")})
+    # One endpoint serves every model here: its breaker must not close it for the failures a test asks for.
+    cfg = ServingConfig(state=state, log={"path": str(tmp_path / "log")}, upstream={"breaker": {"failures": 1000}})
     return Loopback(create_app(cfg, client=client, pool=pool))
 
 
@@ -124,6 +128,30 @@ def test_uncapped_requests_are_sent_the_cap_their_hold_assumes_and_the_day_ends_
     assert caps and set(caps) == {LONG if api == "messages" else 4096}, caps
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_concurrent_extensions_end_the_day_within_one_hold(backend, writer, client, redis_server, tmp_path,
+                                                           monkeypatch):
+    """Every request's first model fails, so each answer is a dearer fallback the hold must be extended for: 20 at
+    once extend one key's day, in either store, and it still ends within one hold of the limit."""
+    base_url, seen = writer
+    limit = 0.03
+    body = {**uncapped("chat", "router"), "max_tokens": 1000, "metadata": {"fail": [FLASH]},
+            "switchcraft": {"strategy": {"first": [FLASH], "escalate": [TOP]}}}
+    redis_url = redis_server.url if backend == "redis" else None
+    with gateway(client, base_url, tmp_path, monkeypatch, redis_url, ext=limit) as url:
+        answers = asyncio.run(burst(url, PATHS["chat"], [body] * 20, key_of("ext")))
+        total = spent(url, "ext")
+    codes = [r.status_code for r in answers]
+    assert set(codes) == {200, 429}, codes
+    assert all(r.json()["model"] == TOP for r in answers if r.status_code == 200)
+    one_call = max(call_worst_case_usd(POOL, TOP, b, payload_size(b), chars_per_token=3.0,
+                                       default_output_tokens=4096) for b in seen if b["model"] == POOL.get(TOP).endpoint_model)
+    assert 0 < total <= limit + one_call, (total, limit, one_call)
+    refused = [r for r in answers if r.status_code == 429]
+    assert all("nothing more can be held" in r.json()["error"]["message"] for r in refused)
+    assert any("budget_refused" in [a["outcome"] for a in r.json()["error"].get("attempts", [])] for r in refused)
+
+
 def test_a_small_daily_budget_serves_four_concurrent_typical_routed_requests(replay, examples, client, tmp_path,
                                                                              monkeypatch):
     good, _ = replay
@@ -170,13 +198,13 @@ def test_a_refusal_by_holds_says_seconds_and_one_by_spend_says_midnight_and_both
 def test_a_further_call_the_budget_cannot_hold_is_not_sent_and_its_429_is_logged(writer, client, tmp_path,
                                                                                monkeypatch):
     base_url, seen = writer
-    body = {**uncapped("chat", "router"), "max_tokens": 1000, "metadata": {"fail": [CHEAP]},
-            "switchcraft": {"strategy": {"first": [CHEAP], "escalate": [FLASH]}}}
+    body = {**uncapped("chat", "router"), "max_tokens": 1000, "metadata": {"fail": [FLASH]},
+            "switchcraft": {"strategy": {"first": [FLASH], "escalate": [TOP]}}}
     with gateway(client, base_url, tmp_path, monkeypatch, one=0.0005) as url:
         r = httpx.post(url + PATHS["chat"], json=body, headers=bearer(key_of("one")), timeout=30)
         assert r.status_code == 429, r.text
         assert [a["outcome"] for a in r.json()["error"]["attempts"]] == ["http_500", "budget_refused"]
-        assert [b["model"] for b in seen] == [CHEAP]  # the fallback was never sent
+        assert [b["model"] for b in seen] == [FLASH]  # the fallback was never sent
         assert r.headers["retry-after"] == "1"  # its own hold is not in its way: it is released with this answer
         assert spent(url, "one") == 0
         rows = wait_for(lambda: refusals(tmp_path) or None, 10)
@@ -186,11 +214,10 @@ def test_a_further_call_the_budget_cannot_hold_is_not_sent_and_its_429_is_logged
 def test_an_escalation_the_budget_cannot_hold_returns_the_answer_in_hand_and_is_logged(writer, client, tmp_path,
                                                                                       monkeypatch):
     base_url, seen = writer
-    top = "gpt-4o-2024-08-06-FC"
     tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
     body = {**uncapped("chat", "router"), "max_tokens": 1000, "tools": [tool], "metadata": {"call": [FLASH]},
-            "switchcraft": {"strategy": {"first": [CHEAP, FLASH], "escalate": [top]}}}
+            "switchcraft": {"strategy": {"first": [CHEAP, FLASH], "escalate": [TOP]}}}
     with gateway(client, base_url, tmp_path, monkeypatch, pair=0.001) as url:  # the first step (two calls) fills it
         r = httpx.post(url + PATHS["chat"], json=body, headers=bearer(key_of("pair")), timeout=30)
         assert r.status_code == 200, r.text
@@ -201,6 +228,18 @@ def test_an_escalation_the_budget_cannot_hold_returns_the_answer_in_hand_and_is_
         assert [c["outcome"] for c in trace["calls"]][-1] == "budget_refused"
         rows = wait_for(lambda: refusals(tmp_path) or None, 10)
     assert rows == [("pair", 200, "budget_held:extension")]
+
+
+def test_a_fallback_no_dearer_than_a_call_that_failed_unbilled_needs_no_extension(writer, client, tmp_path,
+                                                                                  monkeypatch):
+    base_url, seen = writer
+    body = {**uncapped("chat", "router"), "max_tokens": 1000, "metadata": {"fail": [CHEAP]},
+            "switchcraft": {"strategy": {"first": [CHEAP], "escalate": [FLASH]}}}
+    with gateway(client, base_url, tmp_path, monkeypatch, one=0.0005) as url:  # less than one call's hold
+        r = httpx.post(url + PATHS["chat"], json=body, headers=bearer(key_of("one")), timeout=30)
+        assert r.status_code == 200 and r.json()["model"] == FLASH, r.text
+        assert "refused" not in r.json()["switchcraft"]
+        assert [b["model"] for b in seen] == [CHEAP, FLASH]
 
 
 def refusals(tmp_path) -> list[tuple]:
