@@ -96,7 +96,8 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
         observers.append(Tracing.from_settings(cfg.otel, breaker_state=lambda m: upstreams.breakers.of(m).current()))
     upstreams = Upstreams(pool, metrics, timeout_s=cfg.upstream.timeout_s,
                           max_connections=cfg.upstream.max_connections, breaker=cfg.upstream.breaker,
-                          key_share=cfg.upstream.key_share, key_wait_s=cfg.upstream.key_wait_s)
+                          key_share=cfg.upstream.key_share, key_wait_s=cfg.upstream.key_wait_s,
+                          default_output_tokens=cfg.state.default_output_tokens)
     cascade = Cascade(upstreams, pool, metrics, max_attempts=cfg.upstream.max_attempts,
                       hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,

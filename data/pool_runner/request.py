@@ -133,6 +133,34 @@ def _text_of(content: Any) -> str:
     return content or ""
 
 
+# OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…) refuse `max_tokens` ("use 'max_completion_tokens'");
+# every other Chat Completions server takes `max_tokens`, and not all take the newer field.
+REASONING_MODEL = re.compile(r"(?:openai/)?(?:o[1-9]|gpt-5)(?:$|[-.:_])")
+CAP_FIELDS = ("max_completion_tokens", "max_tokens")
+
+
+def cap_field(model: PoolModel) -> str:
+    """The Chat Completions field that caps `model`'s output: `max_completion_tokens` for OpenAI's reasoning
+    models, `max_tokens` otherwise (Messages and Responses providers get theirs from it: apis.native_request)."""
+    return "max_completion_tokens" if REASONING_MODEL.match(model.endpoint_model) else "max_tokens"
+
+
+def output_cap(body: dict[str, Any], model: PoolModel, default_output_tokens: int) -> int:
+    """The output tokens `model` may write for `body`, per answer: the caller's cap (the smaller of
+    `max_completion_tokens` and `max_tokens` when both are given), else the pool's `max_output_tokens`, else
+    `default_output_tokens`. `with_output_cap` sends exactly this, so a reservation priced at it holds."""
+    caps = [v for v in (body.get(k) for k in CAP_FIELDS) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return min(caps) if caps else model.max_output_tokens or default_output_tokens
+
+
+def with_output_cap(body: dict[str, Any], model: PoolModel, default_output_tokens: int) -> dict[str, Any]:
+    """`body` with its output cap (`output_cap`) in the one field `model` takes (`cap_field`): every call the
+    gateway sends is capped, whether or not the caller asked for a cap."""
+    out = {k: v for k, v in body.items() if k not in CAP_FIELDS}
+    out[cap_field(model)] = output_cap(body, model, default_output_tokens)
+    return out
+
+
 def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
     """The JSON body of POST {base_url}/chat/completions for this example and model."""
     messages, tools = styled_request(chat_messages(example), example.tools, model.prompt_style)
@@ -143,7 +171,7 @@ def build_request(example: Example, model: PoolModel) -> dict[str, Any]:
     if model.temperature is not None:
         body["temperature"] = model.temperature
     if model.max_output_tokens is not None:
-        body["max_tokens"] = model.max_output_tokens
+        body[cap_field(model)] = model.max_output_tokens
     if model.send_metadata:
         # Lets a replay server find the example without matching text. Not `store: true`:
         # asking a provider to keep our prompts is a separate decision.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -289,6 +290,7 @@ def restrict_models(allowed: frozenset[str] | None, ident: Identity, where: str)
 
 
 def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
+    """A key's 429: Retry-After (and retry-after-ms) `wait_s` from now, the message in whole seconds."""
     ms = retry_after_ms(wait_s)
-    return GatewayError(429, f"{message}; retry after {ms} ms", type="rate_limit_error",
+    return GatewayError(429, f"{message}; retry after {math.ceil(ms / 1e3)} s", type="rate_limit_error",
                         headers=retry_after_headers(ms), reason=reason)

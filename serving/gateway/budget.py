@@ -1,15 +1,26 @@
-"""Where a key's budget and request rate are enforced: admit, reserve the worst case, settle the real cost.
+"""Where a key's budget and request rate are enforced: admit, hold the first step, extend, settle the real cost.
 
-    budgets = Budgets(store, metrics, pool, cfg.state, max_attempts=3)
-    await budgets.admit(ident)                                   # 429 rate_limit | budget; 503 when the store is down
-    res = await budgets.reserve(ident, worst, request_id)        # before any upstream call: 429 when none is left
-    await budgets.settle(ident, res, charges_of(run, ...))       # after the calls: the ledger, the day's spend
+    budgets = Budgets.from_settings(store, metrics, cfg.state)
+    await budgets.admit(ident)                          # 429 rate_limit | budget | budget_held; 503: store down
+    usd = first_step_usd(pool, strategy, body, payload_bytes, chars_per_token=3.0, default_output_tokens=4096)
+    res = await budgets.reserve(ident, usd, request_id)           # before any upstream call: 429 when none is left
+    hold = Hold(budgets, ident, res, strategy.first, price)       # upstream.GATE: extends before further calls
+    await budgets.settle(ident, hold.res, charges_of(run, ...))  # after the calls: the ledger, the day's spend
 
-The state itself (counts, reservations, the ledger) is in serving/gateway/state.py, in SQLite or Redis.
-A reservation is the strategy's worst case: every model it may call at the request's input size and
-`max_tokens` (serving/gateway/budget.py `worst_case_usd`). A request is admitted while the day's
-`spent + reserved` is below the key's `usd_per_day`, so a burst of concurrent requests stops at the first
-reservation that reaches the limit: the day ends at most one reservation past it (docs/serving.md, "State").
+The state itself (counts, holds, the ledger) is in serving/gateway/state.py, in SQLite or Redis.
+Holds are staged. Before any upstream call a request holds what its strategy's first step may cost: the
+first model (two for an agreement cascade), each at the size of its payload in input tokens and at the
+output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
+`state.default_output_tokens`; every call carries one). Every further call (a fallback, a hedge, the
+tie-breaker, an escalation) extends the hold by its own worst case before it is sent (`Hold.cover`), less
+what was held for calls that failed unbilled (`Hold.spare`); a refused extension leaves that call unsent:
+the request returns the best answer already in hand, or the 429. A hold is made or extended only while
+the day's `spent + reserved` is below the key's `usd_per_day`, so concurrent requests stop at the first hold
+that reaches the limit: the day ends at most one hold (or extension) past it (docs/serving.md, "State").
+
+A 429 says when to retry: at 00:00 UTC when the settled spend alone has reached the limit, else when the
+holds in its way are expected to clear (`clear_wait_s`: each hold's age against the lifetime of holds seen
+to settle, at most `state.hold_clear_s`; at least 1 s).
 
 Keys with limits fail closed when the store cannot be reached (503 with Retry-After, counted in
 `switchcraft_state_errors_total`) or does not answer within its deadline (a SQLite file another process
@@ -26,12 +37,14 @@ import logging
 import math
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import anyio
 
 from data.pool import Pool, PoolModel
+from data.pool_runner.request import output_cap
 from serving.gateway.auth import Identity, too_many
 from serving.gateway.metrics import GatewayMetrics
 from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
@@ -39,6 +52,7 @@ from serving.gateway.state import Charge, OverBudget, Reservation, StateStore, S
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
+HOLD_LIFETIME_WEIGHT = 0.1  # how much each settled hold moves the running mean of hold lifetimes
 
 
 def limited(ident: Identity) -> bool:
@@ -60,9 +74,11 @@ class Budgets:
     background (`writing`), and a failed charge is retried like any other (`settle_retry_s`)."""
 
     def __init__(self, store: StateStore, metrics: GatewayMetrics, *, retry_after_s: float = 2.0,
-                 settle_retry_s: float = 600.0, unlimited_wait_s: float = 0.25, clock=time.time) -> None:
+                 settle_retry_s: float = 600.0, unlimited_wait_s: float = 0.25, hold_clear_s: float = 60.0,
+                 clock=time.time) -> None:
         self.store, self.metrics, self.retry_after_s, self.clock = store, metrics, retry_after_s, clock
-        self.settle_retry_s, self.unlimited_wait_s = settle_retry_s, unlimited_wait_s
+        self.settle_retry_s, self.unlimited_wait_s, self.hold_clear_s = settle_retry_s, unlimited_wait_s, hold_clear_s
+        self.hold_lifetime_s: float | None = None  # running mean of how long this process's holds lasted
         self.retrying: set[asyncio.Task] = set()
         self.writing: set[asyncio.Task] = set()  # holds and charges of keys without limits, still being written
 
@@ -70,21 +86,53 @@ class Budgets:
     def from_settings(cls, store: StateStore, metrics: GatewayMetrics, settings) -> Budgets:
         """With the serving config's `state:` settings (serving.gateway.config.StateSettings)."""
         return cls(store, metrics, retry_after_s=settings.unavailable_retry_after_s,
-                   settle_retry_s=settings.settle_retry_s, unlimited_wait_s=settings.unlimited_wait_s)
+                   settle_retry_s=settings.settle_retry_s, unlimited_wait_s=settings.unlimited_wait_s,
+                   hold_clear_s=settings.hold_clear_s)
 
-    def _unavailable(self, op: str, e: StateUnavailable) -> GatewayError:
+    def _unavailable(self, op: str, e: StateUnavailable, ident: Identity) -> GatewayError:
         self.metrics.state_errors.labels(op=op).inc()
         log.error(json.dumps({"event": "state_unavailable", "op": op, "store": self.store.name, "error": str(e)}))
-        return GatewayError(503, "the gateway's limit store is unavailable; this API key has limits, so it is not "
-                            f"served until the store is back; retry after {self.retry_after_s:g} s",
-                            type="state_unavailable",
-                            headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
+        err = GatewayError(503, "the gateway's limit store is unavailable; this API key has limits, so it is not "
+                           f"served until the store is back; retry after {self.retry_after_s:g} s",
+                           type="state_unavailable", headers=retry_after_headers(retry_after_ms(self.retry_after_s)))
+        err.key_id = ident.key_id
+        return err
 
     def _background(self, coro, into: set[asyncio.Task]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         into.add(task)
         task.add_done_callback(into.discard)
         return task
+
+    def expected_hold_s(self) -> float:
+        """How long a hold is expected to last: twice the running mean of those seen to settle, at most
+        `hold_clear_s` (all of it before any has settled)."""
+        if self.hold_lifetime_s is None:
+            return self.hold_clear_s
+        return min(self.hold_clear_s, 2 * self.hold_lifetime_s)
+
+    async def _over(self, ident: Identity, spent: float, reserved: float, what: str,
+                    own: Reservation | None = None) -> GatewayError:
+        """The 429 of a key whose day has no room: until 00:00 UTC when its settled spend alone reached the
+        limit (`budget`), else until the holds in its way are expected to clear (`budget_held`); `own`, the
+        refused request's hold, is released with its answer and is in nobody's way."""
+        lim, now = ident.limits.usd_per_day, self.clock()
+        if spent >= lim:
+            reason, wait = "budget", 86400 - now % 86400
+            why = "it resets at 00:00 UTC"
+        else:
+            try:
+                holds = await self.store.holds(ident.key_id, utc_day(now), now)
+            except StateUnavailable:
+                holds = []
+            holds = [(created, usd) for created, usd, rid in holds if own is None or rid != own.id]
+            reason, wait = "budget_held", clear_wait_s(spent, lim, holds, now, self.expected_hold_s())
+            why = "the holds of its requests in flight are expected to clear by then"
+        err = too_many(reason, f"API key {ident.key_id!r} has spent {spent:.6f} and holds {reserved:.6f} for "
+                       f"requests in flight, of its {lim:g} USD for today (UTC): nothing more can be held for "
+                       f"{what}; {why}", wait)
+        err.key_id = ident.key_id  # an admission refused has no identity yet: the decision log's row needs it
+        return err
 
     async def admit(self, ident: Identity) -> None:
         """Count the request against the key's per-minute limit; 429 when that or today's budget is used up."""
@@ -95,14 +143,14 @@ class Budgets:
             seen = await self.store.admit(ident.key_id, rpm=lim.requests_per_minute, usd_per_day=lim.usd_per_day,
                                           now=self.clock())
         except StateUnavailable as e:
-            raise self._unavailable("admit", e) from None
+            raise self._unavailable("admit", e, ident) from None
         if seen.reason == "budget":
-            raise too_many("budget", f"API key {ident.key_id!r} has spent {seen.spent:.6f} (and holds "
-                           f"{seen.reserved:.6f} for requests in flight) of its {lim.usd_per_day:g} USD for today "
-                           "(UTC); it resets at 00:00 UTC", seen.wait_s)
+            raise await self._over(ident, seen.spent, seen.reserved, "another request")
         if seen.reason == "rate_limit":
-            raise too_many("rate_limit", f"API key {ident.key_id!r} is limited to {lim.requests_per_minute} requests "
-                           "per minute", seen.wait_s)
+            err = too_many("rate_limit", f"API key {ident.key_id!r} is limited to {lim.requests_per_minute} "
+                           "requests per minute", seen.wait_s)
+            err.key_id = ident.key_id
+            raise err
 
     async def reserve(self, ident: Identity, usd: float, request_id: str) -> Reservation | None:
         """Hold `usd` (the request's worst case) on the key's day; 429 when its budget is already used up.
@@ -115,7 +163,8 @@ class Budgets:
             if not task.done():
                 self.writing.add(task)
                 task.add_done_callback(self.writing.discard)
-                return Landing(uuid.uuid4().hex, ident.key_id, utc_day(self.clock()), float(usd), request_id, task)
+                now = self.clock()
+                return Landing(uuid.uuid4().hex, ident.key_id, utc_day(now), float(usd), request_id, now, task)
             if isinstance(task.exception(), StateUnavailable):
                 self.metrics.state_errors.labels(op="reserve").inc()
                 return None
@@ -125,14 +174,23 @@ class Budgets:
             res = await self.store.reserve(ident.key_id, usd, limit=ident.limits.usd_per_day, request_id=request_id,
                                            now=self.clock())
         except OverBudget as e:
-            lim = ident.limits.usd_per_day
-            raise too_many("budget", f"API key {ident.key_id!r} has spent {e.spent:.6f} and holds {e.reserved:.6f} "
-                           f"for requests in flight, of its {lim:g} USD for today (UTC)",
-                           86400 - self.clock() % 86400) from None
+            raise await self._over(ident, e.spent, e.reserved, "this request") from None
         except StateUnavailable as e:
-            raise self._unavailable("reserve", e) from None
+            raise self._unavailable("reserve", e, ident) from None
         self.metrics.reserved_usd.inc(usd)
         return res
+
+    async def extend(self, ident: Identity, res: Reservation, usd: float) -> Reservation:
+        """`res` held `usd` larger, for one more call of its request; 429 when the key's day has no room left,
+        503 when the store cannot answer."""
+        try:
+            out = await self.store.extend(res, usd, limit=ident.limits.usd_per_day, now=self.clock())
+        except OverBudget as e:
+            raise await self._over(ident, e.spent, e.reserved, "a further call of this request", res) from None
+        except StateUnavailable as e:
+            raise self._unavailable("extend", e, ident) from None
+        self.metrics.reserved_usd.inc(usd)
+        return out
 
     async def settle(self, ident: Identity, res: Reservation | None, charges: list[Charge], request_id: str) -> None:
         """Charge the calls' real cost and release the reservation. Never cancelled half-way (a client that
@@ -140,6 +198,10 @@ class Budgets:
         retried. A key without limits waits at most `unlimited_wait_s` for it (then it goes on in the
         background)."""
         self.metrics.key_spend.labels(key=ident.key_id).inc(sum(c.usd for c in charges))
+        if res is not None and res.created > 0:
+            lived = max(0.0, self.clock() - res.created)
+            mean = self.hold_lifetime_s
+            self.hold_lifetime_s = lived if mean is None else mean + HOLD_LIFETIME_WEIGHT * (lived - mean)
         with anyio.CancelScope(shield=True):
             if limited(ident):
                 await self._settle_now(ident, res, charges, request_id)
@@ -201,6 +263,61 @@ class Budgets:
             await asyncio.wait(set(self.writing), timeout=wait_s)
         for task in [*self.writing, *self.retrying]:
             task.cancel()
+
+
+def clear_wait_s(spent: float, limit: float, holds: list[tuple[float, float]], now: float, lifetime_s: float) -> float:
+    """Seconds until enough of `holds` ((created, usd), each expected to clear `lifetime_s` after it was made,
+    oldest first) have cleared for `spent` and the rest to fall below `limit`; at least 1 s."""
+    left = spent + sum(usd for _, usd in holds)
+    if left < limit:  # out of the way already (settled since, or only the refused request's own hold)
+        return 1.0
+    for created, usd in sorted(holds):
+        left -= usd
+        if left < limit:
+            return max(1.0, created + lifetime_s - now)
+    return max(1.0, lifetime_s)
+
+
+class Hold:
+    """One request's money in flight, staged. `res` covers the first step (`first`: its models, one call each);
+    the upstream client asks `cover(model)` before every call (serving/gateway/upstream.py `GATE`), and a call
+    beyond the first step extends the hold by `price(model)` (its worst case) first, less what calls that
+    failed unbilled (an error status, no connection: `spare`) left unused. A refused extension
+    (429, or 503 when the store is down) leaves that call unsent (outcome `budget_refused`) and is kept in
+    `refused`: the request returns an answer already in hand, else that error. Keys without limits are never
+    refused, and their hold is not extended (nothing is enforced on it)."""
+
+    def __init__(self, budgets: Budgets, ident: Identity, res: Reservation | None, first: Iterable[str],
+                 price: Callable[[str], float]) -> None:
+        self.budgets, self.ident, self.res, self.price = budgets, ident, res, price
+        self.covered = Counter(first)
+        self.spared = 0.0  # held for calls that failed unbilled: pays later calls before any extension
+        self.refused: GatewayError | None = None
+        self.lock = asyncio.Lock()  # extensions one at a time: each is read-and-grow of the same hold
+
+    async def cover(self, model: str) -> bool:
+        async with self.lock:
+            if self.covered[model] > 0:
+                self.covered[model] -= 1
+                return True
+            if self.res is None or not limited(self.ident):
+                return True
+            usd = self.price(model)
+            if usd <= self.spared:
+                self.spared -= usd
+                return True
+            try:
+                self.res = await self.budgets.extend(self.ident, self.res, usd - self.spared)
+                self.spared = 0.0
+            except GatewayError as e:
+                self.refused = e
+                log.info(json.dumps({"event": "hold_not_extended", "key": self.ident.key_id, "model": model,
+                                     "request_id": self.res.request_id, "status": e.status, "reason": e.reason}))
+                return False
+            return True
+
+    def spare(self, model: str) -> None:
+        self.spared += self.price(model)
 
 
 class StreamCharge:
@@ -281,15 +398,6 @@ def spend_report(rows) -> dict:
 IMAGE_INPUT_TOKENS = 1_600
 
 
-def output_cap(body: dict, model: PoolModel, default_output_tokens: int) -> int:
-    """The output tokens a call may produce, per choice: the larger of the request's `max_completion_tokens` and
-    `max_tokens` (a provider honours one or the other; the reservation cannot know which), else the pool's, else
-    the configured default."""
-    caps = [v for v in (body.get("max_completion_tokens"), body.get("max_tokens"))
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0]
-    return max(caps) if caps else model.max_output_tokens or default_output_tokens
-
-
 def choices_of(body: dict) -> int:
     """How many answers the call asks for (`n`, 1 to 128): each is billed its own output."""
     n = body.get("n")
@@ -338,29 +446,13 @@ def call_worst_case_usd(pool: Pool, model: str, body: dict, payload_bytes: int, 
     return call_estimate_usd(m, input_tokens, output_cap(body, m, default_output_tokens) * choices_of(body))
 
 
-def may_call(strategy: Strategy, ranking: Iterable[str], max_attempts: int, price) -> list[str]:
-    """Every model the strategy may call at worst: its first models and tie-breaker, then the dearest
-    `max_attempts` of the models it may fall back or escalate to (the gateway sends at most that many more)."""
-    if strategy.kind == "single":
-        fixed, rest = [], [*strategy.first, *strategy.escalate]
-    else:
-        fixed = [*strategy.first, *([strategy.tie_breaker] if strategy.tie_breaker else [])]
-        rest = [m for m in dict.fromkeys([*strategy.escalate, *ranking]) if m not in fixed]
-    rest = sorted(dict.fromkeys(rest), key=price, reverse=True)[:max_attempts]
-    return fixed + rest
-
-
-def worst_case_usd(pool: Pool, strategy: Strategy, ranking: Iterable[str], body: dict,
-                   payload_bytes: Callable[[str], int], *, max_attempts: int, chars_per_token: float,
-                   default_output_tokens: int) -> float:
-    """The reservation for one request: each model it may call, at the size of what that model is sent
-    (`payload_bytes(model)`: a prompt-style model's payload carries the functions in a system prompt) and its
-    output cap."""
-    def price(name: str) -> float:
-        return call_worst_case_usd(pool, name, body, payload_bytes(name), chars_per_token=chars_per_token,
-                                   default_output_tokens=default_output_tokens)
-
-    return sum(price(m) for m in may_call(strategy, [m for m in ranking if m in pool.names], max_attempts, price))
+def first_step_usd(pool: Pool, strategy: Strategy, body: dict, payload_bytes: Callable[[str], int], *,
+                   chars_per_token: float, default_output_tokens: int) -> float:
+    """What a request holds before its first upstream call: each model of the strategy's first step (one, or an
+    agreement's two, called together) at the size of what that model is sent (`payload_bytes(model)`: a
+    prompt-style model's payload carries the functions in a system prompt) and the output cap it is sent."""
+    return sum(call_worst_case_usd(pool, m, body, payload_bytes(m), chars_per_token=chars_per_token,
+                                   default_output_tokens=default_output_tokens) for m in strategy.first)
 
 
 def charges_of(run, pool: Pool, payload_bytes: dict[str, int], *, chars_per_token: float,

@@ -5,8 +5,9 @@
 `model: "router"` (or `"router-<τ>"`) is planned by the router: its decision's
 strategy, a strategy the request gives, or router.cascade. A pool model's name
 is planned as that model alone: no silent substitution, no cascade. From the
-plan on both are one path. The worst case is reserved before any upstream
-call (serving/gateway/budget.py); the strategy runs (serving/gateway/cascade.py),
+plan on both are one path. The strategy's first step is held before any upstream
+call, and each further call extends the hold before it is sent (serving/gateway/budget.py
+`Hold`); the strategy runs (serving/gateway/cascade.py),
 or, for a stream, the first model of the ranking that answers, passed through
 (serving/gateway/streams.py); the real cost is settled after, a passed-through
 stream's when it ends. Every request with a hold or an upstream call is seen by
@@ -38,7 +39,8 @@ from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
 from serving.gateway.apis import Api, Inbound, Reply
 from serving.gateway.auth import Identity
-from serving.gateway.budget import StreamCharge, charges_of, payload_size, tokens_in, worst_case_usd
+from serving.gateway.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step_usd,
+                                    payload_size, tokens_in)
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.gateway.errors import GatewayError, error_response
 from serving.gateway.fairshare import CALLER
@@ -49,7 +51,7 @@ from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
 from serving.gateway.state import Charge, Reservation
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
-from serving.gateway.upstream import Attempt, UpstreamResult
+from serving.gateway.upstream import GATE, Attempt, UpstreamResult
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
@@ -97,6 +99,7 @@ class Pending:
     stream: bool = False
     plan: Plan | None = None
     res: Reservation | None = None  # the hold on the key's day
+    hold: Hold | None = None  # the hold's stages: what the run's further calls extend it by
     api: Api = field(default_factory=Api)  # the API the caller speaks (Chat Completions unless translated)
     session: Session | None = None  # the agent session the request is a turn of
 
@@ -146,7 +149,12 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint
         at.res = await reserve(gw, at)
-        out = await run(gw, at.plan, passthrough)
+        gated = GATE.set(at.hold)
+        try:
+            out = await run(gw, at.plan, passthrough)
+        finally:
+            GATE.reset(gated)
+            at.res = at.hold.res
     except GatewayError as e:
         return await failed(gw, at, inbound.caller_error(e) if inbound is not None else e, None)
     except BaseException:
@@ -155,6 +163,8 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         raise
     if out.error is not None:
         return await failed(gw, at, out.error, out.run)
+    if at.hold.refused is not None:  # a further call was refused: the answer in hand went back
+        at.plan.meta["refused"] = refusal(at.hold.refused, at.hold)
     charged, headers = await settle(gw, at, out)
     tooled = at.plan.asked.tooled
     await remember(gw, at.session, out.run, tooled.decision.tool_keys if tooled is not None else None)
@@ -195,13 +205,19 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
 
 
 async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
-    """The worst case (every model the strategy may call, at the size of its payload) held before any upstream
-    call: concurrent requests see each other's holds. 429 when the key's day has no room for it."""
+    """The strategy's first step (its first model or two, at the size of their payloads and the output cap
+    sent) held before any upstream call: concurrent requests see each other's holds. 429 when the key's day has
+    no room for it. `at.hold` extends it for each further call."""
     p, st = at.plan, gw.cfg.state
-    worst = worst_case_usd(gw.pool, p.ran, p.ranking, p.body, lambda m: payload_size(p.body_for(m)),
-                           max_attempts=gw.cfg.upstream.max_attempts, chars_per_token=st.chars_per_token,
-                           default_output_tokens=st.default_output_tokens)
-    res = await gw.budgets.reserve(at.ident, worst, at.rid)
+
+    def price(model: str) -> float:
+        return call_worst_case_usd(gw.pool, model, p.body, payload_size(p.body_for(model)),
+                                   chars_per_token=st.chars_per_token, default_output_tokens=st.default_output_tokens)
+
+    first = first_step_usd(gw.pool, p.ran, p.body, lambda m: payload_size(p.body_for(m)),
+                           chars_per_token=st.chars_per_token, default_output_tokens=st.default_output_tokens)
+    res = await gw.budgets.reserve(at.ident, first, at.rid)
+    at.hold = Hold(gw.budgets, at.ident, res, p.ran.first, price)
     gw.metrics.strategies.labels(kind=p.ran.kind, source=p.source).inc()
     return res
 
@@ -293,11 +309,16 @@ async def failed(gw: Gateway, at: Pending, e: GatewayError, run_: Run | None) ->
     headers: dict[str, str] = {}
     if run_ is not None:
         meta.update(run_.trace())
+    refused = refusal(e, at.hold)
+    if refused is not None:
+        meta["refused"] = refused
     if at.ident is not None and (at.res is not None or run_ is not None):
         charged = charges(gw, run_, at.plan.payloads)
         await gw.budgets.settle(at.ident, at.res, charged, at.rid)
         headers = cost_headers(charged)
         observe(gw, at, e.status, run_, charged, e.message)
+    elif refused is not None:  # refused before any hold: the decision log still shows it
+        observe(gw, at, e.status, None, [], e.message, key_id=getattr(e, "key_id", None), meta=meta)
     gw.finish(at.api.endpoint, e.status, at.started, at.rid, at.ident,
               error=e.message if e.status >= 500 else e.param, attempts=e.attempts)
     e.headers = {**(e.headers or {}), **headers}
@@ -324,11 +345,29 @@ def cost_headers(charged: list[Charge]) -> dict[str, str]:
 
 
 def observe(gw: Gateway, at: Pending, status: int, run_: Run | None, charged: list[Charge],
-            error: str | None = None) -> None:
-    """The decision log, exploration and traces see the request (none of them blocks it)."""
+            error: str | None = None, *, key_id: str | None = None, meta: dict | None = None) -> None:
+    """The decision log, exploration and traces see the request (none of them blocks it); a request refused
+    before it was planned is seen without a body."""
     if gw.observers:
-        p = at.plan
-        notify(gw.observers, Served(
-            at.rid, at.ident.key_id if at.ident else None, at.arrived, (time.perf_counter() - at.started) * 1e3,
-            status, gw.slot.client.version, at.stream, p.body, p.asked.messages, p.asked.tools, p.meta, run_,
-            charged, error, allowed_models=p.asked.allowed), log)
+        p, key_id = at.plan, at.ident.key_id if at.ident else key_id
+        if p is None:
+            served = Served(at.rid, key_id, at.arrived, (time.perf_counter() - at.started) * 1e3, status,
+                            gw.slot.client.version, at.stream, meta=meta or {}, error=error)
+        else:
+            served = Served(at.rid, key_id, at.arrived, (time.perf_counter() - at.started) * 1e3, status,
+                            gw.slot.client.version, at.stream, p.body, p.asked.messages, p.asked.tools, p.meta,
+                            run_, charged, error, allowed_models=p.asked.allowed)
+        notify(gw.observers, served, log)
+
+
+# Refusals of the key's limits and money (serving/gateway/budget.py), and the store's outage for keys with limits.
+REFUSALS = ("budget", "budget_held", "rate_limit")
+
+
+def refusal(e: GatewayError, hold: Hold | None) -> dict | None:
+    """What the decision log's `reason` and the trace say of a refusal of the key's limits: from admission, the
+    first hold, or an extension of it refused before a further call (`extension`)."""
+    if e.status not in (429, 503) or (e.reason not in REFUSALS and e.type != "state_unavailable"):
+        return None
+    return {"reason": e.reason or e.type, "status": e.status, "extension": hold is not None and e is hold.refused,
+            "retry_after_s": int(e.headers["retry-after"]) if e.headers and "retry-after" in e.headers else None}

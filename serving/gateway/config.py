@@ -155,8 +155,13 @@ class StateSettings(BaseModel):
                                   "beyond it (or 0) the hold is charged as expired. Below reservation_ttl_s.")
     chars_per_token: float = Field(default=3.0, gt=0, description="Bytes of request per input token when a "
                                    "reservation or an estimate is priced (3 over-counts typical English and JSON).")
-    default_output_tokens: int = Field(default=4096, ge=1, description="Output tokens a reservation assumes when "
-                                       "neither the request (max_tokens) nor the pool (max_output_tokens) caps them.")
+    default_output_tokens: int = Field(default=4096, ge=1, description="The output cap sent upstream (and held "
+                                       "for) when neither the request (max_tokens / max_completion_tokens / "
+                                       "max_output_tokens) nor the pool (max_output_tokens) gives one.")
+    hold_clear_s: float = Field(default=60.0, gt=0, le=3600, description="The longest a request's hold is "
+                                "expected to last (the pool's default call time-out). A 429 caused by holds in "
+                                "flight says to retry when they are expected to clear: each hold's age against "
+                                "twice the running mean lifetime of settled holds, at most this.")
     session_ttl_s: float = Field(default=6 * 3600.0, gt=0, description="An agent session idle this long is "
                                  "forgotten (serving/gateway/sessions.py).")
     session_prune_every_s: float = Field(default=60.0, ge=0, description="SQLite: expired sessions are deleted "

@@ -8,7 +8,10 @@ One SQLite file (`decisions.sqlite`) under `log.path`, two tables:
 - `requests`: time, request id, key id, router version, the decision's chosen model and rule, the strategy,
   its agreement verdict and disagreement kinds, the answering model, cost, latency, status, the caller's
   `metadata.example_id` (a benchmark query with known answers: what truth-scoring needs), the API the caller
-  spoke (`api`: chat, messages, responses), its agent session (`session`, serving/gateway/sessions.py), and, only with
+  spoke (`api`: chat, messages, responses), its agent session (`session`, serving/gateway/sessions.py), why the
+  key's limits refused it (`refused`: budget | budget_held | rate_limit | state_unavailable, `:extension` when
+  a further call's hold was refused: then the status says whether an answer in hand still went back; a request
+  refused before it was planned is a row with only this, its key, status and time), and, only with
   `log.requests: true`, the request itself (messages and tools: what retraining the router needs);
 - `answers`: one row per model answer of a request: model, role (first, tie_breaker, escalate, fallback,
   explore), outcome, latency, cost, token usage, the decoded calls (JSON), the raw answer, decode error.
@@ -49,7 +52,7 @@ CREATE TABLE IF NOT EXISTS requests (
   id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT NOT NULL, key_id TEXT,
   router_version TEXT, kind TEXT NOT NULL, status INTEGER, example_id TEXT, routed INTEGER, chosen TEXT,
   rule TEXT, strategy TEXT, verdict TEXT, kinds TEXT, answered_by TEXT, cost_usd REAL, latency_ms REAL,
-  stream INTEGER, request TEXT, api TEXT, session TEXT);
+  stream INTEGER, request TEXT, api TEXT, session TEXT, refused TEXT);
 CREATE INDEX IF NOT EXISTS requests_rid ON requests (request_id);
 CREATE TABLE IF NOT EXISTS answers (
   id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, model TEXT NOT NULL, role TEXT NOT NULL,
@@ -153,7 +156,15 @@ def request_row(served: Served, keep_request: bool, kind: str = "served") -> dic
             "kinds": json.dumps([c.get("kind") for c in checks if c.get("kind")]),
             "answered_by": run.returned.model if run is not None and run.returned is not None else None,
             "cost_usd": served.cost_usd, "latency_ms": served.duration_ms, "stream": int(served.stream),
-            "request": request, "api": meta.get("api", "chat"), "session": (meta.get("session") or {}).get("id")}
+            "request": request, "api": meta.get("api", "chat"), "session": (meta.get("session") or {}).get("id"),
+            "refused": _refused(meta.get("refused"))}
+
+
+def _refused(refused: dict | None) -> str | None:
+    """The `refused` column: the reason, `:extension` when the hold of a further call was refused."""
+    if not refused:
+        return None
+    return refused["reason"] + (":extension" if refused.get("extension") else "")
 
 
 def answer_rows(request_id: str, calls: list) -> list[dict[str, Any]]:
@@ -200,7 +211,7 @@ class DecisionLog:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
         have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
-        for column in ("api", "session"):  # a log written before these columns: add them (older rows: null)
+        for column in ("api", "session", "refused"):  # a log written before these columns: add them (rows: null)
             if column not in have:
                 db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT")
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'summary'").fetchone() is None:

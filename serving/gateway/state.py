@@ -3,19 +3,22 @@
     store = open_state(cfg.state)          # SQLite (WAL) under state.path, or Redis at state.redis_url
     seen = await store.admit("acme", rpm=120, usd_per_day=5.0, now=time.time())   # counts the request
     res = await store.reserve("acme", 0.004, limit=5.0, request_id=rid, now=...)  # OverBudget when nothing is left
+    res = await store.extend(res, 0.002, limit=5.0, now=...)  # the same hold, larger (a further call): or OverBudget
+    holds = await store.holds("acme", utc_day(now), now)      # [(created, usd, id)] of its holds in flight
     await store.settle(res, [Charge("gpt-4o-mini-2024-07-18", "answer", 0.00008)], now=...)
     rows = await store.ledger(key_id="acme", day="2026-12-01")
 
 What is kept, per API key id (never the key):
 - the last minute's request times (the `requests_per_minute` sliding window);
-- per UTC day, `spent` (settled charges) and `reserved` (the worst-case cost of requests in flight);
-- every reservation in flight, with the time after which it is charged as `expired` (its process died);
+- per UTC day, `spent` (settled charges) and `reserved` (the held cost of requests in flight);
+- every reservation in flight, with the time after which it is charged as `expired` (its process died), which
+  also says when it was made (expiry less `reservation_ttl_s`);
 - the ledger: one row per charge (time, day, key, model, kind, USD, request id), kinds
   answer | cascade | abandoned | estimated | expired | explore (docs/serving.md, "State").
 
-A request is admitted while `spent + reserved < usd_per_day`; admitting reserves its worst case
-atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent requests see
-each other's reservations, and a day ends at most one admitted request's reservation past its limit.
+A request is admitted while `spent + reserved < usd_per_day`; a hold is made, or extended, only while that
+is true, atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent
+requests see each other's holds, and a day ends at most one hold (or extension) past its limit.
 
 SQLite is the embedded default: one file, WAL, safe for several processes on one machine. Redis is for
 replicas on several machines: every gateway pointed at the same `state.redis_url` shares every count (one
@@ -32,11 +35,13 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+
+from serving.gateway.state_scripts import ADMIT, EXTEND, RESERVE, SETTLE, SWEEP
 
 KINDS = ("answer", "cascade", "abandoned", "estimated", "expired", "explore")
 WINDOW_S = 60.0
@@ -75,8 +80,9 @@ class Reservation:
     id: str
     key_id: str
     day: str
-    usd: float
+    usd: float  # held now: the first step's, plus every extension
     request_id: str = ""
+    created: float = 0.0  # when the hold was made (time.time()): how long holds last is learnt from it
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,15 @@ class StateStore(ABC):
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
         """Hold `usd` against today's budget; OverBudget when `spent + reserved >= limit` already."""
+
+    @abstractmethod
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        """Hold `usd` more on `res` (one hold, settled once); OverBudget when `spent + reserved >= limit` already.
+        A hold already charged as expired is returned as it was (nothing is left to extend)."""
+
+    @abstractmethod
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        """(created, usd, reservation id) of every hold of `key_id` on `day` still in flight: when each may clear."""
 
     @abstractmethod
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
@@ -284,7 +299,7 @@ class SQLiteState(StateStore):
 
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
-        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id, now)
 
         def reserve() -> Reservation | OverBudget:
             spent, reserved = self._totals(key_id, res.day)
@@ -301,6 +316,26 @@ class SQLiteState(StateStore):
         if isinstance(out, OverBudget):
             raise out
         return out
+
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        def extend() -> Reservation | OverBudget:
+            spent, reserved = self._totals(res.key_id, res.day)
+            if limit is not None and spent + reserved >= limit:
+                return OverBudget(spent, reserved)
+            if not self.db.execute("UPDATE reservations SET usd = usd + ? WHERE id = ?", (usd, res.id)).rowcount:
+                return res
+            self.db.execute("UPDATE budget SET reserved = reserved + ? WHERE key_id = ? AND day = ?",
+                            (usd, res.key_id, res.day))
+            return replace(res, usd=res.usd + usd)
+        out = await self._run(extend, write=True)
+        if isinstance(out, OverBudget):
+            raise out
+        return out
+
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        rows = await self._run(lambda: self.db.execute("SELECT expires, usd, id FROM reservations WHERE key_id = ? "
+                                                       "AND day = ?", (key_id, day)).fetchall())
+        return [(expires - self.reservation_ttl_s, usd, rid) for expires, usd, rid in rows]
 
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
         await self._run(self._release, res, charges, now, write=True)
@@ -359,82 +394,10 @@ class SQLiteState(StateStore):
 
 LEDGER_PAGE = 1_000  # ledger entries read from Redis at a time
 
-ADMIT = """
-local now, rpm, lim = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local spent = tonumber(redis.call('HGET', KEYS[2], 'spent') or '0')
-local reserved = math.max(0, tonumber(redis.call('HGET', KEYS[2], 'reserved') or '0'))
-if lim >= 0 and spent + reserved >= lim then
-  return {'budget', '0', tostring(spent), tostring(reserved)}
-end
-if rpm >= 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 60)
-  if redis.call('ZCARD', KEYS[1]) >= rpm then
-    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    return {'rate_limit', tostring(60 - (now - tonumber(oldest[2]))), tostring(spent), tostring(reserved)}
-  end
-  redis.call('ZADD', KEYS[1], now, ARGV[4])
-  redis.call('EXPIRE', KEYS[1], 120)
-end
-return {'ok', '0', tostring(spent), tostring(reserved)}
-"""
-
-RESERVE = """
-local lim = tonumber(ARGV[1])
-local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
-local reserved = math.max(0, tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0'))
-if lim >= 0 and spent + reserved >= lim then
-  return {0, tostring(spent), tostring(reserved)}
-end
-redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', ARGV[2])
-redis.call('EXPIRE', KEYS[1], 3456000)
-redis.call('HSET', KEYS[2], 'key', ARGV[5], 'day', ARGV[6], 'usd', ARGV[2], 'rid', ARGV[7])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-return {1, tostring(spent), tostring(reserved)}
-"""
-
-# KEYS: budget hash, reservation hash, open reservations, ledger stream.
-# ARGV: reservation id, reserved usd, now, day, key id, request id, then (model, kind, usd) per charge.
-SETTLE = """
-local held = redis.call('DEL', KEYS[2])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if held == 1 then
-  redis.call('HINCRBYFLOAT', KEYS[1], 'reserved', -tonumber(ARGV[2]))
-end
-local total = 0
-for i = 7, #ARGV, 3 do
-  total = total + tonumber(ARGV[i + 2])
-  redis.call('XADD', KEYS[4], '*', 'ts', ARGV[3], 'day', ARGV[4], 'key', ARGV[5], 'model', ARGV[i],
-             'kind', ARGV[i + 1], 'usd', ARGV[i + 2], 'rid', ARGV[6])
-end
-redis.call('HINCRBYFLOAT', KEYS[1], 'spent', total)
-redis.call('EXPIRE', KEYS[1], 3456000)
-return held
-"""
-
-# Reservations whose process never settled them: charged at their reserved amount as `expired`.
-# KEYS: open reservations, ledger stream. ARGV: now, key prefix.
-SWEEP = """
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 64)
-for _, id in ipairs(ids) do
-  local r = redis.call('HMGET', ARGV[2] .. 'res:' .. id, 'key', 'day', 'usd', 'rid')
-  redis.call('ZREM', KEYS[1], id)
-  if r[1] then
-    local budget = ARGV[2] .. 'budget:' .. r[1] .. ':' .. r[2]
-    redis.call('HINCRBYFLOAT', budget, 'reserved', -tonumber(r[3]))
-    redis.call('HINCRBYFLOAT', budget, 'spent', tonumber(r[3]))
-    redis.call('XADD', KEYS[2], '*', 'ts', ARGV[1], 'day', r[2], 'key', r[1], 'model', '*', 'kind', 'expired',
-               'usd', r[3], 'rid', r[4])
-    redis.call('DEL', ARGV[2] .. 'res:' .. id)
-  end
-end
-return #ids
-"""
-
-
 class RedisState(StateStore):
     """A real Redis server shared by any number of gateway processes. Every check-and-change is one Lua script
-    (atomic on the server). Durable as the server is configured: run it with `appendonly yes` so a Redis restart
-    keeps the ledger (docs/serving.md, "State")."""
+    (atomic on the server; serving/gateway/state_scripts.py). Durable as the server is configured: run it with
+    `appendonly yes` so a Redis restart keeps the ledger (docs/serving.md, "State")."""
 
     name = "redis"
 
@@ -447,6 +410,7 @@ class RedisState(StateStore):
                                              decode_responses=True)
         self._admit = self.redis.register_script(ADMIT)
         self._reserve = self.redis.register_script(RESERVE)
+        self._extend = self.redis.register_script(EXTEND)
         self._settle = self.redis.register_script(SETTLE)
         self._sweep = self.redis.register_script(SWEEP)
         self.last_sweep = 0.0
@@ -482,7 +446,7 @@ class RedisState(StateStore):
 
     async def reserve(self, key_id: str, usd: float, *, limit: float | None, request_id: str,
                       now: float) -> Reservation:
-        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id)
+        res = Reservation(uuid.uuid4().hex, key_id, utc_day(now), float(usd), request_id, now)
         ok, spent, reserved = await self._call(self._reserve(
             keys=[self._k("budget", key_id, res.day), self._k("res", res.id), self._k("open")],
             args=[-1 if limit is None else limit, repr(res.usd), now + self.reservation_ttl_s, res.id, key_id,
@@ -490,6 +454,24 @@ class RedisState(StateStore):
         if not ok:
             raise OverBudget(float(spent), float(reserved))
         return res
+
+    async def extend(self, res: Reservation, usd: float, *, limit: float | None, now: float) -> Reservation:
+        ok, spent, reserved = await self._call(self._extend(
+            keys=[self._k("budget", res.key_id, res.day), self._k("res", res.id)],
+            args=[-1 if limit is None else limit, repr(float(usd))]))
+        if ok == 0:
+            raise OverBudget(float(spent), float(reserved))
+        return replace(res, usd=res.usd + usd) if ok == 1 else res
+
+    async def holds(self, key_id: str, day: str, now: float) -> list[tuple[float, float, str]]:
+        # Every process's holds, scored by expiry, are in one set: read on a refusal only, a few hundred at most.
+        ids = await self._call(self.redis.zrange(self._k("open"), 0, -1, withscores=True))
+        pipe = self.redis.pipeline(transaction=False)
+        for rid, _ in ids:
+            pipe.hmget(self._k("res", rid), "key", "day", "usd")
+        got = await self._call(pipe.execute()) if ids else []
+        return [(expires - self.reservation_ttl_s, float(usd), rid) for (rid, expires), (key, d, usd) in zip(ids, got)
+                if key == key_id and d == day and usd is not None]
 
     async def settle(self, res: Reservation, charges: list[Charge], *, now: float) -> None:
         args: list[Any] = [res.id, repr(res.usd), now, res.day, res.key_id, res.request_id]

@@ -43,13 +43,15 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from data.pool import Pool
 from data.pool_runner import apis
+from data.pool_runner.request import with_output_cap
 from data.pool_runner.wire import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
@@ -59,11 +61,27 @@ from serving.gateway.errors import GatewayError, retry_after_headers, retry_afte
 
 CALLER_ERRORS = {400, 413, 422}
 # Not sent: the endpoint's breaker is open, it refused us this request, or it asked for a pause (429 Retry-After).
-SKIPPED = {"circuit_open", "endpoint_down", "rate_limited"}
+# Or the request's hold could not be extended to pay for it (budget_refused: serving/gateway/budget.py Hold).
+SKIPPED = {"circuit_open", "endpoint_down", "rate_limited", "budget_refused"}
 UNREACHABLE = SKIPPED | {"connect_error", "http_429"}
 RATE_LIMITED = {"rate_limited", "http_429"}
 # Sent, then given up (a lost hedge: cancelled): the provider may have generated, and billed, an answer.
 ABANDONED = {"timeout", "dropped", "hedge_lost"}
+
+
+class Gate(Protocol):
+    """What a call must pass before it is sent: the request's money (serving/gateway/budget.py `Hold`)."""
+
+    refused: GatewayError | None  # the last refusal: what the caller is told when no answer came
+
+    async def cover(self, model: str) -> bool: ...
+
+    def spare(self, model: str) -> None: ...  # its call failed before anything could be billed
+
+
+# The gate of the request whose calls run in this context (set around a strategy's run by serving/gateway/chat.py;
+# tasks the run starts inherit it). None: calls go out ungated (exploration holds its whole worst case up front).
+GATE: ContextVar[Gate | None] = ContextVar("switchcraft_gate", default=None)
 
 
 @dataclass
@@ -95,9 +113,10 @@ class UpstreamResult:
 class Upstreams:
     def __init__(self, pool: Pool, metrics: GatewayMetrics, *, timeout_s: float | None = None,
                  max_connections: int = 64, breaker: BreakerSettings | None = None, key_share: float = 0.5,
-                 key_wait_s: float = 5.0) -> None:
+                 key_wait_s: float = 5.0, default_output_tokens: int = 4096) -> None:
         self.pool, self.metrics, self.timeout_s = pool, metrics, timeout_s
         self.shares = KeyShares(max_connections=max_connections, share=key_share, wait_s=key_wait_s)
+        self.default_output_tokens = default_output_tokens  # the cap sent when neither caller nor pool gives one
         self.breakers = Breakers(pool, breaker or BreakerSettings(), metrics)
         self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections,
                                                           max_keepalive_connections=max_connections))
@@ -109,7 +128,8 @@ class Upstreams:
         m = self.pool.get(model)
         headers = {"content-type": "application/json", **apis.auth_headers(m.api, self._key(model))}
         timeout = self.timeout_s or m.timeout_s
-        return self.http.build_request("POST", apis.url(m.base_url, m.api), json=apis.native_request(m.api, payload),
+        return self.http.build_request("POST", apis.url(m.base_url, m.api), json=apis.native_request(
+            m.api, with_output_cap(payload, m, self.default_output_tokens)),
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
     def _key(self, model: str) -> str | None:
@@ -156,6 +176,11 @@ class Upstreams:
         if self.skip(model, attempts, down):
             self.shares.release(key)
             return None
+        gate = GATE.get()
+        if gate is not None and not await gate.cover(model):
+            self.shares.release(key)
+            attempts.append(Attempt(model, "budget_refused", None, 0.0))
+            return None
         breaker, verdict, held = self.breakers.of(model), None, True
         try:
             result = await self._send(model, payload, attempts, estimate)
@@ -164,6 +189,8 @@ class Upstreams:
                 held = False
             outcome = attempts[-1].outcome
             status = attempts[-1].status
+            if gate is not None and (outcome == "connect_error" or (status or 200) != 200):
+                gate.spare(model)  # an error answer is not billed: what was held for it may pay the next call
             verdict = outcome in ("timeout", "connect_error", "dropped", "bad_body") or (status or 0) >= 500
             if outcome == "connect_error" and down is not None:
                 down.add(breaker.endpoint)
@@ -269,8 +296,12 @@ class Upstreams:
 
     def no_answer(self, attempts: list[Attempt]) -> GatewayError:
         """502 when no upstream answered; 429 with the soonest Retry-After when every candidate was rate-limited;
-        503 with Retry-After when none was reachable (rate-limited ones included)."""
-        if attempts and all(a.outcome in RATE_LIMITED for a in attempts):
+        503 with Retry-After when none was reachable (rate-limited ones included); the request's budget refusal
+        (429) when its hold could not be extended for a call that might have answered."""
+        gate = GATE.get()
+        if gate is not None and gate.refused is not None and any(a.outcome == "budget_refused" for a in attempts):
+            err = gate.refused
+        elif attempts and all(a.outcome in RATE_LIMITED for a in attempts):
             err = self.rate_limited(a.model for a in attempts)
         elif attempts and all(a.outcome in UNREACHABLE for a in attempts):
             err = self.unavailable(a.model for a in attempts)

@@ -153,7 +153,7 @@ def test_each_view_shows_the_logs_and_the_ledgers_own_figures(served, tmp_path):
     totals = json.loads(spend.output)["totals"]
     assert shown(pages["keys"].text, "total") == usd(sum(t["usd"] for t in totals))
     assert "__explore__" in pages["keys"].text and "limited" in pages["keys"].text
-    assert shown(pages["traffic"].text, "requests") == "7"
+    assert shown(pages["traffic"].text, "requests") == "8"  # the 7 answered and the limited key's refusal (a log row)
     assert "rate_limit" in pages["traffic"].text  # the limited key's refusal (live counters)
     assert shown(pages["quality"].text, "explored") == "7"
     assert re.search(r"n = 7<", pages["quality"].text.replace("</div>", "<"))
@@ -182,7 +182,7 @@ def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
         assert (out / name).stat().st_size > 0, name
     n = json.loads((out / "traffic.json").read_text())
     charged = sum(float(a.headers["x-switchcraft-cost-usd"]) for a in served["answered"])
-    assert n["savings"]["spent_usd"] == pytest.approx(charged) and n["traffic"]["requests"] == 7
+    assert n["savings"]["spent_usd"] == pytest.approx(charged) and n["traffic"]["requests"] == 8
     page = session(served["url"]).get("/console/savings?range=24h").text
     assert shown(page, "reference") == usd(n["savings"]["reference_usd"])
     md = (out / "report.md").read_text()
@@ -217,7 +217,7 @@ def test_a_real_browser_logs_in_opens_every_view_and_follows_a_request_to_its_tr
             if view == "savings":
                 assert browser.text("#spent") == usd(charged) and browser.text("#requests") == "7"
             if view == "traffic":
-                assert browser.text("#requests") == "7"
+                assert browser.text("#requests") == "8"
         rid = answered[4].headers["x-request-id"]
         browser.open(f"{url}/console/requests?range=24h")
         browser.click(f'a[href="/console/requests/{rid}"]')

@@ -18,7 +18,7 @@ import pytest
 from data.pool import load_pool
 from serving.app import build_gateway, create_app
 from serving.gateway.auth import KeyEntry, KeyLimits, KeyStore
-from serving.gateway.budget import payload_size, worst_case_usd
+from serving.gateway.budget import first_step_usd, payload_size
 from serving.gateway.chat import Pending, plan, reserve, run
 from serving.gateway.config import ServingConfig
 from serving.gateway.errors import GatewayError
@@ -115,9 +115,8 @@ def test_reserve_holds_the_worst_case_and_a_failed_run_is_an_outcome(client, sta
 
     held, out = asyncio.run(steps())
     p, st = at.plan, gw.cfg.state
-    worst = worst_case_usd(POOL, p.ran, p.ranking, p.body, lambda m: payload_size(p.body_for(m)),
-                           max_attempts=gw.cfg.upstream.max_attempts, chars_per_token=st.chars_per_token,
-                           default_output_tokens=st.default_output_tokens)
+    worst = first_step_usd(POOL, p.ran, p.body, lambda m: payload_size(p.body_for(m)),
+                           chars_per_token=st.chars_per_token, default_output_tokens=st.default_output_tokens)
     assert at.res.usd == pytest.approx(worst) and held == (0.0, pytest.approx(worst))
     if status == 200:
         assert out.error is None and out.run.returned is not None and out.run.returned.ok

@@ -25,7 +25,7 @@ from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
 from serving.app import create_app
-from serving.gateway.budget import worst_case_usd
+from serving.gateway.budget import first_step_usd
 from serving.gateway.config import ServingConfig
 from serving.gateway.redis_local import LocalRedis
 from serving.triton import free_port
@@ -129,8 +129,8 @@ def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, 
         from serving.gateway.requests import to_schema
 
         sent = upstream_body(body, to_schema(body["messages"], body["tools"])[1], POOL.get(CHEAP))
-        reserve = worst_case_usd(POOL, Strategy.single(CHEAP), [CHEAP], body, lambda m: payload_size(sent),
-                                 max_attempts=3, chars_per_token=3.0, default_output_tokens=4096)
+        reserve = first_step_usd(POOL, Strategy.single(CHEAP), body, lambda m: payload_size(sent),
+                                 chars_per_token=3.0, default_output_tokens=4096)
         total = spent(urls[0], "small")
         charged = sum(float(r.headers["x-switchcraft-cost-usd"]) for r in answers if r.status_code == 200)
         assert total == pytest.approx(charged) and total > 0
@@ -393,6 +393,6 @@ def test_a_stream_the_client_leaves_is_closed_upstream_and_charged_its_worst_cas
     price = native.prices
     real = (1000 * price.input_per_mtok + 500 * price.output_per_mtok) / 1e6
     assert [r["kind"] for r in rows] == ["abandoned"] * 3
-    worst = worst_case_usd(pool, Strategy.single(native.name), [native.name], body, lambda m: 0, max_attempts=1,
-                           chars_per_token=4.0, default_output_tokens=1024)
+    worst = first_step_usd(pool, Strategy.single(native.name), body, lambda m: 0, chars_per_token=4.0,
+                           default_output_tokens=1024)
     assert all(r["usd"] >= real and r["usd"] >= worst for r in rows), (rows, real, worst)

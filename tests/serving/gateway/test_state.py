@@ -154,3 +154,34 @@ def test_a_ledger_longer_than_a_page_is_read_whole_and_in_order(make_store):
         assert [row.model for row in rows] == [f"m{i}" for i in range(n)]
         assert len(await store.ledger(key_id="k", day=DAY)) == n and await store.ledger(key_id="other") == []
     run(go())
+
+
+def test_a_hold_extends_while_the_day_has_room_settles_once_and_expires_whole(make_store):
+    store = make_store()
+    store.reservation_ttl_s = 60.0
+
+    async def go():
+        r = await store.reserve("k", 0.3, limit=1.0, request_id="r", now=NOW)
+        assert r.created == NOW
+        r = await store.extend(r, 0.5, limit=1.0, now=NOW + 1)  # 0.3 < 1.0: room, now 0.8 held
+        assert r.usd == pytest.approx(0.8) and await store.day_total("k", DAY) == pytest.approx((0.0, 0.8))
+        r = await store.extend(r, 0.5, limit=1.0, now=NOW + 2)  # 0.8 < 1.0: the last extension may pass the limit
+        with pytest.raises(OverBudget) as over:
+            await store.extend(r, 0.01, limit=1.0, now=NOW + 3)
+        assert over.value.reserved == pytest.approx(1.3) and r.usd == pytest.approx(1.3)
+        other = await store.reserve("k2", 0.1, limit=None, request_id="o", now=NOW + 4)
+        assert await store.holds("k", DAY, NOW + 5) == [(pytest.approx(NOW), pytest.approx(1.3), r.id)]
+        assert await store.holds("k", "1999-01-01", NOW) == []
+        await store.settle(r, [Charge("m", "answer", 0.02)], now=NOW + 5)
+        assert await store.day_total("k", DAY) == pytest.approx((0.02, 0.0)) and await store.holds("k", DAY, NOW) == []
+        # A hold its process never settled is charged as expired at everything it held, extensions included.
+        lost = await store.extend(await store.reserve("k", 0.1, limit=1.0, request_id="lost", now=NOW + 6), 0.2,
+                                  limit=1.0, now=NOW + 7)
+        store.last_sweep = 0.0
+        await store.admit("k", rpm=None, usd_per_day=1.0, now=NOW + 67)
+        assert await store.day_total("k", DAY) == pytest.approx((0.32, 0.0))
+        assert [(x.kind, x.usd) for x in await store.ledger("k")][-1] == ("expired", pytest.approx(0.3))
+        assert await store.extend(lost, 0.5, limit=1.0, now=NOW + 68) == lost  # nothing left to extend
+        assert await store.day_total("k", DAY) == pytest.approx((0.32, 0.0))
+        await store.settle(other, [], now=NOW)
+    run(go())
