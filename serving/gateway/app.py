@@ -50,7 +50,8 @@ from serving.gateway.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.budget import Budgets
 from serving.gateway.cascade import Cascade
-from serving.gateway.apis import anthropic_messages, openai_responses
+from serving.gateway.apis import anthropic_messages, openai_responses, tokens
+from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import CHAT, handler
 from serving.gateway.config import ServingConfig
 from serving.gateway.decision_log import DecisionLog
@@ -149,8 +150,12 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
 def _routes(app: FastAPI, gw: Gateway) -> None:
     """One route per endpoint, each calling its request kind's handler with the parts."""
 
-    for api in (CHAT, *APIS):  # one path (serving/gateway/chat.py serve); the others translate in and out
+    aliases = Aliases.checked(gw.cfg.aliases, gw.pool.names)  # agent clients' own model names (apis/models.py)
+    for api in (CHAT, *(aliases.applied(a) for a in APIS)):  # one path (chat.py serve); the others translate
         app.add_api_route(api.path, handler(gw, api), methods=["POST"], name=api.endpoint)
+    for path, api, shape in tokens.COUNTS:  # POST /v1/messages/count_tokens, /v1/responses/input_tokens
+        app.add_api_route(path, tokens.counter(gw, api, shape), methods=["POST"], name=f"{api.endpoint}_tokens")
+    app.add_api_route("/v1/models", models_endpoint(gw), methods=["GET"], name="models")
 
     @app.post("/v1/route")
     async def route(request: Request) -> Response:
