@@ -6,7 +6,8 @@
 Endpoints: POST /v1/route (the decision only), POST /v1/chat/completions
 (OpenAI-compatible: `model: "router"` or `"router-<τ>"` routes, a pool model
 name passes through; streaming passes through), POST /v1/messages and /v1/responses
-(translated onto chat's path: serving/gateway/apis/), GET /healthz, /readyz, /metrics.
+(translated onto chat's path: serving/gateway/apis/; their token counts and GET
+/v1/models for agent clients), GET /healthz, /readyz, /metrics.
 Each model is asked the way it was labelled and its answer decoded into OpenAI `tool_calls`
 (serving/gateway/answers.py); the decision's strategy runs (serving/gateway/cascade.py: one
 model, or an agreement cascade); a chat stream takes the single-model path. The answering model, the strategy and the cost of every
@@ -139,7 +140,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.metrics, app.state.tools, app.state.keys = gw.metrics, gw.tools, gw.keys  # the router: gw.slot
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
-    shapes = {api.path: api.error_body for api in APIS}
+    shapes = {api.path: api.error_body for api in APIS} | {path: api.error_body for path, api, _ in tokens.COUNTS}
     app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
     _routes(app, gw)
