@@ -46,6 +46,7 @@ CLAUDE, CODEX = BIN / "claude", BIN / "codex"
 APIS = {"gpt-4o-2024-08-06-FC": "openai_responses", "claude-3-haiku-20240307": "anthropic_messages",
         "claude-3-5-sonnet-20240620": "anthropic_messages", "claude-3-opus-20240229": "anthropic_messages"}
 NATIVE_CODEX, PROMPT_CLAUDE = "gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"
+NATIVE_CHAT = "gemini-1.5-flash-preview-0514"  # native, behind Chat Completions
 TIMEOUT_S = 240
 
 
@@ -61,18 +62,20 @@ class StandIn:
     def __init__(self) -> None:
         self.note = ""  # the secret text of note.txt for this run
         self.path = ""  # note.txt's absolute path
+        self.load = ""  # a deferred tool to load with Claude Code's ToolSearch first (then answer), if any
         self.seen: list[tuple[str, dict]] = []
-
-    def final(self) -> str:
-        return f"The note says {self.note}."
 
     def answer(self, body: dict) -> dict:
         """The chat message the model 'says': native tool calls when `tools` are offered, else a prompt-style
         model's text."""
         text = json.dumps(body)
-        if self.note and self.note in text:
+        if self.load:
+            if self.load in offered(body):
+                return {"role": "assistant", "content": self.final()}
+            name, args = "ToolSearch", {"query": f"select:{self.load}"}
+        elif self.note and self.note in text:
             return {"role": "assistant", "content": self.final()}
-        if "functions__exec" in text:  # Codex's default model: one freeform JavaScript tool calling the others
+        elif "functions__exec" in text:  # Codex's default model: one freeform JavaScript tool calling the others
             name, args = "functions__exec", {"input": 'text(await tools.exec_command({cmd: "cat note.txt"}));'}
         elif "exec_command" in text:
             name, args = "exec_command", {"cmd": "cat note.txt"}
@@ -83,6 +86,9 @@ class StandIn:
                 {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                  "function": {"name": name, "arguments": json.dumps(args)}}]}
         return {"role": "assistant", "content": f"[{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})]"}
+
+    def final(self) -> str:
+        return f"Loaded {self.load}." if self.load else f"The note says {self.note}."
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -105,6 +111,11 @@ class StandIn:
                     "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}}
 
         return app
+
+
+def offered(body: dict) -> set[str]:
+    """The names of the native tools a request offers, in any of the three APIs."""
+    return {t.get("name") or t.get("function", {}).get("name") for t in body.get("tools") or []}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +143,7 @@ def task(agent_gateway, tmp_path):
     stand_in.path = str(work / "note.txt")
     (work / "note.txt").write_text(stand_in.note + "\n")
     stand_in.seen.clear()
+    stand_in.load = ""
     return work, home, stand_in
 
 
@@ -179,6 +191,22 @@ def test_claude_code_reads_a_file_and_answers_through_the_gateway(agent_gateway,
         assert {path for path, _ in stand_in.seen} == {"messages"}
         assert all("tools" not in body and POOL.get(PROMPT_CLAUDE).model_id == body["model"]
                    for _, body in stand_in.seen)
+
+
+def test_claude_codes_tool_search_loads_a_deferred_tool_through_the_gateway(agent_gateway, task):
+    """ToolSearch answers with tool_reference blocks; the deferred tool is offered from the next turn on."""
+    needs(CLAUDE)
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    stand_in.load = "CronList"
+    done = claude(url, work, home, NATIVE_CHAT)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    first, last = stand_in.seen[0][1], stand_in.seen[-1][1]
+    assert "CronList" not in offered(first) and "ToolSearch" in offered(first)
+    assert "CronList" in offered(last)
+    result = next(m for m in last["messages"] if m["role"] == "tool")
+    assert result["content"].startswith("<function>") and '"name": "CronList"' in result["content"]
 
 
 @pytest.mark.parametrize("model", ["router", NATIVE_CODEX, None])
