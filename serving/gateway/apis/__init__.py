@@ -144,3 +144,10 @@ def copy_fields(body: dict, out: dict, names: dict[str, str]) -> None:
     for caller, internal in names.items():
         if body.get(caller) is not None:
             out[internal] = body[caller]
+
+
+def tool_fields(paths: list[str], names: dict[str, str]) -> list[tuple[re.Pattern, str]]:
+    """Where each offered (internal) tool came from in the caller's body, when tools were left out or flattened:
+    `tools[i].function.<internal>` → `<paths[i]>.<names[internal]>`."""
+    return [(re.compile(rf"tools\[{i}\]\.function\.{internal}(?=$|[.\[])"), f"{path}.{caller}")
+            for i, path in enumerate(paths) for internal, caller in names.items()]

@@ -43,7 +43,8 @@ from fastapi.responses import JSONResponse, Response
 
 from data.pool_runner.apis.anthropic_messages import message_body, message_events
 from data.pool_runner.apis.common import usage_numbers
-from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
+from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
+                                  tool_fields)
 from serving.gateway.errors import GatewayError, bad
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
@@ -93,13 +94,14 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
         raise bad("must be an integer ≥ 0", "top_k")
-    where = out.pop("where")
-    return Inbound(out, stream, where, FIELDS, call_id=".tool_use_id")
+    where, paths = out.pop("where"), out.pop("tool_paths")
+    fields = tool_fields(paths, {"parameters": "input_schema", "name": "name", "description": "description"})
+    return Inbound(out, stream, where, fields + FIELDS, call_id=".tool_use_id")
 
 
 def conversation(body: dict[str, Any]) -> dict[str, Any]:
     """`messages` (system turns folded into the system prompt) and `tools` (deferred ones once referenced) as
-    the chat request's, and `where`: per chat message, the caller's path (count_tokens reads the same)."""
+    the chat request's; `where` and `tool_paths`: per chat message and tool, the caller's path."""
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise bad("is required: a non-empty list of {role, content}", "messages")
@@ -115,9 +117,9 @@ def conversation(body: dict[str, Any]) -> dict[str, Any]:
     if system:
         where.insert(0, "system")
         messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
-    out: dict[str, Any] = {"messages": messages, "where": where}
+    out: dict[str, Any] = {"messages": messages, "where": where, "tool_paths": []}
     if body.get("tools") is not None:
-        out["tools"] = _tools(body["tools"], refs.named)
+        out["tools"], out["tool_paths"] = _tools(body["tools"], refs.named)
     return out
 
 
@@ -241,10 +243,11 @@ def dropped_tools(body: dict[str, Any]) -> list[dict[str, str]]:
             for t in tools if isinstance(t, dict) and isinstance(t.get("type"), str) and SERVER_TOOL.fullmatch(t["type"])]
 
 
-def _tools(tools: Any, referenced: set[str]) -> list[dict]:
+def _tools(tools: Any, referenced: set[str]) -> tuple[list[dict], list[str]]:
+    """The tools offered, and each one's path in the caller's `tools` (server and unloaded tools are left out)."""
     if not isinstance(tools, list):
         raise bad("must be a list of tools {name, description, input_schema}", "tools")
-    out = []
+    out, paths = [], []
     for i, t in enumerate(tools):
         at = f"tools[{i}]"
         check_keys(t, at)
@@ -263,7 +266,8 @@ def _tools(tools: Any, referenced: set[str]) -> list[dict]:
         if t.get("description") is not None:
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
-    return out
+        paths.append(at)
+    return out, paths
 
 
 def _tool_choice(choice: Any) -> dict[str, Any]:

@@ -40,6 +40,7 @@ response.output_item.done, then response.completed (its response carries
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -48,7 +49,8 @@ from fastapi.responses import JSONResponse, Response
 
 from data.pool_runner.apis.common import usage_numbers
 from data.pool_runner.apis.openai_responses import response_body, response_events
-from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
+from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
+                                  tool_fields)
 from serving.gateway.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -57,6 +59,7 @@ STORED = {"previous_response_id": "responses are not stored here: send the whole
 ROLES = {"user", "assistant", "system", "developer"}
 TEXT_PARTS = {"input_text", "output_text", "text"}
 SEPARATOR = "__"  # <namespace>__<name>: the flat name a namespaced tool is offered under
+MAX_NAME = 64  # a function name's length at most (Chat Completions and Responses alike)
 DROPPED_ITEMS = {"reasoning", "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
                  "local_shell_call", "local_shell_call_output", "mcp_list_tools", "mcp_call", "computer_call",
                  "computer_call_output", "tool_search_call", "tool_search_output"}
@@ -101,7 +104,8 @@ def to_internal(body: dict[str, Any]) -> Inbound:
                             "switchcraft": "switchcraft"})
     if body.get("text") is not None:
         out.update(_text_format(body["text"]))
-    return Inbound(out, stream, where, FIELDS, call_id=".call_id", messages="input")
+    fields = tool_fields(tools.paths, {k: k for k in ("name", "description", "parameters")})
+    return Inbound(out, stream, where, fields + FIELDS, call_id=".call_id", messages="input")
 
 
 def _item(item: Any, at: str, messages: list[dict], where: list[str], tools: Tools) -> None:
@@ -167,6 +171,7 @@ class Tools:
 
     def __init__(self) -> None:
         self.offered: list[dict] = []
+        self.paths: list[str] = []  # per offered tool, where the caller declared it
         self.dropped: list[dict[str, str]] = []
         self.calls: dict[str, tuple[str | None, str, bool]] = {}
 
@@ -210,10 +215,18 @@ class Tools:
         if kind == "custom":
             fn = _custom_function(t)
         self.offered.append({"type": "function", "function": {"name": flat, **fn}})
+        self.paths.append(at)
 
     @staticmethod
     def flat(name: str, namespace: str | None) -> str:
-        return name if not namespace else f"{namespace}{SEPARATOR}{name}"
+        """`<namespace>__<name>`; past the 64 characters a function name may have, cut and told apart by a
+        hash (the answer's calls are mapped back by `calls`, so any unique name will do)."""
+        if not namespace:
+            return name
+        flat = f"{namespace}{SEPARATOR}{name}"
+        if len(flat) <= MAX_NAME:
+            return flat
+        return f"{flat[:MAX_NAME - 9]}_{hashlib.sha256(flat.encode()).hexdigest()[:8]}"
 
     def output(self, items: list[dict]) -> list[dict]:
         """The answer's function_call items under the caller's names: namespace apart, custom calls as

@@ -16,7 +16,7 @@ from serving.gateway.apis import Reply
 from serving.gateway.apis import anthropic_messages as messages
 from serving.gateway.apis import openai_responses as responses
 from serving.gateway.errors import GatewayError
-from serving.gateway.requests import check_chat_fields
+from serving.gateway.requests import check_chat_fields, to_tools
 
 SCHEMA = {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}
 CLAUDE_CODE = {  # Claude Code 2.1.332 `claude -p`: its top-level fields, a system turn, a deferred tool
@@ -167,3 +167,39 @@ def test_a_custom_tool_is_a_one_string_function_and_its_call_a_custom_tool_call(
     check_chat_fields(body)
     assert json.loads(body["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {"input": "text('hi')"}
     assert body["messages"][-1] == {"role": "tool", "tool_call_id": "c2", "content": "hi"}
+
+
+def internal_error(inbound) -> GatewayError:
+    """The error the chat path finds in the translated request (its tools read as routing reads them), as the
+    caller is told it."""
+    check_chat_fields(inbound.body)
+    with pytest.raises(GatewayError) as e:
+        to_tools(inbound.body["tools"])
+    return inbound.caller_error(e.value)
+
+
+def test_an_error_in_a_tool_names_the_tool_where_the_caller_declared_it():
+    """Tools left out (server, not yet loaded) or flattened shift the offered list: the error still names the
+    caller's own path."""
+    bad_tool = {"name": "f", "input_schema": {"type": "dict"}}
+    tools = [{"type": "web_search_20250305", "name": "web_search"}, CLAUDE_CODE["tools"][2], bad_tool]
+    e = internal_error(messages.to_internal({**CLAUDE_CODE, "tools": tools}))
+    assert e.param == "tools[2].input_schema.type" and e.message.startswith("tools[2].input_schema.type: ")
+    namespace = {"type": "namespace", "name": "ns", "description": "", "tools": [
+        {"type": "function", "name": "ok", "parameters": {"type": "object"}},
+        {"type": "function", "name": "broken", "parameters": {"type": "dict"}}]}
+    e = internal_error(responses.to_internal({**CODEX, "tools": [{"type": "web_search"}, namespace]}))
+    assert e.param == "tools[1].tools[1].parameters.type", e.param
+
+
+def test_a_long_namespaced_name_is_offered_within_64_characters_and_mapped_back():
+    ns, name = "mcp__a_server_with_a_rather_long_name", "read_multiple_files_with_options"
+    request = {**CODEX, "tools": [{"type": "namespace", "name": ns, "description": "", "tools": [
+        {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}]}]}
+    body = responses.to_internal(request).body
+    check_chat_fields(body)
+    flat = body["tools"][0]["function"]["name"]
+    assert len(flat) == 64 and flat.startswith(ns + "__read")
+    call = {"id": "c3", "type": "function", "function": {"name": flat, "arguments": "{}"}}
+    item = responses.response(reply(request, {"role": "assistant", "content": None, "tool_calls": [call]}))["output"][0]
+    assert (item["name"], item["namespace"]) == (name, ns)
