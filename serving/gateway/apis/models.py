@@ -10,8 +10,8 @@ that matches wins, a pool model's own name is never aliased. The defaults
 (serving/gateway/config.py `aliases`) send Claude Code's model names
 (`claude-*`: its default and its small/fast model) and Codex CLI's (`gpt-*`,
 `codex-*`) to `router`, so a base URL and a key are all a user of either must
-set. Aliases apply on POST /v1/messages, /v1/responses and their token counts
-(the agent clients' APIs); Chat Completions callers name models exactly.
+set. Aliases apply on POST /v1/messages and /v1/responses (the agent clients'
+APIs); Chat Completions callers name models exactly.
 
 GET /v1/models lists `router` and the pool's models (those the key may use):
 OpenAI's list `{object: "list", data: [{id, object: "model", created,
