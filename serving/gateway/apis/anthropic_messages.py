@@ -79,9 +79,8 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
                                     or not 0 <= temperature <= 1):
         raise bad("must be a number within [0, 1]", "temperature")
-    out: dict[str, Any] = {"model": body.get("model")}
-    out.update(conversation(body))
-    out["max_tokens"] = max_tokens
+    chat, where, paths = _conversation(body)
+    out: dict[str, Any] = {"model": body.get("model"), **chat, "max_tokens": max_tokens}
     if body.get("tool_choice") is not None:
         out.update(_tool_choice(body["tool_choice"]))
     copy_fields(body, out, {"stop_sequences": "stop", "temperature": "temperature", "top_p": "top_p",
@@ -94,14 +93,13 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
         raise bad("must be an integer ≥ 0", "top_k")
-    where, paths = out.pop("where"), out.pop("tool_paths")
     fields = tool_fields(paths, {"parameters": "input_schema", "name": "name", "description": "description"})
     return Inbound(out, stream, where, fields + FIELDS, call_id=".tool_use_id")
 
 
-def conversation(body: dict[str, Any]) -> dict[str, Any]:
+def _conversation(body: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
     """`messages` (system turns folded into the system prompt) and `tools` (deferred ones once referenced) as
-    the chat request's; `where` and `tool_paths`: per chat message and tool, the caller's path."""
+    the chat request's, then per chat message and per tool the caller's path."""
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise bad("is required: a non-empty list of {role, content}", "messages")
@@ -117,10 +115,10 @@ def conversation(body: dict[str, Any]) -> dict[str, Any]:
     if system:
         where.insert(0, "system")
         messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
-    out: dict[str, Any] = {"messages": messages, "where": where, "tool_paths": []}
-    if body.get("tools") is not None:
-        out["tools"], out["tool_paths"] = _tools(body["tools"], refs.named)
-    return out
+    if body.get("tools") is None:
+        return {"messages": messages}, where, []
+    tools, paths = _tools(body["tools"], refs.named)
+    return {"messages": messages, "tools": tools}, where, paths
 
 
 class References:
