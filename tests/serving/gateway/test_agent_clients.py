@@ -16,7 +16,8 @@ With no model set, each client asks for its own default model, routed by the
 default aliases: Claude Code's `claude-opus-*`, and Codex's `gpt-*`, for which
 Codex declares its tools in an `additional_tools` item and runs commands
 through one freeform JavaScript tool (`exec` in the `functions` namespace),
-which the stand-in calls with `text(await tools.exec_command(…))`.
+which the stand-in calls with `text(await tools.exec_command(…))`. Codex with an MCP server configured gets
+the server's tools in a `namespace` tool; the stand-in calls one, and Codex runs it on the server.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ APIS = {"gpt-4o-2024-08-06-FC": "openai_responses", "claude-3-haiku-20240307": "
         "claude-3-5-sonnet-20240620": "anthropic_messages", "claude-3-opus-20240229": "anthropic_messages"}
 NATIVE_CODEX, PROMPT_CLAUDE = "gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"
 NATIVE_CHAT = "gemini-1.5-flash-preview-0514"  # native, behind Chat Completions
+MCP_READ = "mcp__files__read_text_file"  # the filesystem MCP server's read_text_file in Codex's `mcp__files` namespace
 TIMEOUT_S = 240
 
 
@@ -75,6 +77,8 @@ class StandIn:
             name, args = "ToolSearch", {"query": f"select:{self.load}"}
         elif self.note and self.note in text:
             return {"role": "assistant", "content": self.final()}
+        elif MCP_READ in offered(body):  # an MCP server's tool, which Codex sends inside a namespace
+            name, args = MCP_READ, {"path": self.path}
         elif "functions__exec" in text:  # Codex's default model: one freeform JavaScript tool calling the others
             name, args = "functions__exec", {"input": 'text(await tools.exec_command({cmd: "cat note.txt"}));'}
         elif "exec_command" in text:
@@ -162,12 +166,15 @@ def claude(url: str, work: Path, home: Path, model: str | None) -> subprocess.Co
     return run([CLAUDE, "-p", "Read note.txt and tell me what it says.", "--allowedTools", "Read"], work, env)
 
 
-def codex(url: str, work: Path, home: Path, model: str | None) -> subprocess.CompletedProcess:
+def codex(url: str, work: Path, home: Path, model: str | None, mcp: bool = False) -> subprocess.CompletedProcess:
     codex_home = home / ".codex"
     codex_home.mkdir()
+    servers = (f'\n[mcp_servers.files]\ncommand = "{BIN / "mcp-server-filesystem"}"\nargs = ["{work}"]\n' if mcp
+               else "")
     (codex_home / "config.toml").write_text(
         (f'model = "{model}"\n' if model else "") + 'model_provider = "switchcraft"\n\n[model_providers.switchcraft]\n'
-        f'name = "switchcraft"\nbase_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "SWITCHCRAFT_API_KEY"\n')
+        f'name = "switchcraft"\nbase_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "SWITCHCRAFT_API_KEY"\n'
+        + servers)
     env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "SWITCHCRAFT_API_KEY": KEY}
     return run([CODEX, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
                 "Run `cat note.txt` and tell me what it says."], work, env)
@@ -223,3 +230,19 @@ def test_codex_runs_a_shell_command_and_answers_through_the_gateway(agent_gatewa
         first = stand_in.seen[0][1]
         assert "exec_command" in [t["name"] for t in first["tools"]] and first["model"] == "gpt-4o-2024-08-06"
 
+
+
+def test_codex_calls_an_mcp_servers_tool_through_its_namespace(agent_gateway, task):
+    """Codex sends an MCP server's tools as one `namespace` tool: offered flat, the call answered back into the
+    namespace, Codex runs it on the server (the filesystem MCP server from node/package.json)."""
+    needs(CODEX)
+    needs(BIN / "mcp-server-filesystem")
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    done = codex(url, work, home, NATIVE_CODEX, mcp=True)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    first = stand_in.seen[0][1]
+    assert MCP_READ in offered(first)
+    assert any(item.get("type") == "function_call_output" and stand_in.note in item["output"]
+               for item in stand_in.seen[-1][1]["input"])
