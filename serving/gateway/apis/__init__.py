@@ -13,7 +13,9 @@ strategy runs whole (a cascade included) and the finished answer is sent as
 that API's event sequence.
 
 Modules: anthropic_messages.py (POST /v1/messages), openai_responses.py
-(POST /v1/responses).
+(POST /v1/responses), tokens.py (their token counts: POST /v1/messages/count_tokens,
+/v1/responses/input_tokens), models.py (GET /v1/models, and the model aliases
+the two POSTs resolve).
 """
 
 from __future__ import annotations
