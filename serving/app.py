@@ -8,7 +8,8 @@ routes a tool-calling request to the cheapest model predicted to get it right, t
 Endpoints: POST /v1/route (the decision only), POST /v1/chat/completions
 (OpenAI-compatible: `model: "router"` or `"router-<τ>"` routes, a pool model
 name passes through; streaming passes through), POST /v1/messages and /v1/responses
-(translated onto chat's path: serving/gateway/apis/), GET /healthz, /readyz, /metrics.
+(translated onto chat's path: serving/gateway/apis/; their token counts and GET
+/v1/models for agent clients), GET /healthz, /readyz, /metrics.
 Each model is asked the way it was labelled and its answer decoded into OpenAI `tool_calls`
 (serving/gateway/answers.py); the decision's strategy runs (serving/gateway/cascade.py: one
 model, or an agreement cascade); a chat stream takes the single-model path. The answering model, the strategy and the cost of every
@@ -55,7 +56,8 @@ from serving.gateway.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.budget import Budgets
 from serving.gateway.cascade import Cascade
-from serving.gateway.apis import anthropic_messages, openai_responses
+from serving.gateway.apis import anthropic_messages, openai_responses, tokens
+from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import CHAT, handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
 from serving.gateway.decision_log import DecisionLog
@@ -157,7 +159,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.metrics, app.state.tools, app.state.keys = gw.metrics, gw.tools, gw.keys  # the router: gw.slot
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
-    shapes = {api.path: api.error_body for api in APIS}
+    shapes = {api.path: api.error_body for api in APIS} | {path: api.error_body for path, api, _ in tokens.COUNTS}
     app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
     _routes(app, gw)
@@ -168,8 +170,12 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
 def _routes(app: FastAPI, gw: Gateway) -> None:
     """One route per endpoint, each calling its request kind's handler with the parts."""
 
-    for api in (CHAT, *APIS):  # one path (serving/gateway/chat.py serve); the others translate in and out
+    aliases = Aliases.checked(gw.cfg.aliases, gw.pool.names)  # agent clients' own model names (apis/models.py)
+    for api in (CHAT, *(aliases.applied(a) for a in APIS)):  # one path (chat.py serve); the others translate
         app.add_api_route(api.path, handler(gw, api), methods=["POST"], name=api.endpoint)
+    for path, api, shape in tokens.COUNTS:  # POST /v1/messages/count_tokens, /v1/responses/input_tokens
+        app.add_api_route(path, tokens.counter(gw, api, shape), methods=["POST"], name=f"{api.endpoint}_tokens")
+    app.add_api_route("/v1/models", models_endpoint(gw), methods=["GET"], name="models")
 
     @app.post("/v1/route")
     async def route(request: Request) -> Response:

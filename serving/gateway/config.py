@@ -20,6 +20,8 @@ from serving.gateway.auth import AuthSettings
 from training.policy import Strategy
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
+# Claude Code's default and small/fast models (claude-*) and Codex CLI's default (gpt-*, codex-*): routed.
+AGENT_ALIASES = {"claude-*": "router", "gpt-*": "router", "codex-*": "router"}
 
 
 class CascadeSettings(BaseModel):
@@ -287,6 +289,10 @@ class ServingConfig(BaseModel):
     log: DecisionLogSettings = Field(default_factory=DecisionLogSettings, description="The decision log.")
     explore: ExploreSettings = Field(default_factory=ExploreSettings, description="Exploration (off by default).")
     console: ConsoleSettings = Field(default_factory=ConsoleSettings, description="The operator's console.")
+    aliases: dict[str, str] = Field(default_factory=lambda: dict(AGENT_ALIASES), description="Model name or glob → "
+                                    "'router', 'router-<τ>' or a pool model, on /v1/messages and /v1/responses: "
+                                    "what an agent client asks for by its own default names (first match wins; a "
+                                    "pool model's name is never aliased; {} for none). serving/gateway/apis/models.py")
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

@@ -239,6 +239,11 @@ def response_events(done: dict[str, Any], hidden: tuple[str, ...] = ()) -> Itera
             yield event("response.output_text.delta", **ids, content_index=0, delta=part["text"], logprobs=[])
             yield event("response.output_text.done", **ids, content_index=0, text=part["text"], logprobs=[])
             yield event("response.content_part.done", **ids, content_index=0, part=part)
+        elif item["type"] == "custom_tool_call":  # a freeform tool's call (the gateway's POST /v1/responses)
+            yield event("response.output_item.added", output_index=i, item={**item, "status": "in_progress",
+                                                                            "input": ""})
+            yield event("response.custom_tool_call_input.delta", **ids, delta=item["input"])
+            yield event("response.custom_tool_call_input.done", **ids, input=item["input"])
         else:
             yield event("response.output_item.added", output_index=i, item={**item, "status": "in_progress",
                                                                             "arguments": ""})

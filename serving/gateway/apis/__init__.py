@@ -13,7 +13,9 @@ strategy runs whole (a cascade included) and the finished answer is sent as
 that API's event sequence.
 
 Modules: anthropic_messages.py (POST /v1/messages), openai_responses.py
-(POST /v1/responses).
+(POST /v1/responses), tokens.py (their token counts: POST /v1/messages/count_tokens,
+/v1/responses/input_tokens), models.py (GET /v1/models, and the model aliases
+the two POSTs resolve).
 """
 
 from __future__ import annotations
@@ -144,3 +146,10 @@ def copy_fields(body: dict, out: dict, names: dict[str, str]) -> None:
     for caller, internal in names.items():
         if body.get(caller) is not None:
             out[internal] = body[caller]
+
+
+def tool_fields(paths: list[str], names: dict[str, str]) -> list[tuple[re.Pattern, str]]:
+    """Where each offered (internal) tool came from in the caller's body, when tools were left out or flattened:
+    `tools[i].function.<internal>` → `<paths[i]>.<names[internal]>`."""
+    return [(re.compile(rf"tools\[{i}\]\.function\.{internal}(?=$|[.\[])"), f"{path}.{caller}")
+            for i, path in enumerate(paths) for internal, caller in names.items()]

@@ -5,13 +5,21 @@
 
 In: `system` (a string or text blocks), `messages` whose content is a string or
 blocks (`text`, `tool_use` on assistant turns, `tool_result` on user turns;
-`thinking` blocks are dropped; images and documents are refused), `tools`
-(client tools: name, description, input_schema), `tool_choice` (auto, any,
-tool, none; disable_parallel_tool_use), `max_tokens`, `stop_sequences`,
-`temperature`, `top_p`, `metadata` (user_id becomes the chat `user`), `stream`,
-and the gateway's own `switchcraft` object. `cache_control`, `top_k`,
-`thinking` and server tools' settings are not forwarded. Each becomes the chat
-request the gateway routes (serving/gateway/chat.py `serve`).
+`thinking` blocks are dropped; images and documents are refused); a `system`
+turn inside `messages` (Claude Code sends them) is folded into the system prompt,
+in order. A `tool_result` may hold `tool_reference` blocks (Claude Code's
+ToolSearch answer): each becomes the referenced tool's definition as text
+(`<function>{…}</function>`) and that tool is offered from then on; a tool with
+`defer_loading: true` is offered only once a tool_result references it.
+`tools` (client tools: name, description, input_schema; server tools such as
+web_search_20250305 are not offered, and the answer's `switchcraft.dropped_tools`
+says so), `tool_choice` (auto, any, tool, none; disable_parallel_tool_use),
+`max_tokens`, `stop_sequences`, `temperature`, `top_p`, `metadata` (user_id
+becomes the chat `user`), `stream`, and the gateway's own `switchcraft` object.
+`cache_control`, `top_k`, `thinking`, `context_management`, `output_config` and
+other top-level fields are accepted and not forwarded, as are `?beta=true` and
+`anthropic-beta`. Each becomes the chat request the gateway routes
+(serving/gateway/chat.py `serve`).
 
 Out: the served answer as a Message: text as a `text` block, each call as a
 `tool_use` block (its arguments as `input`), `stop_reason` (tool_use, end_turn,
@@ -35,13 +43,16 @@ from fastapi.responses import JSONResponse, Response
 
 from data.pool_runner.apis.anthropic_messages import message_body, message_events
 from data.pool_runner.apis.common import usage_numbers
-from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
+from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
+                                  tool_fields)
 from serving.gateway.errors import GatewayError, bad
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
                422: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
 DROPPED_BLOCKS = {"thinking", "redacted_thinking"}  # the model's own reasoning: no chat field carries it
+# Tools Anthropic runs on its side: no pool model behind the gateway can run them, so they are not offered.
+SERVER_TOOL = re.compile(r"(web_search|web_fetch|code_execution|tool_search_tool_regex|tool_search_tool_bm25)_\d{8}")
 FIELDS = [(re.compile(r"tools\[(\d+)\]\.function\.parameters"), r"tools[\1].input_schema"),
           (re.compile(r"tools\[(\d+)\]\.function\.(name|description)"), r"tools[\1].\2"),
           (re.compile(r"stop(?=$|[.\[])"), "stop_sequences"), (re.compile(r"user$"), "metadata.user_id"),
@@ -68,17 +79,8 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
                                     or not 0 <= temperature <= 1):
         raise bad("must be a number within [0, 1]", "temperature")
-    out: dict[str, Any] = {"model": body.get("model"), "max_tokens": max_tokens}
-    where: list[str] = []
-    messages = _system(body.get("system"), where)
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise bad("is required: a non-empty list of {role, content}", "messages")
-    for i, m in enumerate(raw):
-        messages += _message(m, f"messages[{i}]", where)
-    out["messages"] = messages
-    if body.get("tools") is not None:
-        out["tools"] = _tools(body["tools"])
+    chat, where, paths = _conversation(body)
+    out: dict[str, Any] = {"model": body.get("model"), **chat, "max_tokens": max_tokens}
     if body.get("tool_choice") is not None:
         out.update(_tool_choice(body["tool_choice"]))
     copy_fields(body, out, {"stop_sequences": "stop", "temperature": "temperature", "top_p": "top_p",
@@ -91,18 +93,64 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
         raise bad("must be an integer ≥ 0", "top_k")
-    return Inbound(out, stream, where, FIELDS, call_id=".tool_use_id")
+    fields = tool_fields(paths, {"parameters": "input_schema", "name": "name", "description": "description"})
+    return Inbound(out, stream, where, fields + FIELDS, call_id=".tool_use_id")
 
 
-def _system(system: Any, where: list[str]) -> list[dict]:
-    if system is None:
-        return []
+def _conversation(body: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """`messages` (system turns folded into the system prompt) and `tools` (deferred ones once referenced) as
+    the chat request's, then per chat message and per tool the caller's path."""
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise bad("is required: a non-empty list of {role, content}", "messages")
+    refs = References(_definitions(body.get("tools")))
+    system = [] if body.get("system") is None else [_system(body["system"], "system")]
+    where: list[str] = []
+    messages: list[dict] = []
+    for i, m in enumerate(raw):
+        if isinstance(m, dict) and m.get("role") == "system":
+            system.append(_system(m.get("content"), f"messages[{i}].content"))
+        else:
+            messages += _message(m, f"messages[{i}]", where, refs)
+    if system:
+        where.insert(0, "system")
+        messages.insert(0, {"role": "system", "content": "\n\n".join(system)})
+    if body.get("tools") is None:
+        return {"messages": messages}, where, []
+    tools, paths = _tools(body["tools"], refs.named)
+    return {"messages": messages, "tools": tools}, where, paths
+
+
+class References:
+    """The tools a request defines (by name) and those its tool_reference blocks have loaded so far."""
+
+    def __init__(self, definitions: dict[str, dict]) -> None:
+        self.definitions = definitions
+        self.named: set[str] = set()
+
+    def render(self, block: dict, at: str) -> str:
+        """A tool_reference block as the tool's definition, the way ToolSearch's own description promises."""
+        name = string(block.get("tool_name"), f"{at}.tool_name")
+        self.named.add(name)
+        tool = self.definitions.get(name)
+        if tool is None:
+            return f"(tool {name!r} is not in this request's tools)"
+        return "<function>" + json.dumps({"description": tool.get("description", ""), "name": name,
+                                          "parameters": tool.get("input_schema")}, ensure_ascii=False) + "</function>"
+
+
+def _definitions(tools: Any) -> dict[str, dict]:
+    if not isinstance(tools, list):
+        return {}
+    return {t["name"]: t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)}
+
+
+def _system(system: Any, at: str) -> str:
     if isinstance(system, list):
-        system = "\n\n".join(_text_block(b, f"system[{i}]") for i, b in enumerate(system))
-    elif not isinstance(system, str):
-        raise bad(f"must be a string or a list of text blocks, not {type(system).__name__}", "system")
-    where.append("system")
-    return [{"role": "system", "content": system}]
+        return "\n\n".join(_text_block(b, f"{at}[{i}]") for i, b in enumerate(system))
+    if not isinstance(system, str):
+        raise bad(f"must be a string or a list of text blocks, not {type(system).__name__}", at)
+    return system
 
 
 def _text_block(block: Any, at: str) -> str:
@@ -113,14 +161,13 @@ def _text_block(block: Any, at: str) -> str:
     return string(block.get("text"), f"{at}.text")
 
 
-def _message(m: Any, at: str, where: list[str]) -> list[dict]:
+def _message(m: Any, at: str, where: list[str], refs: References) -> list[dict]:
     """One Messages turn as chat messages: an assistant's text and tool_use blocks as one message with
     tool_calls; a user's tool_result blocks as tool messages (first), then its text as a user message."""
     check_keys(m, at)
     role = m.get("role")
     if role not in ("user", "assistant"):
-        raise bad(f"role {str(role)[:40]!r} is not 'user' or 'assistant' (the system prompt goes in `system`)",
-                  f"{at}.role")
+        raise bad(f"role {str(role)[:40]!r} is not 'user', 'assistant' or 'system'", f"{at}.role")
     content = m.get("content")
     if isinstance(content, str):
         where.append(at)
@@ -138,7 +185,7 @@ def _message(m: Any, at: str, where: list[str]) -> list[dict]:
         elif kind == "tool_result" and role == "user":
             where.append(here)
             results.append({"role": "tool", "tool_call_id": string(block.get("tool_use_id"), f"{here}.tool_use_id"),
-                            "content": _result_text(block.get("content"), f"{here}.content")})
+                            "content": _result_text(block.get("content"), f"{here}.content", refs)})
         elif kind in DROPPED_BLOCKS and role == "assistant":
             continue
         else:
@@ -165,34 +212,60 @@ def _tool_use(block: dict, at: str) -> dict:
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
 
 
-def _result_text(content: Any, at: str) -> str:
-    """A tool_result's content: a string, or text blocks (joined)."""
+def _result_text(content: Any, at: str, refs: References) -> str:
+    """A tool_result's content: a string, or text and tool_reference blocks (joined)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise bad(f"must be a string or a list of text blocks, not {type(content).__name__}", at)
-    return "\n".join(_text_block(b, f"{at}[{i}]") for i, b in enumerate(content))
+        raise bad(f"must be a string or a list of text or tool_reference blocks, not {type(content).__name__}", at)
+    texts = []
+    for i, block in enumerate(content):
+        here = f"{at}[{i}]"
+        if isinstance(block, dict) and block.get("type") == "tool_reference":
+            texts.append(refs.render(block, here))
+        elif isinstance(block, dict) and block.get("type") != "text":
+            raise bad(f"a {str(block.get('type'))[:40]!r} block is not translated in a tool_result (text and "
+                      "tool_reference are)", f"{here}.type")
+        else:
+            texts.append(_text_block(block, here))
+    return "\n".join(texts)
 
 
-def _tools(tools: Any) -> list[dict]:
+def dropped_tools(body: dict[str, Any]) -> list[dict[str, str]]:
+    """The request's server tools, which no pool model is offered: the answer's `switchcraft.dropped_tools`."""
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    return [{"tool": t.get("name") or t["type"], "type": t["type"],
+             "why": "a server tool Anthropic runs on its side; the pool's models cannot run it"}
+            for t in tools if isinstance(t, dict) and isinstance(t.get("type"), str) and SERVER_TOOL.fullmatch(t["type"])]
+
+
+def _tools(tools: Any, referenced: set[str]) -> tuple[list[dict], list[str]]:
+    """The tools offered, and each one's path in the caller's `tools` (server and unloaded tools are left out)."""
     if not isinstance(tools, list):
         raise bad("must be a list of tools {name, description, input_schema}", "tools")
-    out = []
+    out, paths = [], []
     for i, t in enumerate(tools):
         at = f"tools[{i}]"
         check_keys(t, at)
-        if t.get("type") not in (None, "custom"):
-            raise bad(f"server tool {str(t.get('type'))[:40]!r} is not translated; only client tools "
-                      "{name, description, input_schema} are", f"{at}.type")
+        kind = t.get("type")
+        if isinstance(kind, str) and SERVER_TOOL.fullmatch(kind):
+            continue  # named in the answer's switchcraft.dropped_tools
+        if kind not in (None, "custom"):
+            raise bad(f"tool type {str(kind)[:40]!r} is not translated; client tools {{name, description, "
+                      "input_schema}} are, and server tools (web_search_*, web_fetch_*, code_execution_*) are "
+                      "not offered", f"{at}.type")
         if "input_schema" not in t:
             raise bad("is required: the tool's parameters as a JSON Schema object", f"{at}.input_schema")
+        if t.get("defer_loading") is True and t.get("name") not in referenced:
+            continue  # loaded by a tool_reference (Claude Code's ToolSearch), as the Messages API does
         fn = {"name": t.get("name"), "parameters": t["input_schema"]}
         if t.get("description") is not None:
             fn["description"] = t["description"]
         out.append({"type": "function", "function": fn})
-    return out
+        paths.append(at)
+    return out, paths
 
 
 def _tool_choice(choice: Any) -> dict[str, Any]:
@@ -219,8 +292,10 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 def message(reply: Reply) -> dict[str, Any]:
     """The served answer as an Anthropic Message (data/pool_runner/apis: the replay server's Messages too)."""
     msg, finish = reply.choice()
-    return {**message_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model),
-            "switchcraft": reply.trace()}
+    trace = reply.trace()
+    if dropped := dropped_tools(reply.request):
+        trace["dropped_tools"] = dropped
+    return {**message_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model), "switchcraft": trace}
 
 
 def events(msg: dict[str, Any]):

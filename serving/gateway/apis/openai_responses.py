@@ -12,8 +12,19 @@ strict), `tool_choice` (auto, none, required, {type: function, name}),
 `response_format`), `stream`, and the gateway's own `switchcraft` object.
 Responses are not stored: `previous_response_id`, `conversation`,
 `item_reference` items and `background` are refused with a 400; `store`,
-`include`, `reasoning`, `prompt_cache_key`, `truncation` and `service_tier` are
-not forwarded. Hosted tools (web_search, file_search, custom, …) are refused.
+`include`, `reasoning`, `prompt_cache_key`, `client_metadata`, `truncation`,
+`service_tier` and other top-level fields are accepted and not forwarded.
+A `namespace` tool (Codex sends each MCP server's tools as one) is flattened:
+each inner tool is offered as `<namespace>__<name>`, and a call of it comes back
+as a function_call with `name` and `namespace` apart, as the Responses API
+answers. A `custom` (freeform) tool is offered as a function of one string
+argument `input` (its grammar, if any, in the description) and its call comes
+back as a `custom_tool_call` with that `input`; `custom_tool_call` and
+`custom_tool_call_output` input items are read back the same way. Tools an
+`additional_tools` input item declares are offered like `tools`. Hosted tools
+(web_search, file_search, local_shell, image_generation, code_interpreter,
+computer_use_preview, mcp, …) are not offered (no pool model can run them
+through the gateway); the answer's `switchcraft.dropped_tools` names them.
 
 Out: a Response whose `output` holds the text as a `message` item and each call
 as a `function_call` item (call_id, name, arguments), `status` (completed, or
@@ -29,6 +40,8 @@ response.output_item.done, then response.completed (its response carries
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -36,7 +49,8 @@ from fastapi.responses import JSONResponse, Response
 
 from data.pool_runner.apis.common import usage_numbers
 from data.pool_runner.apis.openai_responses import response_body, response_events
-from serving.gateway.apis import Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string
+from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
+                                  tool_fields)
 from serving.gateway.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -44,6 +58,11 @@ STORED = {"previous_response_id": "responses are not stored here: send the whole
           "prompt": "stored prompts are not kept here: send `instructions` and `input`"}
 ROLES = {"user", "assistant", "system", "developer"}
 TEXT_PARTS = {"input_text", "output_text", "text"}
+SEPARATOR = "__"  # <namespace>__<name>: the flat name a namespaced tool is offered under
+MAX_NAME = 64  # a function name's length at most (Chat Completions and Responses alike)
+DROPPED_ITEMS = {"reasoning", "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
+                 "local_shell_call", "local_shell_call_output", "mcp_list_tools", "mcp_call", "computer_call",
+                 "computer_call_output", "tool_search_call", "tool_search_output"}
 FIELDS = [(re.compile(r"tools\[(\d+)\]\.function\.(name|description|parameters)"), r"tools[\1].\2"),
           (re.compile(r"max_tokens(?=$)"), "max_output_tokens"), (re.compile(r"tool_choice\.function"), "tool_choice")]
 
@@ -61,6 +80,7 @@ def to_internal(body: dict[str, Any]) -> Inbound:
     out: dict[str, Any] = {"model": body.get("model")}
     where: list[str] = []
     messages: list[dict] = []
+    tools = Tools.of(body)
     instructions = string(body.get("instructions"), "instructions", required=False)
     if instructions:
         where.append("instructions")
@@ -71,12 +91,12 @@ def to_internal(body: dict[str, Any]) -> Inbound:
         messages.append({"role": "user", "content": items})
     elif isinstance(items, list) and items:
         for i, item in enumerate(items):
-            _item(item, f"input[{i}]", messages, where)
+            _item(item, f"input[{i}]", messages, where, tools)
     else:
         raise bad("is required: a string or a non-empty list of input items", "input")
     out["messages"] = messages
-    if body.get("tools") is not None:
-        out["tools"] = _tools(body["tools"])
+    if tools.offered:
+        out["tools"] = tools.offered
     if body.get("tool_choice") is not None:
         out["tool_choice"] = _tool_choice(body["tool_choice"])
     copy_fields(body, out, {"max_output_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p",
@@ -84,14 +104,15 @@ def to_internal(body: dict[str, Any]) -> Inbound:
                             "switchcraft": "switchcraft"})
     if body.get("text") is not None:
         out.update(_text_format(body["text"]))
-    return Inbound(out, stream, where, FIELDS, call_id=".call_id", messages="input")
+    fields = tool_fields(tools.paths, {k: k for k in ("name", "description", "parameters")})
+    return Inbound(out, stream, where, fields + FIELDS, call_id=".call_id", messages="input")
 
 
-def _item(item: Any, at: str, messages: list[dict], where: list[str]) -> None:
+def _item(item: Any, at: str, messages: list[dict], where: list[str], tools: Tools) -> None:
     """One input item into the chat messages: consecutive function_call items (and the assistant message just
     before them) become one assistant message with tool_calls."""
     check_keys(item, at)
-    kind = item.get("type", "message")
+    kind = kind_of(item.get("type", "message"))
     if kind == "message":
         role = kind_of(item.get("role"))
         if role not in ROLES:
@@ -99,27 +120,30 @@ def _item(item: Any, at: str, messages: list[dict], where: list[str]) -> None:
         where.append(at)  # developer instructions as a system message: what every chat upstream reads
         messages.append({"role": "system" if role == "developer" else role,
                          "content": _content(item.get("content"), f"{at}.content")})
-    elif kind == "function_call":
+    elif kind in ("function_call", "custom_tool_call"):
+        name = tools.flat(string(item.get("name"), f"{at}.name"),
+                          string(item.get("namespace"), f"{at}.namespace", required=False))
+        arguments = (string(item.get("arguments"), f"{at}.arguments") if kind == "function_call"
+                     else json.dumps({"input": string(item.get("input"), f"{at}.input")}, ensure_ascii=False))
         call = {"id": string(item.get("call_id"), f"{at}.call_id"), "type": "function",
-                "function": {"name": string(item.get("name"), f"{at}.name"),
-                             "arguments": string(item.get("arguments"), f"{at}.arguments")}}
+                "function": {"name": name, "arguments": arguments}}
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant":
             last.setdefault("tool_calls", []).append(call)
         else:
             where.append(at)
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    elif kind == "function_call_output":
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         where.append(at)
         messages.append({"role": "tool", "tool_call_id": string(item.get("call_id"), f"{at}.call_id"),
                          "content": _content(item.get("output"), f"{at}.output")})
-    elif kind == "reasoning":
-        return  # the model's own reasoning (often encrypted): no chat field carries it
+    elif kind in DROPPED_ITEMS or kind == "additional_tools":
+        return  # reasoning and hosted tools' own items: no chat field carries them (additional_tools: Tools.of)
     elif kind == "item_reference":
         raise bad("responses are not stored here: send the item itself, not a reference", f"{at}.type")
     else:
         raise bad(f"{str(kind)[:40]!r} items are not translated (message, function_call, function_call_output, "
-                  "reasoning are)", f"{at}.type")
+                  "custom_tool_call, custom_tool_call_output, additional_tools, reasoning are)", f"{at}.type")
 
 
 def _content(content: Any, at: str) -> str:
@@ -141,17 +165,103 @@ def _content(content: Any, at: str) -> str:
     return "\n".join(texts)
 
 
-def _tools(tools: Any) -> list[dict]:
-    if not isinstance(tools, list):
-        raise bad("must be a list of function tools {type: function, name, parameters}", "tools")
-    out = []
-    for i, t in enumerate(tools):
-        at = f"tools[{i}]"
-        if check_keys(t, at).get("type") != "function":
-            raise bad(f"{str(t.get('type'))[:40]!r} tools are not translated; only function tools are", f"{at}.type")
-        out.append({"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters", "strict")
-                                                     if t.get(k) is not None}})
-    return out
+class Tools:
+    """The request's tools as chat function tools: namespaces flattened, custom tools as one-string functions,
+    hosted tools dropped (`dropped`); `calls` maps a flat name back to (namespace, name, custom?)."""
+
+    def __init__(self) -> None:
+        self.offered: list[dict] = []
+        self.paths: list[str] = []  # per offered tool, where the caller declared it
+        self.dropped: list[dict[str, str]] = []
+        self.calls: dict[str, tuple[str | None, str, bool]] = {}
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Tools:
+        out = cls()
+        tools = body.get("tools")
+        if tools is not None:
+            if not isinstance(tools, list):
+                raise bad("must be a list of tools {type: function, name, parameters}", "tools")
+            for i, t in enumerate(tools):
+                out.add(t, f"tools[{i}]")
+        items = body.get("input")
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            if isinstance(item, dict) and item.get("type") == "additional_tools":
+                extra = item.get("tools")
+                if not isinstance(extra, list):
+                    raise bad("must be a list of tools", f"input[{i}].tools")
+                for j, t in enumerate(extra):
+                    out.add(t, f"input[{i}].tools[{j}]")
+        return out
+
+    def add(self, t: Any, at: str, namespace: str | None = None) -> None:
+        kind = check_keys(t, at).get("type")
+        if kind == "namespace" and namespace is None:
+            ns = string(t.get("name"), f"{at}.name")
+            inner = t.get("tools")
+            if not isinstance(inner, list):
+                raise bad("must be a list of function or custom tools", f"{at}.tools")
+            for j, tool in enumerate(inner):
+                self.add(tool, f"{at}.tools[{j}]", ns)
+            return
+        if kind not in ("function", "custom"):
+            self.dropped.append({"tool": str(t.get("name") or kind)[:80], "type": str(kind)[:40],
+                                 "why": "a hosted tool; the pool's models are offered function tools only"})
+            return
+        name = string(t.get("name"), f"{at}.name")
+        flat = self.flat(name, namespace)
+        self.calls[flat] = (namespace, name, kind == "custom")
+        fn = {k: t[k] for k in ("description", "parameters", "strict") if t.get(k) is not None}
+        if kind == "custom":
+            fn = _custom_function(t)
+        self.offered.append({"type": "function", "function": {"name": flat, **fn}})
+        self.paths.append(at)
+
+    @staticmethod
+    def flat(name: str, namespace: str | None) -> str:
+        """`<namespace>__<name>`; past the 64 characters a function name may have, cut and told apart by a
+        hash (the answer's calls are mapped back by `calls`, so any unique name will do)."""
+        if not namespace:
+            return name
+        flat = f"{namespace}{SEPARATOR}{name}"
+        if len(flat) <= MAX_NAME:
+            return flat
+        return f"{flat[:MAX_NAME - 9]}_{hashlib.sha256(flat.encode()).hexdigest()[:8]}"
+
+    def output(self, items: list[dict]) -> list[dict]:
+        """The answer's function_call items under the caller's names: namespace apart, custom calls as
+        custom_tool_call with their `input`."""
+        out = []
+        for item in items:
+            ns, name, custom = self.calls.get(item.get("name"), (None, item.get("name"), False))
+            if item.get("type") == "function_call" and custom:
+                item = {"type": "custom_tool_call", "id": "ctc" + item["id"][2:], "call_id": item["call_id"],
+                        "name": name, "input": _custom_input(item["arguments"]), "status": item["status"]}
+            elif item.get("type") == "function_call":
+                item = {**item, "name": name}
+            if ns is not None:
+                item["namespace"] = ns
+            out.append(item)
+        return out
+
+
+def _custom_function(t: dict) -> dict:
+    """A freeform tool as a function of one string: its format (a grammar) told in the description."""
+    description = t.get("description") or ""
+    fmt = t.get("format")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        description += (f"\n\nThe input follows this {fmt.get('syntax', '')} grammar:\n{fmt.get('definition', '')}")
+    return {"description": description, "parameters": {
+        "type": "object", "properties": {"input": {"type": "string", "description": "The tool's free-text input."}},
+        "required": ["input"], "additionalProperties": False}}
+
+
+def _custom_input(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else arguments
 
 
 def _tool_choice(choice: Any) -> Any:
@@ -180,8 +290,13 @@ def _text_format(text: Any) -> dict[str, Any]:
 def response(reply: Reply) -> dict[str, Any]:
     """The served answer as a Response (data/pool_runner/apis: the replay server's Responses too)."""
     msg, finish = reply.choice()
-    return {**response_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model, reply.request),
-            "switchcraft": reply.trace()}
+    done = response_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model, reply.request)
+    tools = Tools.of(reply.request)
+    done["output"] = tools.output(done["output"])
+    trace = reply.trace()
+    if tools.dropped:
+        trace["dropped_tools"] = tools.dropped
+    return {**done, "switchcraft": trace}
 
 
 def events(done: dict[str, Any]):

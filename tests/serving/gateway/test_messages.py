@@ -176,7 +176,7 @@ def test_a_claude_code_shaped_request_with_x_api_key_is_routed(served, picked):
 @pytest.mark.parametrize("body, status, kind, field", [
     ({"model": "router", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}, 401,
      "authentication_error", None),
-    ({"model": "claude-opus-9", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}, 404,
+    ({"model": "mistral-large-9", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}, 404,
      "not_found_error", "model"),
     ({"model": "router", "messages": [{"role": "user", "content": "hi"}]}, 400, "invalid_request_error",
      "max_tokens"),

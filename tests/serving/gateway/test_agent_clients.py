@@ -1,0 +1,248 @@
+"""The real agent clients through the gateway: Claude Code (`claude -p`) and Codex CLI (`codex exec`), the versions
+node/package.json pins, over a scripted stand-in upstream on loopback.
+
+    .venv/bin/python -m pytest -q tests/serving/gateway/test_agent_clients.py     # needs `npm ci --prefix node`
+
+Each run is a two-step task in a temporary folder holding note.txt: the
+stand-in answers turn 1 with a call of the client's own file tool (Claude
+Code's Read, Codex's exec_command running `cat note.txt`), and once the file's
+content comes back in a tool result, turn 2 with a final text quoting it. The
+test asserts the client printed that text and the upstream saw the file's
+content: the tool really ran. The stand-in speaks each pool model's provider
+API (`api:` in the pool: Chat Completions, Messages or Responses) and its prompt
+style (native tool calls, or the text a prompt-style model writes), so `router`
+(whatever the tiny router picks) and a named pool model both run end to end.
+With no model set, each client asks for its own default model, routed by the
+default aliases: Claude Code's `claude-opus-*`, and Codex's `gpt-*`, for which
+Codex declares its tools in an `additional_tools` item and runs commands
+through one freeform JavaScript tool (`exec` in the `functions` namespace),
+which the stand-in calls with `text(await tools.exec_command(…))`. Codex with an MCP server configured gets
+the server's tools in a `namespace` tool; the stand-in calls one, and Codex runs it on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from data.pool_runner.apis.anthropic_messages import message_body
+from data.pool_runner.apis.openai_responses import response_body
+from serving.app import create_app
+from serving.gateway.config import ServingConfig
+from tests.routers import REPO
+from tests.serving.gateway.helpers import POOL, pool_env
+from tests.serving.helpers import KEY, Loopback
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+BIN = REPO / "node" / "node_modules" / ".bin"
+CLAUDE, CODEX = BIN / "claude", BIN / "codex"
+# The pool models' provider APIs here: one native model behind Responses, a prompt-style one behind Messages.
+APIS = {"gpt-4o-2024-08-06-FC": "openai_responses", "claude-3-haiku-20240307": "anthropic_messages",
+        "claude-3-5-sonnet-20240620": "anthropic_messages", "claude-3-opus-20240229": "anthropic_messages"}
+NATIVE_CODEX, PROMPT_CLAUDE = "gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"
+NATIVE_CHAT = "gemini-1.5-flash-preview-0514"  # native, behind Chat Completions
+MCP_READ = "mcp__files__read_text_file"  # the filesystem MCP server's read_text_file in Codex's `mcp__files` namespace
+TIMEOUT_S = 240
+
+
+def needs(binary: Path) -> None:
+    if not binary.exists():
+        pytest.skip(f"{binary.name} is not installed: run `npm ci --prefix node` (node/package.json pins it)")
+
+
+class StandIn:
+    """A scripted upstream speaking Chat Completions, Messages and Responses: a call of the client's file tool
+    until the note's content is in the request, then a final text quoting it. Records every body it gets."""
+
+    def __init__(self) -> None:
+        self.note = ""  # the secret text of note.txt for this run
+        self.path = ""  # note.txt's absolute path
+        self.load = ""  # a deferred tool to load with Claude Code's ToolSearch first (then answer), if any
+        self.seen: list[tuple[str, dict]] = []
+
+    def answer(self, body: dict) -> dict:
+        """The chat message the model 'says': native tool calls when `tools` are offered, else a prompt-style
+        model's text."""
+        text = json.dumps(body)
+        if self.load:
+            if self.load in offered(body):
+                return {"role": "assistant", "content": self.final()}
+            name, args = "ToolSearch", {"query": f"select:{self.load}"}
+        elif self.note and self.note in text:
+            return {"role": "assistant", "content": self.final()}
+        elif MCP_READ in offered(body):  # an MCP server's tool, which Codex sends inside a namespace
+            name, args = MCP_READ, {"path": self.path}
+        elif "functions__exec" in text:  # Codex's default model: one freeform JavaScript tool calling the others
+            name, args = "functions__exec", {"input": 'text(await tools.exec_command({cmd: "cat note.txt"}));'}
+        elif "exec_command" in text:
+            name, args = "exec_command", {"cmd": "cat note.txt"}
+        else:
+            name, args = "Read", {"file_path": self.path}
+        if "tools" in body:
+            return {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}]}
+        return {"role": "assistant", "content": f"[{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})]"}
+
+    def final(self) -> str:
+        return f"Loaded {self.load}." if self.load else f"The note says {self.note}."
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        usage = {"input": 1000, "output": 20, "cached": 0, "written": 0}  # common.usage_numbers
+
+        @app.post("/v1/{path:path}")
+        async def upstream(path: str, request: Request):
+            body = await request.json()
+            self.seen.append((path, body))
+            if body.get("stream"):
+                return JSONResponse({"error": {"message": "the gateway never streams a translated request"}}, 400)
+            msg = self.answer(body)
+            finish = "tool_calls" if msg.get("tool_calls") else "stop"
+            if path == "messages":
+                return message_body(msg, finish, usage, body["model"])
+            if path == "responses":
+                return response_body(msg, finish, usage, body["model"], body)
+            return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                    "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}}
+
+        return app
+
+
+def offered(body: dict) -> set[str]:
+    """The names of the native tools a request offers, in any of the three APIs."""
+    return {t.get("name") or t.get("function", {}).get("name") for t in body.get("tools") or []}
+
+
+@pytest.fixture(scope="module")
+def agent_gateway(client):
+    """(gateway URL, stand-in): every pool model answered by the stand-in under its provider API (APIS)."""
+    stand_in = StandIn()
+    mp = pytest.MonkeyPatch()
+    pool_env(mp)
+    with Loopback(stand_in.app()) as upstream:
+        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
+                  for m in POOL.models]
+        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}))
+        with Loopback(app) as url:
+            yield url, stand_in
+    mp.undo()
+
+
+@pytest.fixture
+def task(agent_gateway, tmp_path):
+    """(workdir, home, stand-in) for one run: note.txt with a fresh secret, the stand-in told about it."""
+    _, stand_in = agent_gateway
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir(), home.mkdir()
+    stand_in.note = f"NOTE-{uuid.uuid4().hex[:10]}"
+    stand_in.path = str(work / "note.txt")
+    (work / "note.txt").write_text(stand_in.note + "\n")
+    stand_in.seen.clear()
+    stand_in.load = ""
+    return work, home, stand_in
+
+
+def run(argv: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    base = {k: os.environ[k] for k in ("PATH", "LANG", "TMPDIR") if k in os.environ}
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env={**base, **env}, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+
+
+def claude(url: str, work: Path, home: Path, model: str | None) -> subprocess.CompletedProcess:
+    env = {"HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": KEY,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+           "CLAUDE_CODE_MAX_RETRIES": "1"}  # a failure shows at once, not after minutes of backoff
+    if model is not None:
+        env["ANTHROPIC_MODEL"] = model
+    return run([CLAUDE, "-p", "Read note.txt and tell me what it says.", "--allowedTools", "Read"], work, env)
+
+
+def codex(url: str, work: Path, home: Path, model: str | None, mcp: bool = False) -> subprocess.CompletedProcess:
+    codex_home = home / ".codex"
+    codex_home.mkdir()
+    servers = (f'\n[mcp_servers.files]\ncommand = "{BIN / "mcp-server-filesystem"}"\nargs = ["{work}"]\n' if mcp
+               else "")
+    (codex_home / "config.toml").write_text(
+        (f'model = "{model}"\n' if model else "") + 'model_provider = "switchcraft"\n\n[model_providers.switchcraft]\n'
+        f'name = "switchcraft"\nbase_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "SWITCHCRAFT_API_KEY"\n'
+        + servers)
+    env = {"HOME": str(home), "CODEX_HOME": str(codex_home), "SWITCHCRAFT_API_KEY": KEY}
+    return run([CODEX, "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
+                "Run `cat note.txt` and tell me what it says."], work, env)
+
+
+def tool_ran(stand_in: StandIn) -> list[str]:
+    """The upstream paths of requests that carried the note's content (a tool result): the tool ran."""
+    return [path for path, body in stand_in.seen if stand_in.note in json.dumps(body)]
+
+
+@pytest.mark.parametrize("model", ["router", PROMPT_CLAUDE, None])
+def test_claude_code_reads_a_file_and_answers_through_the_gateway(agent_gateway, task, model):
+    needs(CLAUDE)
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    done = claude(url, work, home, model)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    assert tool_ran(stand_in), [path for path, _ in stand_in.seen]
+    if model == PROMPT_CLAUDE:  # asked its own way: Messages, its functions in the system prompt
+        assert {path for path, _ in stand_in.seen} == {"messages"}
+        assert all("tools" not in body and POOL.get(PROMPT_CLAUDE).model_id == body["model"]
+                   for _, body in stand_in.seen)
+
+
+def test_claude_codes_tool_search_loads_a_deferred_tool_through_the_gateway(agent_gateway, task):
+    """ToolSearch answers with tool_reference blocks; the deferred tool is offered from the next turn on."""
+    needs(CLAUDE)
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    stand_in.load = "CronList"
+    done = claude(url, work, home, NATIVE_CHAT)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    first, last = stand_in.seen[0][1], stand_in.seen[-1][1]
+    assert "CronList" not in offered(first) and "ToolSearch" in offered(first)
+    assert "CronList" in offered(last)
+    result = next(m for m in last["messages"] if m["role"] == "tool")
+    assert result["content"].startswith("<function>") and '"name": "CronList"' in result["content"]
+
+
+@pytest.mark.parametrize("model", ["router", NATIVE_CODEX, None])
+def test_codex_runs_a_shell_command_and_answers_through_the_gateway(agent_gateway, task, model):
+    needs(CODEX)
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    done = codex(url, work, home, model)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    assert tool_ran(stand_in), [path for path, _ in stand_in.seen]
+    if model == NATIVE_CODEX:  # asked its own way: Responses, with native function tools
+        assert {path for path, _ in stand_in.seen} == {"responses"}
+        first = stand_in.seen[0][1]
+        assert "exec_command" in [t["name"] for t in first["tools"]] and first["model"] == "gpt-4o-2024-08-06"
+
+
+
+def test_codex_calls_an_mcp_servers_tool_through_its_namespace(agent_gateway, task):
+    """Codex sends an MCP server's tools as one `namespace` tool: offered flat, the call answered back into the
+    namespace, Codex runs it on the server (the filesystem MCP server from node/package.json)."""
+    needs(CODEX)
+    needs(BIN / "mcp-server-filesystem")
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    done = codex(url, work, home, NATIVE_CODEX, mcp=True)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout
+    first = stand_in.seen[0][1]
+    assert MCP_READ in offered(first)
+    assert any(item.get("type") == "function_call_output" and stand_in.note in item["output"]
+               for item in stand_in.seen[-1][1]["input"])
