@@ -141,8 +141,8 @@ def test_an_unreachable_store_raises_state_unavailable(tmp_path):
 
 
 def test_a_ledger_longer_than_a_page_is_read_whole_and_in_order(make_store):
-    """Redis reads the ledger stream in pages (state.LEDGER_PAGE) so that no read outlasts state.timeout_s."""
-    from serving.gateway.state import LEDGER_PAGE
+    """Redis reads the ledger stream in pages (state_redis.LEDGER_PAGE) so that no read outlasts state.timeout_s."""
+    from serving.gateway.state_redis import LEDGER_PAGE
 
     store = make_store()
     n = 2 * LEDGER_PAGE + 7
