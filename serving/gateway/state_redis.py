@@ -105,7 +105,7 @@ LEDGER_PAGE = 1_000  # ledger entries read from Redis at a time
 
 class RedisState(StateStore):
     """A real Redis server shared by any number of gateway processes. Every check-and-change is one Lua script
-    (atomic on the server; serving/gateway/state_scripts.py). Durable as the server is configured: run it with
+    (atomic on the server; the scripts above). Durable as the server is configured: run it with
     `appendonly yes` so a Redis restart keeps the ledger (docs/serving.md, "State")."""
 
     name = "redis"
