@@ -65,13 +65,14 @@ def register(app: typer.Typer) -> None:
             return
         import uvicorn
 
+        from serving.gateway.server import uvicorn_config
         from serving.mcp import http_app
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr)
         for noisy in ("mcp", "bm25s"):  # the SDK logs every stateless request at INFO
             logging.getLogger(noisy).setLevel(logging.WARNING)
         err.print(f"MCP gateway on http://{cfg.host}:{cfg.port}/mcp  ({len(cfg.upstreams)} upstream servers)")
-        uvicorn.run(http_app(gw, cfg.host), host=cfg.host, port=cfg.port, log_level="warning")
+        uvicorn.Server(uvicorn_config(http_app(gw), cfg)).run()  # the chat gateway's header deadline
 
     @mcp_app.command("tools")
     def tools_cmd(

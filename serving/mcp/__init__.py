@@ -6,8 +6,10 @@
 Modules: `config` (configs/mcp.yaml), `upstream` (one upstream server: connect, list, call, down and retried),
 `bridge` (upstream tools → namespaced tool cards, groups, the retrieval index), `gateway` (what a caller may
 list, find and call; tool-list changes published to subscribed hosts), `meta` (find_tools, call_tool), `ledger`
-(rate limit, in the shared state store when configured; call log), `server` (the SDK server: HTTP and stdio; a
-host's disconnect cancels its call), `catalog` (the upstreams' tools as the chat gateway's tool router).
+(rate limit, in the shared state store when configured; call log, rotated), `guard` (Host/Origin, key, group
+and body size checked before the SDK reads a message; every refusal a JSON-RPC error; listen streams per key),
+`server` (the SDK server: HTTP and stdio; a host's disconnect cancels its call), `catalog` (the upstreams'
+tools as the chat gateway's tool router).
 docs/mcp.md is the reference.
 """
 

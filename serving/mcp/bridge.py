@@ -7,7 +7,8 @@ Each upstream tool becomes a card with `namespace` = the server's name and the
 exposed name `<server><separator><tool>` (`files__search_files`), so two
 servers' `search` never collide; risk comes from its MCP annotations
 (`readOnlyHint` → read, `destructiveHint: false` → write, else irreversible;
-none → write), then the server's `defaults` and `tools:` patterns apply. Its
+none → write), then the server's `defaults` and `tools:` patterns apply; a tool
+annotated `openWorldHint: true` also needs `open_world_permission`. Its
 group: a `tools:` pattern's `group`, else the first declared group whose
 patterns match, else the server's name. A server that is down keeps its last
 listing in the catalog (its cards are masked per request, `Snapshot.live`), so
@@ -74,8 +75,11 @@ class Snapshot:
         return flags[self.card_upstream] if len(self.card_upstream) else np.zeros(0, dtype=bool)
 
 
-def tool_card(up: UpstreamConfig, tool: types.Tool, separator: str, groups: list) -> ToolCard:
-    """The card of one upstream tool (ValueError when its definition cannot be one)."""
+def tool_card(up: UpstreamConfig, tool: types.Tool, separator: str, groups: list,
+              open_world: str | None = None) -> ToolCard:
+    """The card of one upstream tool (ValueError when its definition cannot be one). A tool annotated
+    `openWorldHint: true` reaches beyond the server (URLs, other hosts: a request forgery path whatever its risk)
+    and also needs `open_world` (the config's open_world_permission), on top of what the config sets."""
     ann = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
     entry = {"name": tool.name, "description": tool.description or tool.title or "",
              "inputSchema": tool.input_schema or {"type": "object"}}
@@ -94,6 +98,8 @@ def tool_card(up: UpstreamConfig, tool: types.Tool, separator: str, groups: list
     for pattern, fields in up.tools.items():
         if fnmatch.fnmatchcase(tool.name, pattern):
             update.update(fields.update())
+    if open_world and ann and ann.get("openWorldHint") is True:
+        update["permissions"] = [*dict.fromkeys([*update.get("permissions", card.permissions), open_world])]
     return ToolCard.model_validate({**card.model_dump(), **update})
 
 
@@ -112,7 +118,7 @@ class Bridge:
         for u, up in enumerate(upstreams):
             for tool in up.tools:
                 try:
-                    card = tool_card(up.cfg, tool, self.cfg.separator, self.cfg.groups)
+                    card = tool_card(up.cfg, tool, self.cfg.separator, self.cfg.groups, self.cfg.open_world_permission)
                 except ValueError as e:
                     skipped.append(f"{up.name}: {tool.name}: {str(e).splitlines()[0]}")
                     continue

@@ -95,11 +95,39 @@ class GroupDecl(BaseModel):
     tools: list[str] = Field(default_factory=list, description="fnmatch patterns over namespaced tool names.")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# The Host and Origin values a loopback server accepts (the MCP SDK's DNS-rebinding check; `:*`: any port).
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+LOOPBACK_ORIGINS = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+
+
+class McpAuthSettings(AuthSettings):
+    """`auth:` of configs/mcp.yaml: the chat gateway's key settings, and whether an unauthenticated server may
+    listen beyond loopback."""
+
+    allow_unauthenticated_remote: bool = Field(default=False, description="mode none on a host that is not "
+                                               "loopback: refused at start unless true (then anyone who reaches "
+                                               "the port is auth.local_caller).")
+
+
 class McpConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     host: str = "127.0.0.1"
     port: int = Field(default=8090, ge=0, le=65535)
+    allowed_hosts: list[str] | None = Field(default=None, description="Host header values accepted (`name:*`: any "
+                                            "port); null: loopback's, plus `<host>:*` when host is one address "
+                                            "(not 0.0.0.0 or ::). Others: 421 (DNS-rebinding protection).")
+    allowed_origins: list[str] | None = Field(default=None, description="Origin header values accepted (absent "
+                                              "Origin always is); null: loopback's, plus `http(s)://<host>:*` "
+                                              "when host is one address. Others: 403.")
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600, description="A request's headers must be complete "
+                                    "this long after the connection opens (or the previous response); else 408 and "
+                                    "the connection is closed (serving/gateway/server.py).")
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="A request's body must be complete this "
+                                  "long after the key check; else 408 (serving/gateway/errors.py CatchAll).")
+    max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Larger request bodies get 413 before any "
+                                "MCP message is parsed.")
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
     groups: list[GroupDecl] = Field(default_factory=list)
     separator: str = Field(default="__", pattern=r"^[_.-]{1,3}$", description="Between server and tool name.")
@@ -112,13 +140,27 @@ class McpConfig(BaseModel):
     retry_s: tuple[float, float] = Field(default=(1.0, 60.0), description="A down upstream is retried after "
                                          "the first, doubling up to the second.")
     find_k: int = Field(default=5, ge=1, le=50, description="find_tools' results by default (at most 50).")
+    find_query_chars: int = Field(default=2000, ge=16, description="find_tools reads this many characters of its "
+                                  "query (the retriever reads at most 128 word pieces); the rest is ignored.")
+    max_find_query_bytes: int = Field(default=65536, ge=16, description="A longer find_tools query (UTF-8) is "
+                                      "refused (-32602) instead of cut.")
+    clip_chars: int = Field(default=200, ge=16, description="Caller-given names (tool names) are cut to this many "
+                            "characters in the call log and in error messages.")
+    max_listens_per_key: int = Field(default=4, ge=1, description="subscriptions/listen streams one key may hold "
+                                     "open at once; the next is refused (-32600).")
+    max_listens: int = Field(default=1024, ge=1, description="subscriptions/listen streams open at once, all keys.")
+    open_world_permission: str | None = Field(default="open_world", description="Permission every tool annotated "
+                                              "openWorldHint: true needs (added to its card's); null: none.")
     encoder: str | None = Field(default=None, description="A trained retriever folder; null: all-MiniLM-L6-v2.")
     index_dir: str | None = Field(default="runs/mcp/index", description="The encoder's ONNX graphs are cached "
                                   "here; null: the numpy encoder (no files written, slower queries).")
     retrieval: RetrievalConfig = Field(default_factory=lambda: RetrievalConfig(rrf_k=10, w_bm25=0.5))
     policy: AccessPolicy = Field(default_factory=AccessPolicy)
-    auth: AuthSettings = Field(default_factory=AuthSettings)
+    auth: McpAuthSettings = Field(default_factory=McpAuthSettings)
     log_path: str | None = Field(default="runs/mcp/calls.jsonl", description="One JSON line per call; null: none.")
+    log_max_mb: float = Field(default=64.0, gt=0, description="The call log is rotated at this size "
+                              "(calls.jsonl.1, .2, …).")
+    log_keep: int = Field(default=4, ge=1, description="Rotated call logs kept; older ones are deleted.")
     state: StateSettings | None = Field(default=None, description="The chat gateway's shared store (`state:` of "
                                         "configs/serving.yaml: `path` for SQLite, `redis_url` for Redis) holding "
                                         "each key's per-minute window, so replicas on it agree; null: per process.")
@@ -131,7 +173,21 @@ class McpConfig(BaseModel):
                 raise ValueError(f"{what} names must be unique; repeated: {dup}")
         if self.retry_s[0] > self.retry_s[1]:
             raise ValueError("retry_s: the first wait must not exceed the longest")
+        if self.auth.mode == "none" and self.host not in LOOPBACK and not self.auth.allow_unauthenticated_remote:
+            raise ValueError(f"host {self.host!r} is not loopback and auth.mode is none: anyone who reaches the port "
+                             "could use every tool of auth.local_caller; use auth.mode: keys, or host: 127.0.0.1, or "
+                             "set auth.allow_unauthenticated_remote: true to insist")
         return self
+
+    def transport_hosts(self) -> tuple[list[str], list[str]]:
+        """The Host and Origin values the server accepts (allowed_hosts, allowed_origins, or their defaults)."""
+        hosts, origins = list(LOOPBACK_HOSTS), list(LOOPBACK_ORIGINS)
+        if self.host not in LOOPBACK and self.host not in ("0.0.0.0", "::", ""):
+            name = f"[{self.host}]" if ":" in self.host else self.host
+            hosts.append(f"{name}:*")
+            origins += [f"http://{name}:*", f"https://{name}:*"]
+        return (hosts if self.allowed_hosts is None else self.allowed_hosts,
+                origins if self.allowed_origins is None else self.allowed_origins)
 
 
 def _from_env(value: str, where: str) -> str:

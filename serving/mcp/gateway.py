@@ -39,16 +39,16 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 from serving.gateway.auth import Identity, KeyStore
 from serving.mcp.bridge import Bridge, Snapshot
 from serving.mcp.config import McpConfig
-from serving.mcp.ledger import Ledger
+from serving.mcp.ledger import Ledger, clip
 from serving.mcp.meta import CALL_TOOL, FIND_TOOLS, find_tools_result, meta_tools
 from serving.mcp.upstream import McpError, Upstream
 
 log = logging.getLogger("switchcraft.mcp")
 
 
-def unknown_tool(name: str) -> McpError:
+def unknown_tool(name: str, clip_chars: int = 200) -> McpError:
     # One answer for a hidden tool, a tool of another endpoint and a name that does not exist.
-    return McpError(INVALID_PARAMS, f"Unknown tool: {name}")
+    return McpError(INVALID_PARAMS, f"Unknown tool: {clip(name, clip_chars)}")
 
 
 class McpGateway:
@@ -57,7 +57,8 @@ class McpGateway:
         if ledger is None:
             from serving.gateway.state import open_state
 
-            ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None)
+            ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
+                            max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)
         self.ledger = ledger
         self.upstreams = [Upstream(u, self._changed, refresh_s=cfg.refresh_s, retry_s=cfg.retry_s)
                           for u in cfg.upstreams]
@@ -208,6 +209,7 @@ class McpGateway:
                 query, k = args.get("query"), args.get("k", self.cfg.find_k)
                 if not isinstance(query, str) or not isinstance(k, int) or not 1 <= k <= 50:
                     raise McpError(INVALID_PARAMS, "find_tools takes {query: string, k?: integer 1..50}")
+                query = self._bounded_query(query)
                 # Embedding the query takes milliseconds of CPU: off the event loop.
                 return find_tools_result(await anyio.to_thread.run_sync(self.find, ident, query, k))
             if group is None and name == CALL_TOOL:
@@ -233,6 +235,16 @@ class McpGateway:
             self.ledger.record(ident, tool=str(target), upstream=upstream, outcome=outcome, code=code,
                                ms=(time.perf_counter() - t0) * 1e3, endpoint=endpoint)
 
+    def _bounded_query(self, query: str) -> str:
+        """The query find_tools searches with: cut to find_query_chars (the retriever reads 128 word pieces, so the
+        rest would only cost tokenising and BM25 time); over max_find_query_bytes, refused."""
+        limit = self.cfg.max_find_query_bytes
+        if len(query) > limit or len(query.encode("utf-8", "surrogatepass")) > limit:
+            raise McpError(INVALID_PARAMS, f"find_tools: query is {len(query):,} characters; the limit is {limit:,} "
+                           "bytes (max_find_query_bytes): describe the task in a few words",
+                           {"reason": "query_too_long"})
+        return query[: self.cfg.find_query_chars]
+
     def _served(self, ident: Identity, group: str | None, name: str):
         """The entry `name` names on this endpoint, if the caller may call it there."""
         snap = self.snap
@@ -255,9 +267,10 @@ class McpGateway:
         if entry is not None and snap.router.visible(ident.caller).visible[entry.row]:
             up = self.by_name[entry.upstream]
             if not up.up:
-                return McpError(INTERNAL_ERROR, f"upstream {up.name!r} is down ({up.error}); {name} is back once it is",
+                return McpError(INTERNAL_ERROR, f"upstream {up.name!r} is down ({up.error}); "
+                                f"{clip(name, self.cfg.clip_chars)} is back once it is",
                                 {"upstream": up.name, "reason": "down"})
-        return unknown_tool(name)
+        return unknown_tool(name, self.cfg.clip_chars)
 
 
 def result_text(result: types.CallToolResult) -> str:

@@ -14,16 +14,20 @@ gateway's own). A store that cannot be reached refuses the calls of keys with a
 limit (fail closed, -32603 naming the store) and never touches the calls of
 keys without one. Without `state:` the window is this process's. The log is one
 JSON line per call (time, key id, tool, server, outcome, latency, error code),
-appended; a host's arguments and results are never written.
+appended; a host's arguments and results are never written, and the tool name
+(the caller's string) is cut to `clip_chars`. The file is rotated at `max_mb`
+(calls.jsonl.1 is the newest older one), `keep` rotated files are kept.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
 from collections import deque
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +41,23 @@ RATE_LIMITED = -32029  # server-defined JSON-RPC code: the key's requests per mi
 STORE_PREFIX = "__mcp__:"  # the store's id of a key's MCP window
 
 
+def clip(text: str, limit: int) -> str:
+    """A caller's string as logs and errors may quote it: at most `limit` characters, and its length when cut."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 class Ledger:
-    def __init__(self, path: str | Path | None = None, clock=time.monotonic, store: StateStore | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, clock=time.monotonic, store: StateStore | None = None, *,
+                 max_mb: float = 64.0, keep: int = 4, clip_chars: int = 200) -> None:
         self.path = Path(path) if path else None
-        self.clock, self.store = clock, store
+        self.clock, self.store, self.clip_chars = clock, store, clip_chars
         self._windows: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+        self._file: RotatingFileHandler | None = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = RotatingFileHandler(self.path, maxBytes=max(1, int(max_mb * 2**20)), backupCount=keep,
+                                             encoding="utf-8", delay=True)
 
     async def admit(self, ident: Identity) -> None:
         limit = ident.limits.requests_per_minute
@@ -78,12 +91,14 @@ class Ledger:
 
     def record(self, ident: Identity, *, tool: str, outcome: str, ms: float, upstream: str = "",
                code: int | None = None, endpoint: str = "/mcp") -> dict[str, Any]:
-        row = {"ts": round(time.time(), 3), "key": ident.key_id, "endpoint": endpoint, "tool": tool,
+        row = {"ts": round(time.time(), 3), "key": ident.key_id, "endpoint": endpoint, "tool": clip(tool, self.clip_chars),
                "upstream": upstream, "outcome": outcome, "ms": round(ms, 3)}
         if code is not None:
             row["code"] = code
-        if self.path:
-            line = json.dumps(row) + "\n"
-            with self._lock, self.path.open("a") as f:
-                f.write(line)
+        if self._file is not None:
+            self._file.handle(logging.makeLogRecord({"msg": json.dumps(row), "levelno": logging.INFO}))
         return row
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()

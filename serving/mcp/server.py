@@ -4,12 +4,14 @@
     await serve_stdio(gateway, keys_env="SWITCHCRAFT_MCP_KEY")   # one host over stdin/stdout
 
 HTTP: every request needs `Authorization: Bearer <key>` (the chat gateway's
-keys, serving/gateway/auth.py) unless `auth.mode: none`; a missing or unknown
-key is an HTTP 401 with `WWW-Authenticate: Bearer`, a group the key may not see
-(or that does not exist) a 404, before any MCP message is read. The server is
-stateless (every POST carries its own identity and endpoint, JSON responses):
-the 2026-07-28 protocol's per-request envelope and the older initialize
-handshake both work. `GET /healthz` answers each upstream's state.
+keys, serving/gateway/auth.py) unless `auth.mode: none`; guard.py checks Host
+and Origin, the key (401), the group (404) and the body size (413) before any
+MCP message is read, and every refusal is a JSON-RPC error object. The
+server is stateless (every POST carries its own identity and endpoint, JSON
+responses): the 2026-07-28 protocol's per-request envelope and the older
+initialize handshake both work. `GET /healthz` answers an overall status, and
+each upstream's state to an admin key. `uvicorn_config(app, cfg)` (the chat
+gateway's) adds the header deadline; `CatchAll` the body deadline.
 
 stdio: the host starts `switchcraft mcp serve --stdio`; the identity is the key
 in `$SWITCHCRAFT_MCP_KEY` (or the local caller with `auth.mode: none`), and the
@@ -19,6 +21,8 @@ endpoint is `/mcp` (or `--group`).
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 
 import anyio
@@ -28,15 +32,18 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from serving.gateway.auth import Identity
-from serving.gateway.errors import GatewayError
+from serving.gateway.errors import CatchAll, GatewayError
+from serving.gateway.metrics import GatewayMetrics
 from serving.mcp.gateway import McpGateway
+from serving.mcp.guard import Gate, JsonRpcErrors, JsonRpcShape, ListenCap, jsonrpc_error
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+log = logging.getLogger("switchcraft.mcp")
 
 
 def mcp_server(gw: McpGateway, fixed: tuple[Identity, str | None] | None = None) -> Server:
@@ -56,33 +63,12 @@ def mcp_server(gw: McpGateway, fixed: tuple[Identity, str | None] | None = None)
         ident, group = who(ctx)
         return await gw.call(ident, group, params.name, params.arguments)
 
+    listen = ListenCap(ListenHandler(gw.bus, max_subscriptions=gw.cfg.max_listens), gw.cfg.max_listens_per_key,
+                       lambda ctx: who(ctx)[0].key_id)
     return Server("switchcraft-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
-                  on_subscriptions_listen=ListenHandler(gw.bus),
+                  on_subscriptions_listen=listen,
                   instructions="Tools from several MCP servers, filtered by your key. On /mcp: find_tools "
                                "searches every tool you may use, call_tool calls one.")
-
-
-class Gate:
-    """The key and the endpoint checked before the MCP layer: 401 without a valid key, 404 for a group the key
-    may not see (a hidden group and one that does not exist answer alike)."""
-
-    def __init__(self, gw: McpGateway, app) -> None:
-        self.gw, self.app = gw, app
-
-    async def __call__(self, scope, receive, send) -> None:
-        req = Request(scope)
-        try:
-            ident = self.gw.keys.authenticate(req.headers.get("authorization"))
-        except GatewayError as e:
-            await JSONResponse(e.body(), status_code=e.status, headers=e.headers)(scope, receive, send)
-            return
-        group = req.path_params.get("group")
-        if group is not None and group not in self.gw.groups_for(ident):
-            body = {"error": {"message": f"no group {group!r} for this key; groups: "
-                              f"{', '.join(self.gw.groups_for(ident)) or 'none'} (or /mcp)", "code": 404}}
-            await JSONResponse(body, status_code=404)(scope, receive, send)
-            return
-        await cancel_on_disconnect(self.app, scope, receive, send)
 
 
 async def cancel_on_disconnect(app, scope, receive, send) -> None:
@@ -116,30 +102,55 @@ async def cancel_on_disconnect(app, scope, receive, send) -> None:
         tg.cancel_scope.cancel()
 
 
-def http_app(gw: McpGateway, host: str = "127.0.0.1", ready_timeout_s: float | None = None) -> Starlette:
-    """The Starlette app; its lifespan runs the upstreams and the SDK's session manager."""
-    security = None
-    if host in LOOPBACK:  # the SDK's default for loopback: DNS-rebinding protection (Host and Origin checked)
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+def http_app(gw: McpGateway, ready_timeout_s: float | None = None) -> Starlette:
+    """The Starlette app; its lifespan runs the upstreams and the SDK's session manager. Serve it with
+    `serving.gateway.server.uvicorn_config(app, gw.cfg)` for the header deadline."""
+    cfg = gw.cfg
+    hosts, origins = cfg.transport_hosts()
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                         allowed_origins=origins)
     manager = StreamableHTTPSessionManager(app=mcp_server(gw), json_response=True, stateless=True,
-                                           security_settings=security)
-    endpoint = Gate(gw, StreamableHTTPASGIApp(manager))
+                                           security_settings=security, max_request_body_size=cfg.max_body_bytes)
+    sdk = StreamableHTTPASGIApp(manager)
+    endpoint = Gate(gw, functools.partial(cancel_on_disconnect, sdk), security)
 
     async def healthz(request: Request) -> JSONResponse:
         status = gw.status()
         ok = all(u["up"] for u in status["upstreams"])
-        return JSONResponse(status, status_code=200 if ok else 503)
+        try:  # the groups and servers are the operator's: an admin key reads them, anyone the overall state
+            admin = gw.keys.authenticate(request.headers.get("authorization")).admin
+        except GatewayError:
+            admin = False
+        body = {"status": "ok" if ok else "degraded", **(status if admin else {})}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def no_route(request: Request, exc: HTTPException) -> JSONResponse:
+        """404 and 405 after the key check, in JSON-RPC shape; never a redirect built from the caller's Host."""
+        try:
+            gw.keys.authenticate(request.headers.get("authorization"))
+        except GatewayError as e:
+            return jsonrpc_error(e.status, e.message, e.reason or "auth", e.headers)
+        path = request.url.path
+        if exc.status_code == 405:
+            return jsonrpc_error(405, f"{path} does not take {request.method}", "method", dict(exc.headers or {}))
+        hint = f"; without the trailing slash: {path.rstrip('/')}" if path.endswith("/") and len(path) > 1 else ""
+        return jsonrpc_error(404, f"no such endpoint: {request.method} {path[:200]}{hint} (endpoints: /mcp, "
+                             "/mcp/<group>, /healthz)", "not_found")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         async with gw.running(ready_timeout_s), manager.run():
             yield
 
-    return Starlette(routes=[Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
-                             Route("/mcp/{group}", endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
-                             Route("/healthz", healthz)], lifespan=lifespan)
+    app = Starlette(routes=[Route("/mcp", endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
+                            Route("/mcp/{group}", endpoint=endpoint, methods=["GET", "POST", "DELETE"]),
+                            Route("/healthz", healthz)],
+                    exception_handlers={HTTPException: no_route}, lifespan=lifespan)
+    app.router.redirect_slashes = False
+    metrics = app.state.metrics = GatewayMetrics()  # CatchAll's counters (client timeouts, 499s, 500s)
+    app.add_middleware(CatchAll, metrics=metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=JsonRpcShape())
+    app.add_middleware(JsonRpcErrors)
+    return app
 
 
 async def serve_stdio(gw: McpGateway, group: str | None = None, key_env: str = "SWITCHCRAFT_MCP_KEY") -> None:

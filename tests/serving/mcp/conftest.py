@@ -91,7 +91,7 @@ def mcp_gateway(encoder, tmp_path_factory, request):
         "upstreams": [u for u in upstreams if wanted is None or u["name"] in wanted],
         "retry_s": [0.2, 1.0],
         "policy": {"role_max_risk": {"admin": "irreversible"},
-                   "role_permissions": {"admin": ["files.write", "memory.use"], "analyst": ["memory.use"]}},
+                   "role_permissions": {"admin": ["files.write", "memory.use", "open_world"], "analyst": ["memory.use"]}},
         "auth": {"mode": getattr(request.module, "MCP_AUTH", "keys")},
         "log_path": str(work / "calls.jsonl"),
     })
