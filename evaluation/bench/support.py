@@ -85,10 +85,11 @@ def serve_mcp_gateway(config: Path) -> None:
     """The MCP gateway over HTTP, as `switchcraft mcp serve --config CONFIG` runs it."""
     import uvicorn
 
+    from serving.gateway.server import uvicorn_config
     from serving.mcp import McpGateway, http_app, load_mcp_config
 
     cfg = load_mcp_config(config)
-    uvicorn.run(http_app(McpGateway.from_config(cfg), cfg.host), host=cfg.host, port=cfg.port, log_level="warning")
+    uvicorn.Server(uvicorn_config(http_app(McpGateway.from_config(cfg)), cfg)).run()  # the header deadline too
 
 
 def serve_replay(pool_yaml: Path, outputs: Path, bfcl_v1: Path, port: int) -> None:
