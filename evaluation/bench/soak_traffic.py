@@ -86,13 +86,18 @@ class McpStack:
                                         **rpc_args("tools/list")).status_code == 200, "the MCP fleet", 60,
                      self.procs[0])
             self.procs.append(spawn(serve_mcp_gateway, work / "mcp.yaml", env=env))
-            wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["tools"]
-                     == len(self.tools), "the MCP gateway", self.ready_timeout_s, self.procs[1])
+            wait_for(lambda: self.listed(port) == len(self.tools), "the MCP gateway", self.ready_timeout_s,
+                     self.procs[1])
         except BaseException:
             self.__exit__()
             raise
         self.url = f"http://127.0.0.1:{port}/mcp"
         return self
+
+    def listed(self, port: int) -> int:
+        """Tools the gateway lists over all its groups (/healthz names them to an admin key only)."""
+        return sum(len(httpx.post(f"http://127.0.0.1:{port}/mcp/s{i}", timeout=5, **rpc_args("tools/list"))
+                       .json()["result"]["tools"]) for i in range(self.servers))
 
     def __exit__(self, *exc) -> None:
         for p in reversed(self.procs):
