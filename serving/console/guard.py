@@ -81,6 +81,23 @@ def cross_site(request: Request, origins: list[str]) -> str | None:
     return None
 
 
+async def drain(request: Request, limit: int) -> None:
+    """Read and discard a refused request's body when it is small (at most `limit` bytes): closing a connection
+    with input still unread makes the kernel answer with a reset, which can reach the client before the refusal
+    does (it sees the connection dropped, not the 403/429). A larger body is left unread and the connection closed."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return
+    seen = 0
+    try:
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit:
+                return
+    except Exception:  # noqa: BLE001 - the client went away or the body was already read: nothing left to drain
+        return
+
+
 async def read_form(request: Request, limit: int) -> dict[str, str]:
     """The form's `key` and `next` (empty when absent), read no further than `limit` bytes."""
     media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()

@@ -19,7 +19,8 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from serving.console.guard import HEADERS, LoginThrottle, Refused, cross_site, https, read_form, retry_after
+from serving.console.guard import (HEADERS, LoginThrottle, Refused, cross_site, drain, https, read_form,
+                                   retry_after)
 from serving.console.session import COOKIE, Sessions, revoke
 from serving.gateway.errors import GatewayError
 from serving.gateway.state import StateUnavailable
@@ -62,6 +63,8 @@ def add_login_routes(router: APIRouter, gw, sessions: Sessions, page) -> None:
             form = await read_form(request, bounds.max_login_bytes)
         except Refused as e:
             log.warning(json.dumps({"event": "console_login", "ok": False, "status": e.status}))
+            if e.status in (403, 429):  # refused before the form was read: read a small one, so the refusal arrives
+                await drain(request, bounds.max_login_bytes)
             return login_page(e.status, e.message, headers=e.headers)
         key, nxt = form["key"].strip(), console_path(form["next"])
         try:
@@ -82,6 +85,7 @@ def add_login_routes(router: APIRouter, gw, sessions: Sessions, page) -> None:
     @router.post("/logout")
     async def logout(request: Request) -> Response:
         if why := cross_site(request, bounds.origins):
+            await drain(request, bounds.max_login_bytes)
             return login_page(403, f"Refused: {why}. Log out from this gateway's own pages.",
                               headers={"connection": "close"})
         now = time.time()
@@ -97,5 +101,6 @@ def add_login_routes(router: APIRouter, gw, sessions: Sessions, page) -> None:
                            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(session.exp))}.")
         out.delete_cookie(COOKIE, path="/console", httponly=True, samesite="strict", secure=https(request))
         if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
-            out.headers["connection"] = "close"  # the body is never read: it must not be taken for a next request
+            await drain(request, bounds.max_login_bytes)
+            out.headers["connection"] = "close"  # a larger body is left unread: it must not be taken for a request
         return out
