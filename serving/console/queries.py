@@ -118,24 +118,31 @@ def counterfactual_usd(ref: dict[str, Any], requests: int, input_tokens: float) 
     return (input_tokens * ref["input_per_mtok"] + requests * ref["output_tokens"] * ref["output_per_mtok"]) / 1e6
 
 
-def default_reference(pool: Pool) -> str:
-    """The pool model with the highest output price (the all-frontier baseline), when the operator names none."""
-    return max(pool.models, key=lambda m: (m.prices.output_per_mtok or 0.0, m.prices.input_per_mtok or 0.0)).name
-
-
-def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now: float,
+def savings(db: LogConnection, pool: Pool, *, since: float, now: float, reference: str,
             raw_only: bool = False) -> dict[str, Any]:
-    """Spend of the answered requests vs the estimate of sending each to `reference`, per day and per key.
+    """Spend of the answered requests vs the estimate of sending each to `reference`, per day (or hour), per key
+    and per hour (`per_hour`, with exploration's spend: serving/console/headline.py resamples it); exploration's
+    spend apart (`explore_usd`). The headline (net of exploration, the reference rule, flags) is headline.py's.
 
     A request's input tokens are those its first answer reported (the log's `input_tokens`); a request without
     any (no usage came back) counts at the mean of the others."""
-    f = facets(db, {"key": bucket_of(since, now), "answer": None}, now=now, raw_only=raw_only)
-    ref = reference_cost(pool, f["answer"], reference)
-    groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}}
-    for (day, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
+    hourly = "%Y-%m-%d %H:00"
+    f = facets(db, {"key": hourly, "answer": hourly}, now=now, raw_only=raw_only)
+    per_answer: dict[tuple, list] = {}
+    explore_hour: dict[str, float] = {}
+    for (hour, model, role, outcome), v in f["answer"].items():
+        have = per_answer.setdefault(("", model, role, outcome), [0] * 8)
+        for i in range(6):
+            have[i] += v[i]
+        if role == "explore":
+            explore_hour[hour] = explore_hour.get(hour, 0.0) + v[1]
+    ref = reference_cost(pool, per_answer, reference)
+    day = bucket_of(since, now) != hourly
+    groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}, "per_hour": {}}
+    for (hour, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
         if status != 200:
             continue
-        for name, g in (("per_day", day), ("per_key", key)):
+        for name, g in (("per_day", hour[:10] if day else hour), ("per_key", key), ("per_hour", hour)):
             r = groups[name].setdefault(g, {"group": g, "requests": 0, "spent_usd": 0.0, "input_tokens": 0,
                                             "with_tokens": 0})
             r["requests"] += n
@@ -151,6 +158,8 @@ def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now:
             filled = r["input_tokens"] + mean_in * (r["requests"] - r["with_tokens"])
             r["reference_usd"] = counterfactual_usd(ref, r["requests"], filled)
             r["saved_usd"] = r["reference_usd"] - r["spent_usd"]
+    for r in groups["per_hour"]:
+        r["explore_usd"] = explore_hour.get(r["group"], 0.0)
     explore = [v for k, v in f["answer"].items() if k[2] == "explore"]
     spent = sum(r["spent_usd"] for r in groups["per_day"])
     counter = sum(r["reference_usd"] for r in groups["per_day"])

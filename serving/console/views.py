@@ -32,11 +32,12 @@ from markupsafe import Markup
 
 from serving.console import charts
 from serving.console.guard import HEADERS
+from serving.console.headline import headline, money, share_text
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
-from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
-                                     router_versions, savings, trace, traffic)
+from serving.console.queries import (cascades, filter_values, key_spend, recent_requests,
+                                     router_versions, trace, traffic)
 from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
 from serving.console.session import COOKIE, Sessions, revoked
 from serving.gateway.admit import admin_of
@@ -49,7 +50,7 @@ VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
 
 def templates() -> Environment:
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape())
-    env.filters["usd"] = lambda v: "—" if v is None else f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+    env.filters["usd"] = money
     env.filters["pct"] = lambda v: "—" if v is None else f"{100 * v:.1f}%"
     env.filters["ms"] = lambda v: "—" if v is None else f"{v:,.1f} ms"
     env.filters["when"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "—"
@@ -160,12 +161,15 @@ def _data(result) -> dict[str, Any]:
 
 
 async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    ref = params.get("ref") or default_reference(gw.pool)
-    if ref not in gw.pool.names:
-        raise ValueError(f"ref {ref!r} is not a pool model; the pool: {', '.join(gw.pool.names)}")
-    out = _data(await _query(gw, lambda db: {"s": savings(db, gw.pool, since=since, reference=ref, now=now)}, since))
+    asked = params.get("ref") or None
+    if asked is not None and asked not in gw.pool.names:
+        raise ValueError(f"ref {asked!r} is not a model of the served pool; the pool: {', '.join(gw.pool.names)}")
+    info = gw.slot.client.info
+    out = _data(await _query(gw, lambda db: {"s": headline(db, gw.pool, since=since, now=now, reference=asked,
+                                                           router_info=info)}, since))
     if "s" in out:
-        s = out["s"]
+        s, ref = out["s"], out["s"]["reference"]["model"]
+        out["share"], out["ref"] = share_text(s), asked
         out["chart_day"] = Markup(charts.columns([r["group"] for r in s["per_day"]], {
             "spent": [r["spent_usd"] for r in s["per_day"]],
             f"all to {ref} (estimate)": [r["reference_usd"] for r in s["per_day"]]}, title="spend vs reference",

@@ -23,10 +23,12 @@ import pytest
 from typer.testing import CliRunner
 
 from serving.console.browser import Browser, browser_missing, chromium
+from serving.console.headline import money
 from serving.console.views import REFUSED
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from switchcraft.cli import app as cli
+from tests.routers import REPO
 from tests.serving.gateway.helpers import POOL, pool_env
 from tests.serving.helpers import (KEY, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
                                    wait_for)
@@ -95,8 +97,7 @@ def shown(html: str, element_id: str) -> str:
     return m.group(1).strip()
 
 
-def usd(v: float) -> str:
-    return f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+usd = money
 
 
 def test_every_view_needs_an_admin_login_and_a_wrong_key_learns_nothing(served):
@@ -176,7 +177,8 @@ def test_each_view_shows_the_logs_and_the_ledgers_own_figures(served, tmp_path):
 def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     out = tmp_path / "report"
     r = CliRunner().invoke(cli, ["traffic", "report", "--log", str(served["root"] / "log"), "--state",
-                                 str(served["root"] / "state"), "--out", str(out), "--range", "24h"])
+                                 str(served["root"] / "state"), "--out", str(out), "--range", "24h",
+                                 "--pool", str(REPO / "configs" / "pool.yaml")])  # the pool this gateway serves
     assert r.exit_code == 0, r.output
     for name in ("report.md", "traffic.json", "savings.svg", "savings.png", "requests.png", "keys.svg"):
         assert (out / name).stat().st_size > 0, name
@@ -186,7 +188,7 @@ def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     page = session(served["url"]).get("/console/savings?range=24h").text
     assert shown(page, "reference") == usd(n["savings"]["reference_usd"])
     md = (out / "report.md").read_text()
-    assert f"- spent: ${charged:,.6f}" in md and "n = 7 of 7 explored requests" in md
+    assert f"- spent by the callers: {money(charged)}" in md and "n = 7 of 7 explored requests" in md
     assert Path(out / "savings.svg").read_text().startswith("<svg xmlns=")
 
 
@@ -238,7 +240,7 @@ def test_without_a_decision_log_the_views_say_so_and_keys_and_router_still_work(
         for view in ("savings", "quality", "traffic", "requests"):
             page = s.get(f"/console/{view}")
             assert page.status_code == 200 and "log.path is null" in shown(page.text, "message"), view
-        assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.000000"
+        assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.00"
         assert shown(s.get("/console/router").text, "version") == client.version
         assert s.get("/console/nothing").status_code == 404 and s.get("/console/savings?range=2y").status_code == 400
 
