@@ -39,15 +39,16 @@ def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPL
             if rid in looked:
                 continue
             looked.add(rid)
-            row = db.execute(f"SELECT request_id, answered_by, request FROM requests WHERE request_id = ? AND "
+            row = db.execute(f"SELECT request_id, answered_by, request, router_version FROM requests WHERE request_id = ? AND "
                              f"{SERVED} AND status = 200 LIMIT 1", (rid, since)
                              ).fetchone()
             if row is not None:
                 ids.append(tuple(row))
         explored.close()
-    served = {rid: by for rid, by, _ in ids}
+    served = {rid: by for rid, by, _, _ in ids}
+    versions = {rid: version for rid, _, _, version in ids}
     tools = {}
-    for rid, _, text in ids:
+    for rid, _, text, _ in ids:
         offered = json.loads(text).get("tools", []) if text else []
         tools[rid] = [Tool.model_validate(t) for t in offered]
     rows, seen, parsed = [], set(), {}
@@ -60,7 +61,7 @@ def explored_answers(db: sqlite3.Connection, since: float, limit: int = MAX_EXPL
         if calls not in parsed:  # the same answer text is parsed once
             parsed[calls] = json.loads(calls) if calls else []
         rows.append({"example_id": rid, "model": model, "calls": parsed[calls], "text": calls or "[]"})
-    return rows, tools, served
+    return rows, tools, served, versions
 
 
 def labels(rows: list[dict], tools: dict[str, list[Tool]], names: list[str]):
@@ -96,9 +97,9 @@ def labels(rows: list[dict], tools: dict[str, list[Tool]], names: list[str]):
 
 def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | None = None) -> dict[str, Any]:
     """Estimated accuracy of the served answers and each model's agreement with consensus, with counts."""
-    rows, tools, served = explored_answers(db, since)
+    rows, tools, served, versions = explored_answers(db, since)
     out: dict[str, Any] = {"explored": len(served), "limit": MAX_EXPLORED, "text_kept": any(tools.values()),
-                           "served": rate(0, 0), "per_model": []}
+                           "served": rate(0, 0), "per_model": [], "per_version": {}}
     voters = {r["example_id"] for r in rows}
     if len({r["model"] for r in rows}) < 2 or not voters:
         return out
@@ -108,6 +109,11 @@ def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | Non
     correct = {(e, m): bool(c) for e, m, c in zip(frame["example_id"], frame["model"], frame["correct"])}
     hits = [correct[(rid, by)] for rid, by in served.items() if (rid, by) in correct]
     out["served"] = rate(sum(hits), len(hits))
+    by_version: dict[str, list[bool]] = {}
+    for rid, by in served.items():
+        if (rid, by) in correct:
+            by_version.setdefault(versions[rid] or "", []).append(correct[(rid, by)])
+    out["per_version"] = {v: rate(sum(h), len(h)) for v, h in by_version.items()}
     out["abstained"] = int(frame.drop_duplicates("example_id")["abstained"].sum())
     for m in names:
         mine = [c for (e, mm), c in correct.items() if mm == m]

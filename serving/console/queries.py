@@ -173,15 +173,21 @@ def savings(db: LogConnection, pool: Pool, *, since: float, now: float, referenc
 # ------------------------------------------------------------------------------------------------- traffic
 
 def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = False) -> dict[str, Any]:
-    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests and of
-    upstream calls (per model); errors by status and failed calls by outcome (the log's view of the range)."""
-    f = facets(db, {"key": bucket_of(since, now), "mix": None, "rlat": None, "alat": None, "answer": None},
+    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests (overall
+    and per time bucket) and of upstream calls (per model); errors by status and failed calls by outcome; spend
+    per model (exploration's part apart) and per key and time bucket (the log's view of the range)."""
+    bucket = bucket_of(since, now)
+    f = facets(db, {"key": bucket, "mix": None, "rlat": bucket, "alat": None, "answer": None},
                now=now, raw_only=raw_only)
     times: dict[str, list[int]] = {}
-    for (g, _key, status, _), v in f["key"].items():
+    key_spend_: dict[tuple[str, str], list] = {}
+    for (g, key, status, _), v in f["key"].items():
         t = times.setdefault(g, [0, 0])
         t[0] += v[0]
         t[1] += v[0] if status != 200 else 0
+        k = key_spend_.setdefault((g, _none(key) or "(none)"), [0, 0.0])
+        k[0] += v[0]
+        k[1] += v[1]
     over_time = [{"group": g, "requests": n, "errors": e} for g, (n, e) in sorted(times.items())]
     strategies: dict[str, int] = {}
     models: dict[str, int] = {}
@@ -191,7 +197,18 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
         models[model or "—"] = models.get(model or "—", 0) + v[0]
         if status != 200:
             errors[_none(status)] = errors.get(_none(status), 0) + v[0]
-    req = [(int(b), v[0]) for (_, b, _, _), v in f["rlat"].items()]
+    req_merged: dict[int, int] = {}
+    req_by_time: dict[str, list[tuple[int, int]]] = {}
+    for (g, b, _, _), v in f["rlat"].items():
+        req_merged[int(b)] = req_merged.get(int(b), 0) + v[0]
+        req_by_time.setdefault(g, []).append((int(b), v[0]))
+    req = list(req_merged.items())
+    model_spend: dict[str, list] = {}
+    for (_, model, role, _), v in f["answer"].items():
+        m = model_spend.setdefault(model, [0, 0.0, 0.0])
+        m[0] += v[0]
+        m[1] += v[1]
+        m[2] += v[1] if role == "explore" else 0.0
     per: dict[str, list[tuple[int, int]]] = {}
     merged: dict[int, int] = {}
     for (_, model, b, _), v in f["alat"].items():
@@ -211,7 +228,13 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
             "upstream_latency": [{"model": m, "calls": sum(n for _, n in h), "p50_ms": quantile_of(h, 0.5),
                                   "p99_ms": quantile_of(h, 0.99)} for m, h in sorted(per.items())],
             "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items(), key=lambda kv: (kv[0] is None, str(kv[0])))],
-            "failed_calls": failed}
+            "failed_calls": failed,
+            "latency_over_time": [{"group": g, "p50_ms": quantile_of(h, 0.5), "p99_ms": quantile_of(h, 0.99)}
+                                  for g, h in sorted(req_by_time.items())],
+            "spend_per_model": [{"model": m, "calls": v[0], "usd": v[1], "explore_usd": v[2]}
+                                for m, v in sorted(model_spend.items(), key=lambda kv: -kv[1][1])],
+            "spend_per_key": [{"group": g, "key": k, "requests": v[0], "usd": v[1]}
+                              for (g, k), v in sorted(key_spend_.items())]}
 
 
 def cascades(db: LogConnection, *, since: float, now: float | None = None, raw_only: bool = False
@@ -285,6 +308,29 @@ def router_versions(db: LogConnection, *, since: float, now: float | None = None
     f = facets(db, {"version": None}, now=time.time() if now is None else now, raw_only=raw_only)
     rows = [{"version": _none(k[1]), "first_ts": v[6], "last_ts": v[7], "requests": v[0]} for k, v in f["version"].items()]
     return sorted(rows, key=lambda r: r["first_ts"])
+
+
+def version_costs(db: LogConnection, *, since: float, now: float) -> dict[str, dict[str, float]]:
+    """Per router version: answered requests and what the callers were charged for them, from the summary's
+    hours. In an hour two versions shared (a reload's), the hour's answered requests and spend are split by each
+    version's share of its requests."""
+    hourly = "%Y-%m-%d %H:00"
+    f = facets(db, {"version": hourly, "key": hourly}, now=now)
+    share: dict[str, dict[str, int]] = {}
+    for (hour, version, _, _), v in f["version"].items():
+        share.setdefault(hour, {})[_none(version) or ""] = v[0]
+    out: dict[str, dict[str, float]] = {}
+    for (hour, _key, status, _), v in f["key"].items():
+        if status != 200 or hour not in share:
+            continue
+        total = sum(share[hour].values())
+        for version, n in share[hour].items():
+            t = out.setdefault(version, {"requests": 0.0, "spent_usd": 0.0})
+            t["requests"] += v[0] * n / total
+            t["spent_usd"] += v[1] * n / total
+    for t in out.values():
+        t["usd_per_request"] = t["spent_usd"] / t["requests"] if t["requests"] else None
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the ledger

@@ -22,7 +22,7 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 from fastapi import APIRouter, Request
@@ -32,11 +32,12 @@ from markupsafe import Markup
 
 from serving.console import charts
 from serving.console.guard import HEADERS
-from serving.console.headline import headline, money, share_text
+from serving.console.headline import MIN_EXPLORED, headline, money, share_text
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
-from serving.console.queries import (cascades, filter_values, key_spend, recent_requests,
+from serving.console.search import search_requests, timeline
+from serving.console.queries import (cascades, filter_values, key_spend, version_costs,
                                      router_versions, trace, traffic)
 from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
 from serving.console.session import COOKIE, Sessions, revoked
@@ -114,7 +115,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         if found is None:
             return page("empty.html", 404, view="requests", who=who, range=DEFAULT_RANGE,
                         message=f"no request {request_id} in the decision log")
-        return page("trace.html", view="requests", who=who, range=DEFAULT_RANGE, t=found,
+        return page("trace.html", view="requests", who=who, range=DEFAULT_RANGE, t=found, line=timeline(found),
                     text_kept=gw.cfg.log.requests)
 
     @router.get("/{view}")
@@ -152,8 +153,17 @@ async def _query(gw, fn, since: float = 0.0):
             with open_log(folder, since) as db:
                 return fn(db)
         except FileNotFoundError:
-            return f"no decision log in {folder} yet: it appears with the first logged request"
+            return no_requests(gw)
     return await anyio.to_thread.run_sync(run)
+
+
+def no_requests(gw, where: str = "") -> str:
+    """The empty gateway's page: what to do next."""
+    auth = "" if gw.keys.mode == "none" else " -H 'Authorization: Bearer <a caller key>'"
+    return (f"no requests yet{where}: send one with curl http://{gw.cfg.host}:{gw.cfg.port}/v1/chat/completions"
+            f"{auth} -H 'Content-Type: application/json' -d '{{\"messages\": [{{\"role\": \"user\", \"content\": "
+            f"\"Weather in Paris?\"}}], \"tools\": [...]}}' (a key: switchcraft gateway-key); it appears here "
+            "once logged")
 
 
 def _data(result) -> dict[str, Any]:
@@ -167,6 +177,8 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
     info = gw.slot.client.info
     out = _data(await _query(gw, lambda db: {"s": headline(db, gw.pool, since=since, now=now, reference=asked,
                                                            router_info=info)}, since))
+    if "s" in out and out["s"]["requests"] == 0 and not out["s"]["explore_calls"]:
+        return {"message": no_requests(gw, " in this range")}
     if "s" in out:
         s, ref = out["s"], out["s"]["reference"]["model"]
         out["share"], out["ref"] = share_text(s), asked
@@ -183,6 +195,8 @@ async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
     def both(db):
         return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since, now=now)}
     out = _data(await _query(gw, both, since))
+    out["text_kept"], out["explore"] = gw.cfg.log.requests, gw.cfg.explore
+    out["min_explored"] = MIN_EXPLORED
     if "q" in out:
         q, c = out["q"], out["c"]
         rows = [("served answers", q["served"]["mean"], q["served"]["low"], q["served"]["high"], q["served"]["n"])]
@@ -203,8 +217,17 @@ async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
             title="requests", unit="requests"))
         out["chart_models"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["models"]],
                                                  title="answering model", unit="requests"))
-        out["chart_strategies"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["strategies"]],
-                                                     title="strategy", unit="requests"))
+        out["chart_strategies"] = Markup(charts.bars(charts.top_n([(m["name"], m["requests"]) for m in t["strategies"]]),
+                                                     title="strategy (the top 10, then the rest)", unit="requests"))
+        lat = t["latency_over_time"]
+        out["chart_latency"] = Markup(charts.columns([r["group"] for r in lat], {
+            "P50": [r["p50_ms"] or 0.0 for r in lat], "P99": [r["p99_ms"] or 0.0 for r in lat]},
+            title="request latency over time", unit="ms"))
+        days = sorted({r["group"] for r in t["spend_per_key"]})
+        keys = sorted({r["key"] for r in t["spend_per_key"]})
+        cell = {(r["group"], r["key"]): r["usd"] for r in t["spend_per_key"]}
+        out["key_days"] = {"days": days, "keys": keys, "cell": cell}
+
     return out
 
 
@@ -220,30 +243,72 @@ async def keys_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return {"k": k, "chart_keys": Markup(chart), "live": live_traffic(gw), "durable": gw.state.durable}
 
 
+def _number(params, name: str, what: str) -> float | None:
+    raw = params.get(name) or None
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name} {raw!r}: give {what}") from None
+
+
 async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status")}
+    chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status", "q", "explored",
+                                                  "cost_above", "latency_above")}
     if chosen["status"] is not None and not chosen["status"].isdigit():
         raise ValueError(f"status {chosen['status']!r}: give an HTTP status such as 200 or 429")
+    if chosen["explored"] not in (None, "yes", "no"):
+        raise ValueError(f"explored {chosen['explored']!r}: give yes or no")
+    page = params.get("page") or "0"
+    if not page.isdigit():
+        raise ValueError(f"page {page!r}: give a page number from 0 (the newest)")
+    cost, latency = _number(params, "cost_above", "USD, such as 0.01"), _number(params, "latency_above", "ms, such as 2000")
     status = int(chosen["status"]) if chosen["status"] else None
+    explored = None if chosen["explored"] is None else chosen["explored"] == "yes"
 
     def both(db):
-        return {"rows": recent_requests(db, since=since, limit=200, key=chosen["key"], model=chosen["model"],
-                                        strategy=chosen["strategy"], status=status),
-                "values": filter_values(db, since, now)}
+        found = search_requests(db, since=since, page=int(page), q=chosen["q"], key=chosen["key"],
+                                model=chosen["model"], strategy=chosen["strategy"], status=status, explored=explored,
+                                cost_above=cost, latency_above=latency)
+        return {**found, "values": filter_values(db, since, now)}
     out = _data(await _query(gw, both, since))
-    out["chosen"] = chosen
+    query = {k: v for k, v in {"range": params.get("range") or DEFAULT_RANGE, **chosen}.items() if v}
+    out.update(chosen=chosen, text_kept=gw.cfg.log.requests,
+               prev_link="?" + urlencode({**query, "page": int(page) - 1}) if int(page) > 0 else None,
+               next_link="?" + urlencode({**query, "page": int(page) + 1}) if out.get("more") else None)
     return out
 
 
 async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since, now=now)}, since))
+    def figures(db):
+        q = quality(db, since=since, pool_names=gw.pool.names)["per_version"]
+        cost = version_costs(db, since=since, now=now)
+        versions = router_versions(db, since=since, now=now)
+        for v in versions:
+            v["quality"] = q.get(v["version"] or "")
+            v["usd_per_request"] = (cost.get(v["version"] or "") or {}).get("usd_per_request")
+        return {"versions": versions}
+    out = _data(await _query(gw, figures, since))
     out.pop("message", None)  # the router panel needs no log
     out.setdefault("versions", [])
-    out["live"] = r = live_router(gw)
-    learned = Path(r["dir"]).parent / "learn.json" if r["dir"] else None
-    out["learn"] = json.loads(learned.read_text()).get("comparison") if learned and learned.is_file() else None
-    out["learn_path"] = str(learned) if learned else None
+    out["live"] = r = live_router(gw)  # the slot's client: the router serving now, whatever was reloaded
+    out.update(learned_router(Path(r["dir"]).parent / "learn.json" if r["dir"] else None))
     return out
+
+
+def learned_router(path: Path | None) -> dict[str, Any]:
+    """The last `switchcraft learn` beside the router in service: its comparison, and the rollout verdict it
+    stamped into the learned router's router.json (else the one in learn.json)."""
+    if path is None or not path.is_file():
+        return {"learn": None, "rollout": None, "learn_path": str(path) if path else None}
+    record = json.loads(path.read_text())
+    comparison = record.get("comparison") or {}
+    rollout = comparison.get("rollout")
+    stamped = Path(record.get("router_onnx") or path.parent / "router_onnx") / "router.json"
+    if stamped.is_file():
+        rollout = json.loads(stamped.read_text()).get("rollout") or rollout
+    return {"learn": comparison, "rollout": rollout, "learn_path": str(path)}
 
 
 VIEW_DATA = {"savings": savings_data, "quality": quality_data, "traffic": traffic_data, "keys": keys_data,

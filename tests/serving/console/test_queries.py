@@ -226,7 +226,7 @@ def test_quality_labels_equal_the_consensus_labels_of_the_learn_step(written):
     from serving.console.quality import explored_answers, labels
 
     with open_log(written, 0.0) as db:
-        rows, tools, served = explored_answers(db, 0.0)
+        rows, tools, served, _ = explored_answers(db, 0.0)
     assert len(served) > 50 and all(rid in tools for rid in served)
     names = sorted({r["model"] for r in rows} | set(FULL_POOL.names))
     mine = labels(rows, tools, names)
