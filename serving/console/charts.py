@@ -14,7 +14,7 @@ from html import escape
 
 COLOURS = ("#2f6db5", "#e08a1e", "#3a9a5b", "#b23b3b", "#7a5cb5", "#5a8a9a", "#a0a03a", "#888888")
 FONT = 'font-family="system-ui, sans-serif" font-size="12"'
-LABEL_CHARS = 64  # a bar chart's labels are elided beyond this many characters
+LABEL_CHARS = 90  # a bar chart's labels are elided beyond this many characters (a cascade of three 2025 models fits)
 
 
 def _fmt(v: float) -> str:

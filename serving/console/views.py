@@ -209,6 +209,8 @@ async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
 
 async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
     out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}, since))
+    if "t" in out and out["t"]["requests"] == 0:
+        out = {"message": no_requests(gw, " in this range")}
     out["live"] = live_traffic(gw)
     if "t" in out:
         t = out["t"]
@@ -273,6 +275,8 @@ async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
                                 cost_above=cost, latency_above=latency)
         return {**found, "values": filter_values(db, since, now)}
     out = _data(await _query(gw, both, since))
+    if out.get("rows") == [] and int(page) == 0 and not any(chosen.values()):
+        out = {"message": no_requests(gw, " in this range")}
     query = {k: v for k, v in {"range": params.get("range") or DEFAULT_RANGE, **chosen}.items() if v}
     out.update(chosen=chosen, text_kept=gw.cfg.log.requests,
                prev_link="?" + urlencode({**query, "page": int(page) - 1}) if int(page) > 0 else None,
