@@ -246,7 +246,7 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
 
 
 def screenshots(app, folder: Path) -> list[str] | str:
-    """PNGs of the Savings and Quality pages (7 days) in headless Chromium; a message where there is none."""
+    """PNGs of the Savings and Quality pages (7 days) in headless Chromium, 1440 px wide; a message where there is none."""
     from serving.console.browser import Browser, browser_missing
     from serving.loopback import Loopback
 
@@ -256,7 +256,7 @@ def screenshots(app, folder: Path) -> list[str] | str:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     with Loopback(app) as url, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        browser = Browser(Path(profile), window=(1200, 1400))
+        browser = Browser(Path(profile), window=(1440, 1400))
         try:
             browser.open(url + "/console/login?next=/console/savings")
             browser.type("#key", ADMIN_KEY)

@@ -30,7 +30,7 @@ from serving.console.queries import savings
 MIN_REQUESTS = 30  # answered requests below which no saving is claimed
 MIN_EXPLORED = 50  # explored requests with a model's answer before consensus may pick the reference
 MIN_HOURS = 3  # hours with traffic an interval needs
-BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SAMPLES = 1000
 
 
 def money(v: float | None) -> str:

@@ -82,15 +82,19 @@ def labels(rows: list[dict], tools: dict[str, list[Tool]], names: list[str]):
     answered = np.array([[c is not None for c in cs] for cs in calls], dtype=bool).reshape(n, m)
     declined = np.array([[c is not None and not c for c in cs] for cs in calls], dtype=bool).reshape(n, m)
     agree = np.zeros((n, m, m), dtype=bool)
+    # Requests offering the same tools (an agent's requests, or none kept) compare the same pair of answer texts
+    # once between them, not once each.
+    seen: dict[tuple[str, str, str], bool] = {}
     for i, e in enumerate(ids):
         here = np.flatnonzero(answered[i])
         agree[i, here, here] = True
         spelled = texts[i]  # the answer's logged text: the same text, the same calls
-        seen: dict[tuple[str, str], bool] = {}
+        offered = tools.get(e) or []
+        tkey = json.dumps([t.model_dump(mode="json") for t in offered], sort_keys=True) if offered else ""
         for a, b in itertools.combinations(here, 2):
-            key = (spelled[a], spelled[b])
+            key = (tkey, spelled[a], spelled[b])
             if key not in seen:  # calls_agree checks both directions: symmetric
-                seen[key] = seen[key[::-1]] = calls_agree(tools[e], calls[i][a], calls[i][b])
+                seen[key] = seen[(tkey, spelled[b], spelled[a])] = calls_agree(offered, calls[i][a], calls[i][b])
             agree[i, a, b] = agree[i, b, a] = seen[key]
     return result_of(ids, names, fit_consensus(agree, answered, declined))
 
