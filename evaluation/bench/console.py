@@ -232,7 +232,8 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
     counts = write_log(log_dir, pool, cfg.requests, cfg.days, now=now, explore=cfg.explore, seed=cfg.seed,
                        progress=progress)
     written_s = time.perf_counter() - t0
-    app = _gateway_app(cfg, pool, log_dir, log_dir.parent / (log_dir.name + "_state"))
+    state_dir = log_dir.parent / (log_dir.name + "_state")
+    app = _gateway_app(cfg, pool, log_dir, state_dir)
     load_before = load_average()
     rows = time_pages(app, cfg.ranges, cfg.repeat)
     result = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
@@ -241,7 +242,8 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
               "in_range": range_requests(log_dir, cfg.ranges, now), "rows": rows,
               "load_average": {"before": load_before, "after": load_average()}, "cpus": os.cpu_count()}
     if cfg.screenshots is not None:
-        result["screenshots"] = screenshots(app, cfg.screenshots)
+        # a fresh app: the timed one's lifespan ended with its test client, closing its state store
+        result["screenshots"] = screenshots(_gateway_app(cfg, pool, log_dir, state_dir), cfg.screenshots)
     return result
 
 

@@ -32,7 +32,7 @@ from markupsafe import Markup
 
 from serving.console import charts
 from serving.console.guard import HEADERS
-from serving.console.headline import MIN_EXPLORED, headline, money, share_text
+from serving.console.headline import MIN_EXPLORED, MIN_HOURS, headline, money
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import quality
@@ -181,13 +181,13 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
         return {"message": no_requests(gw, " in this range")}
     if "s" in out:
         s, ref = out["s"], out["s"]["reference"]["model"]
-        out["share"], out["ref"] = share_text(s), asked
+        out["ref"], out["min_hours"] = asked, MIN_HOURS
         out["chart_day"] = Markup(charts.columns([r["group"] for r in s["per_day"]], {
             "spent": [r["spent_usd"] for r in s["per_day"]],
             f"all to {ref} (estimate)": [r["reference_usd"] for r in s["per_day"]]}, title="spend vs reference",
             unit="USD"))
         out["chart_key"] = Markup(charts.bars([(r["group"] or "(none)", r["saved_usd"]) for r in s["per_key"]],
-                                              title="saved per key (estimate)", unit="USD"))
+                                              title="saved per key before exploration (estimate)", unit="USD"))
     return out
 
 
