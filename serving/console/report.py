@@ -136,10 +136,10 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
              f"{share_text(s)}",
              f"- how: each request at {ref['model']}'s prices × its logged input tokens + {ref['output_tokens']:.0f} "
              f"output tokens ({ref['output_source']}); {s['without_tokens']} requests without token counts count at "
-             "the mean", "", "| day | requests | spent | reference (est.) | saved (est.) |", "|---|---:|---:|---:|---:|"]
+             "the mean", "", "| day | requests | spent | reference (est.) | saved before exploration (est.) |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['group']} | {r['requests']} | {_usd(r['spent_usd'])} | {_usd(r['reference_usd'])} | "
               f"{_usd(r['saved_usd'])} |" for r in s["per_day"]]
-    lines += ["", "| key | requests | spent | reference (est.) | saved (est.) |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "| key | requests | spent | reference (est.) | saved before exploration (est.) |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['group'] or '(none)'} | {r['requests']} | {_usd(r['spent_usd'])} | {_usd(r['reference_usd'])} "
               f"| {_usd(r['saved_usd'])} |" for r in s["per_key"]]
     sv = q["served"]
@@ -164,6 +164,10 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
               f"- failed upstream calls: {_pairs((e['outcome'], e['calls']) for e in t['failed_calls']) or 'none'}",
               "", "| model | calls | P50 | P99 |", "|---|---:|---:|---:|"]
     lines += [f"| {m['model']} | {m['calls']} | {_ms(m['p50_ms'])} | {_ms(m['p99_ms'])} |" for m in t["upstream_latency"]]
+    lines += ["", "| model | calls | spent | of which exploration |", "|---|---:|---:|---:|"]
+    lines += [f"| {m['model']} | {m['calls']} | {_usd(m['usd'])} | {_usd(m['explore_usd'])} |" for m in t["spend_per_model"]]
+    lines += ["", "| time (UTC) | request P50 | request P99 |", "|---|---:|---:|"]
+    lines += [f"| {r['group']} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} |" for r in t["latency_over_time"]]
     if "keys_today" in n:
         k = n["keys_today"]
         lines += ["", f"## Keys and budgets ({k['day']}, UTC)", "", "| key | calls | spent | limit / day | used |",
