@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
+import threading
 from typing import Any
 
 import numpy as np
@@ -125,3 +126,24 @@ def quality(db: sqlite3.Connection, *, since: float, pool_names: list[str] | Non
             out["per_model"].append({"model": m, **rate(sum(mine), len(mine)),
                                      "reliability": res.reliability[m]["calling"]})
     return out
+
+
+class QualityCache:
+    """quality() per log folder and range length, reused for `ttl_s` seconds (`QUALITY_TTL_S`): Savings (the
+    reference rule), Quality and Router all need the consensus labels, the console's slowest figure, and an
+    operator moving between them should not pay for it three times. Figures are at most `ttl_s` old."""
+
+    def __init__(self, ttl_s: float = 30.0) -> None:
+        self.ttl_s, self.entries, self.lock = ttl_s, {}, threading.Lock()
+
+    def get(self, db, folder, *, since: float, now: float, pool_names: list[str]) -> dict[str, Any]:
+        key = (str(folder), "all" if since <= 0 else round(now - since), tuple(pool_names))
+        with self.lock:
+            hit = self.entries.get(key)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                return hit[1]
+        out = quality(db, since=since, pool_names=pool_names)
+        with self.lock:
+            self.entries = {k: v for k, v in self.entries.items() if now - v[0] < self.ttl_s}
+            self.entries[key] = (now, out)
+        return out

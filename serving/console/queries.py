@@ -15,6 +15,7 @@ since)` already restricted to the range.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -22,7 +23,7 @@ import time
 from typing import Any
 
 from data.pool import Pool
-from serving.console.logdb import LogConnection, facets
+from serving.console.logdb import BY_HOUR, HOUR, LogConnection, facets
 from serving.gateway.decision_log import LATENCY_BUCKETS_PER_E
 from serving.gateway.state import utc_day
 
@@ -127,21 +128,19 @@ def savings(db: LogConnection, pool: Pool, *, since: float, now: float, referenc
     A request's input tokens are those its first answer reported (the log's `input_tokens`); a request without
     any (no usage came back) counts at the mean of the others."""
     hourly = "%Y-%m-%d %H:00"
-    f = facets(db, {"key": hourly, "answer": hourly}, now=now, raw_only=raw_only)
-    per_answer: dict[tuple, list] = {}
+    f = facets(db, {"key": BY_HOUR, "answer": None}, now=now, raw_only=raw_only)
+    explored = facets(db, {"answer": BY_HOUR}, now=now, raw_only=raw_only, where={"answer": "d2 = 'explore'"})
+    label = functools.lru_cache(maxsize=None)(lambda h: time.strftime(hourly, time.gmtime(int(h) * HOUR)))
     explore_hour: dict[str, float] = {}
-    for (hour, model, role, outcome), v in f["answer"].items():
-        have = per_answer.setdefault(("", model, role, outcome), [0] * 8)
-        for i in range(6):
-            have[i] += v[i]
-        if role == "explore":
-            explore_hour[hour] = explore_hour.get(hour, 0.0) + v[1]
-    ref = reference_cost(pool, per_answer, reference)
+    for (hour, _model, _role, _outcome), v in explored["answer"].items():
+        explore_hour[label(hour)] = explore_hour.get(label(hour), 0.0) + v[1]
+    ref = reference_cost(pool, f["answer"], reference)
     day = bucket_of(since, now) != hourly
     groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}, "per_hour": {}}
-    for (hour, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
+    for (h, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
         if status != 200:
             continue
+        hour = label(h)
         for name, g in (("per_day", hour[:10] if day else hour), ("per_key", key), ("per_hour", hour)):
             r = groups[name].setdefault(g, {"group": g, "requests": 0, "spent_usd": 0.0, "input_tokens": 0,
                                             "with_tokens": 0})
@@ -314,8 +313,7 @@ def version_costs(db: LogConnection, *, since: float, now: float) -> dict[str, d
     """Per router version: answered requests and what the callers were charged for them, from the summary's
     hours. In an hour two versions shared (a reload's), the hour's answered requests and spend are split by each
     version's share of its requests."""
-    hourly = "%Y-%m-%d %H:00"
-    f = facets(db, {"version": hourly, "key": hourly}, now=now)
+    f = facets(db, {"version": BY_HOUR, "key": BY_HOUR}, now=now)
     share: dict[str, dict[str, int]] = {}
     for (hour, version, _, _), v in f["version"].items():
         share.setdefault(hour, {})[_none(version) or ""] = v[0]

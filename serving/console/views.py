@@ -35,7 +35,7 @@ from serving.console.guard import HEADERS
 from serving.console.headline import MIN_EXPLORED, MIN_HOURS, headline, money
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
-from serving.console.quality import quality
+from serving.console.quality import QualityCache
 from serving.console.search import search_requests, timeline
 from serving.console.queries import (cascades, filter_values, key_spend, version_costs,
                                      router_versions, trace, traffic)
@@ -47,6 +47,7 @@ from serving.gateway.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
+QUALITY_TTL_S = 30.0  # consensus labels are reused this long across Savings, Quality and Router (quality.py)
 
 
 def templates() -> Environment:
@@ -62,6 +63,7 @@ def templates() -> Environment:
 def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
     sessions = sessions or Sessions.from_env(max_age_s=gw.cfg.console.session_max_age_s)
     env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
+    labels = QualityCache(QUALITY_TTL_S)
 
     def page(name: str, status: int = 200, headers: dict[str, str] | None = None, **ctx) -> HTMLResponse:
         html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
@@ -132,7 +134,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         now = time.time()
         ctx: dict[str, Any] = {"view": view, "who": who, "range": range, "now": now}
         try:
-            ctx.update(await VIEW_DATA[view](gw, request.query_params, since_of(range, now), now))
+            ctx.update(await VIEW_DATA[view](gw, request.query_params, since_of(range, now), now, labels))
         except ValueError as e:
             return page("empty.html", 400, message=str(e), **ctx)
         if "message" in ctx:
@@ -170,13 +172,17 @@ def _data(result) -> dict[str, Any]:
     return {"message": result} if isinstance(result, str) else result
 
 
-async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def savings_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     asked = params.get("ref") or None
     if asked is not None and asked not in gw.pool.names:
         raise ValueError(f"ref {asked!r} is not a model of the served pool; the pool: {', '.join(gw.pool.names)}")
     info = gw.slot.client.info
-    out = _data(await _query(gw, lambda db: {"s": headline(db, gw.pool, since=since, now=now, reference=asked,
-                                                           router_info=info)}, since))
+    def figures(db):
+        per_model = None if asked else labels.get(db, gw.cfg.log.path, since=since, now=now,
+                                                   pool_names=gw.pool.names)["per_model"]
+        return {"s": headline(db, gw.pool, since=since, now=now, reference=asked, router_info=info,
+                              per_model=per_model)}
+    out = _data(await _query(gw, figures, since))
     if "s" in out and out["s"]["requests"] == 0 and not out["s"]["explore_calls"]:
         return {"message": no_requests(gw, " in this range")}
     if "s" in out:
@@ -191,9 +197,10 @@ async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return out
 
 
-async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def quality_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     def both(db):
-        return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since, now=now)}
+        return {"q": labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names),
+                "c": cascades(db, since=since, now=now)}
     out = _data(await _query(gw, both, since))
     out["text_kept"], out["explore"] = gw.cfg.log.requests, gw.cfg.explore
     out["min_explored"] = MIN_EXPLORED
@@ -207,7 +214,7 @@ async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return out
 
 
-async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def traffic_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}, since))
     if "t" in out and out["t"]["requests"] == 0:
         out = {"message": no_requests(gw, " in this range")}
@@ -233,7 +240,7 @@ async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return out
 
 
-async def keys_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def keys_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     try:
         rows = await gw.state.ledger(day=utc_day(now))
     except StateUnavailable as e:
@@ -255,7 +262,7 @@ def _number(params, name: str, what: str) -> float | None:
         raise ValueError(f"{name} {raw!r}: give {what}") from None
 
 
-async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def requests_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status", "q", "explored",
                                                   "cost_above", "latency_above")}
     if chosen["status"] is not None and not chosen["status"].isdigit():
@@ -284,9 +291,9 @@ async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return out
 
 
-async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def router_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     def figures(db):
-        q = quality(db, since=since, pool_names=gw.pool.names)["per_version"]
+        q = labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names)["per_version"]
         cost = version_costs(db, since=since, now=now)
         versions = router_versions(db, since=since, now=now)
         for v in versions:

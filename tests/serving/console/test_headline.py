@@ -65,6 +65,7 @@ def test_the_saving_counts_exploration_and_the_reference_is_the_consensus_best(e
     assert h["saved_usd"] == pytest.approx(h["reference_usd"] - spent - explore_usd)
     assert h["saved_share"] == pytest.approx(1 - (spent + explore_usd) / h["reference_usd"])
     assert h["gross_saved_usd"] - h["saved_usd"] == pytest.approx(explore_usd)
+    assert sum(x["explore_usd"] for x in h["per_hour"]) == pytest.approx(explore_usd)  # the hours resampled
     with open_log(explored, 0.0) as db:
         big = headline(db, TOKEN_PRICED, since=0.0, now=NOW, reference="big")
     assert big["reference_rule"] == "chosen" and not big["flags"] and len(big["per_hour"]) > 40

@@ -147,3 +147,17 @@ def test_traffic_ranks_spend_and_latency_over_time_and_the_strategy_chart_keeps_
     assert escape(items[0][0]) + "</text>" in svg  # whole, not elided: the label column is as wide as the longest label
     label_x = float(svg.split('text-anchor="end"')[0].rsplit('x="', 1)[1].split('"')[0])
     assert label_x >= 7 * len(items[0][0])  # room at the left for the whole label
+
+
+def test_the_consensus_labels_are_reused_across_views_for_their_ttl(log, monkeypatch):
+    import serving.console.quality as quality_module
+
+    calls = []
+    real = quality_module.quality
+    monkeypatch.setattr(quality_module, "quality", lambda db, **kw: calls.append(kw) or real(db, **kw))
+    cache = quality_module.QualityCache(ttl_s=30.0)
+    with open_log(log, 0.0) as db:
+        first = cache.get(db, log, since=0.0, now=NOW, pool_names=["cheap", "mid", "big"])
+        again = cache.get(db, log, since=0.0, now=NOW + 29, pool_names=["cheap", "mid", "big"])
+        later = cache.get(db, log, since=0.0, now=NOW + 31, pool_names=["cheap", "mid", "big"])
+    assert again is first and later is not first and len(calls) == 2 and first["explored"] == 12
