@@ -4,7 +4,6 @@
         s = savings(db, pool, since=since_of("7d"), reference="gpt-4o-2024-05-13")
         t = traffic(db, since=0.0)
         c = cascades(db, since=0.0)
-        rows = recent_requests(db, since=0.0, key="acme", limit=50)
         tr = trace(db, request_id)
 
 One implementation for the browser (serving/console/views.py) and `switchcraft traffic report`
@@ -28,7 +27,6 @@ from serving.gateway.decision_log import LATENCY_BUCKETS_PER_E
 from serving.gateway.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
-FILTERS = ("key", "model", "strategy", "status")
 
 
 def bucket_of(since: float, now: float) -> str:
@@ -250,26 +248,6 @@ def cascades(db: LogConnection, *, since: float, now: float | None = None, raw_o
 
 
 # ------------------------------------------------------------------------------------------------ requests
-
-def recent_requests(db: LogConnection, *, since: float, limit: int = 100, key: str | None = None,
-                    model: str | None = None, strategy: str | None = None, status: int | None = None) -> list[dict]:
-    """The newest logged requests (without their text), optionally of one key, answering model, strategy, status:
-    each file read backwards from its last row, newest file first, until `limit` match (nothing is sorted)."""
-    where, params = [SERVED], [since]
-    for column, value in (("key_id", key), ("answered_by", model), ("strategy", strategy), ("status", status)):
-        if value not in (None, ""):
-            where.append(f"{column} = ?")
-            params.append(value)
-    rows: list[dict] = []
-    for f in reversed(db.files):
-        if len(rows) >= limit:
-            break
-        rows += [dict(r) for r in db.execute(
-            "SELECT ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, answered_by, "
-            f"cost_usd, latency_ms, stream FROM {f.schema}.requests WHERE id >= ? AND {' AND '.join(where)} "
-            "ORDER BY id DESC LIMIT ?", (f.first_request, *params, limit - len(rows)))]
-    return rows
-
 
 def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
     """One request as logged: its decision, every answer (decoded calls, verdict, cost), its text if kept."""
