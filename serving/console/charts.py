@@ -89,6 +89,7 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
                     f'<text x="{x + 14}" y="33">{escape(name)}</text>')
     n = max(1, len(labels))
     group_w = plot_w / n
+    step = -(-n // max(1, int(plot_w // 72)))  # every step-th label: each needs ~72 px (11 characters at 10 px)
     col_w = max(1.0, group_w * 0.8 / max(1, len(series)))
     for i, label in enumerate(labels):
         x0 = left + i * group_w + group_w * 0.1
@@ -97,7 +98,7 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
             body.append(f'<rect x="{x0 + j * col_w:.1f}" y="{top + plot_h - h:.1f}" width="{col_w:.1f}" '
                         f'height="{h:.1f}" fill="{COLOURS[j % len(COLOURS)]}"><title>{escape(label)} '
                         f'{escape(list(series)[j])}: {_fmt(vs[i])} {escape(unit)}</title></rect>')
-        if n <= 12 or i % max(1, n // 12) == 0:
+        if i % step == 0:
             body.append(f'<text x="{x0 + group_w * 0.4:.1f}" y="{top + plot_h + 16}" text-anchor="middle" '
                         f'font-size="10">{escape(label[-11:])}</text>')
     if not labels:

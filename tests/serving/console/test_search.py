@@ -147,6 +147,8 @@ def test_traffic_ranks_spend_and_latency_over_time_and_the_strategy_chart_keeps_
     assert escape(items[0][0]) + "</text>" in svg  # whole, not elided: the label column is as wide as the longest label
     label_x = float(svg.split('text-anchor="end"')[0].rsplit('x="', 1)[1].split('"')[0])
     assert label_x >= 7 * len(items[0][0])  # room at the left for the whole label
+    hours = charts.columns([f"2026-12-04 {h:02d}:00" for h in range(24)], {"requests": [1.0] * 24}, title="t")
+    assert hours.count('font-size="10"') == 6  # every 4th hour named: 11-character labels ~72 px apart, no overlap
 
 
 def test_the_consensus_labels_are_reused_across_views_for_their_ttl(log, monkeypatch):
