@@ -89,7 +89,8 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
                     f'<text x="{x + 14}" y="33">{escape(name)}</text>')
     n = max(1, len(labels))
     group_w = plot_w / n
-    step = -(-n // max(1, int(plot_w // 72)))  # every step-th label: each needs ~72 px (11 characters at 10 px)
+    need = 5.5 * max([len(str(label)[-11:]) for label in labels] + [1]) + 8  # px a label takes at 10 px
+    step = -(-n // max(1, int(plot_w // need)))  # every step-th label named: none overlaps its neighbour
     col_w = max(1.0, group_w * 0.8 / max(1, len(series)))
     for i, label in enumerate(labels):
         x0 = left + i * group_w + group_w * 0.1

@@ -148,7 +148,9 @@ def test_traffic_ranks_spend_and_latency_over_time_and_the_strategy_chart_keeps_
     label_x = float(svg.split('text-anchor="end"')[0].rsplit('x="', 1)[1].split('"')[0])
     assert label_x >= 7 * len(items[0][0])  # room at the left for the whole label
     hours = charts.columns([f"2026-12-04 {h:02d}:00" for h in range(24)], {"requests": [1.0] * 24}, title="t")
-    assert hours.count('font-size="10"') == 6  # every 4th hour named: 11-character labels ~72 px apart, no overlap
+    assert hours.count('font-size="10"') == 8  # every 3rd hour named: 11-character labels ~69 px apart, no overlap
+    days = charts.columns([f"2026-12-{d:02d}" for d in range(1, 9)], {"spent": [1.0] * 8}, title="t")
+    assert days.count('font-size="10"') == 8  # a week's days all fit
 
 
 def test_the_consensus_labels_are_reused_across_views_for_their_ttl(log, monkeypatch):
