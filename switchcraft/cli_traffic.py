@@ -12,6 +12,7 @@ Wiring: `register(app)` adds the `traffic` group and its `report` command.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -32,21 +33,27 @@ def report(
     out: Path = typer.Option(..., "--out", help="Folder the report is written into."),
     state_path: str = typer.Option(None, "--state", help="A state.path folder: adds spend per key (the ledger)."),
     redis_url: str = typer.Option(None, "--redis", help="A Redis URL holding the ledger (instead of --state)."),
-    pool: Path = typer.Option(Path("configs/pool.yaml"), "--pool", help="The pool the gateway serves (prices)."),
+    config: Path = typer.Option(Path("configs/serving.yaml"), "--config", help="The gateway's config: the pool it "
+                                "serves (upstream.pool) and its router (router.dir, for the reference rule)."),
+    pool: Path = typer.Option(None, "--pool", help="Another pool file than the config's upstream.pool (prices)."),
     range_name: str = typer.Option("all", "--range", help="1h | 24h | 7d | 30d | all (UTC, back from now)."),
     reference: str = typer.Option(None, "--reference", help="The pool model savings are measured against "
-                                  "(default: the one with the highest output price)."),
+                                  "(default: the served pool's best single model; docs/console.md)."),
     keys: Path = typer.Option(None, "--keys", help="A gateway key file (auth.keys_file): shows each key's limit."),
     png: bool = typer.Option(True, "--png/--no-png", help="Also draw each chart as PNG (matplotlib)."),
 ) -> None:
     from data.errors import DataError
     from data.pool import load_pool
+    from serving.console.headline import money, share_text
     from serving.console.report import traffic_report
-    from serving.gateway.config import StateSettings
+    from serving.gateway.config import StateSettings, load_serving_config
     from serving.gateway.state import StateUnavailable
 
     try:
-        the_pool = load_pool(pool)
+        cfg = load_serving_config(config)
+        the_pool = load_pool(pool or cfg.upstream.pool)
+        info = Path(cfg.router.dir) / "router.json" if cfg.router.dir else None
+        router_info = json.loads(info.read_text()) if info is not None and info.is_file() else None
         if reference is not None:
             the_pool.get(reference)
         limits = None
@@ -60,13 +67,13 @@ def report(
                 fail(f"--state {state_path}: no state.sqlite there (the gateway's state.path folder)")
             state = StateSettings(path=state_path, redis_url=redis_url)
         n = traffic_report(log, out, pool=the_pool, state=state, range_name=range_name, reference=reference,
-                           limits=limits, png=png)
+                           limits=limits, png=png, router_info=router_info)
     except (DataError, FileNotFoundError, KeyError, ValueError, StateUnavailable) as e:
         fail(str(e).strip('"'))
     s, q = n["savings"], n["quality"]["served"]
-    console.print(f"{n['traffic']['requests']} requests; spent ${s['spent_usd']:.6f}; all to "
-                  f"{s['reference']['model']} ${s['reference_usd']:.6f} (estimate); saved ${s['saved_usd']:.6f}",
-                  highlight=False)
+    console.print(f"{n['traffic']['requests']} requests; spent {money(s['spent_usd'])} + exploration "
+                  f"{money(s['explore_usd'])}; all to {s['reference']['model']} ({s['reference_rule']}) "
+                  f"{money(s['reference_usd'])} (estimate); saved {share_text(s)}", highlight=False)
     if q["n"]:
         console.print(f"served answers right (consensus): {q['mean']:.3f} [{q['low']:.3f}, {q['high']:.3f}], "
                       f"n = {q['n']}", highlight=False)

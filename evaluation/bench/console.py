@@ -232,7 +232,8 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
     counts = write_log(log_dir, pool, cfg.requests, cfg.days, now=now, explore=cfg.explore, seed=cfg.seed,
                        progress=progress)
     written_s = time.perf_counter() - t0
-    app = _gateway_app(cfg, pool, log_dir, log_dir.parent / (log_dir.name + "_state"))
+    state_dir = log_dir.parent / (log_dir.name + "_state")
+    app = _gateway_app(cfg, pool, log_dir, state_dir)
     load_before = load_average()
     rows = time_pages(app, cfg.ranges, cfg.repeat)
     result = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
@@ -241,12 +242,13 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
               "in_range": range_requests(log_dir, cfg.ranges, now), "rows": rows,
               "load_average": {"before": load_before, "after": load_average()}, "cpus": os.cpu_count()}
     if cfg.screenshots is not None:
-        result["screenshots"] = screenshots(app, cfg.screenshots)
+        # a fresh app: the timed one's lifespan ended with its test client, closing its state store
+        result["screenshots"] = screenshots(_gateway_app(cfg, pool, log_dir, state_dir), cfg.screenshots)
     return result
 
 
 def screenshots(app, folder: Path) -> list[str] | str:
-    """PNGs of the Savings and Quality pages (7 days) in headless Chromium; a message where there is none."""
+    """PNGs of the Savings and Quality pages (7 days) in headless Chromium, 1440 px wide; a message where there is none."""
     from serving.console.browser import Browser, browser_missing
     from serving.loopback import Loopback
 
@@ -256,7 +258,7 @@ def screenshots(app, folder: Path) -> list[str] | str:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     with Loopback(app) as url, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        browser = Browser(Path(profile), window=(1200, 1400))
+        browser = Browser(Path(profile), window=(1440, 1400))
         try:
             browser.open(url + "/console/login?next=/console/savings")
             browser.type("#key", ADMIN_KEY)

@@ -14,6 +14,7 @@ from html import escape
 
 COLOURS = ("#2f6db5", "#e08a1e", "#3a9a5b", "#b23b3b", "#7a5cb5", "#5a8a9a", "#a0a03a", "#888888")
 FONT = 'font-family="system-ui, sans-serif" font-size="12"'
+LABEL_CHARS = 90  # a bar chart's labels are elided beyond this many characters (a cascade of three 2025 models fits)
 
 
 def _fmt(v: float) -> str:
@@ -39,9 +40,23 @@ def _svg(width: int, height: int, title: str, body: list[str]) -> str:
     return head + "".join(body) + "</svg>"
 
 
+def top_n(items: list[tuple[str, float]], n: int = 10, other: str = "other") -> list[tuple[str, float]]:
+    """The n largest items, the rest summed as one `other` row (a chart stays readable however many there are)."""
+    ranked = sorted(items, key=lambda kv: -kv[1])
+    if len(ranked) <= n + 1:
+        return ranked
+    rest = ranked[n:]
+    return ranked[:n] + [(f"{other} ({len(rest)})", sum(v for _, v in rest))]
+
+
 def bars(items: list[tuple[str, float]], *, title: str, unit: str = "", width: int = 640) -> str:
-    """Horizontal bars, one a row, the value at its end."""
-    label_w, row_h, top = 230, 22, 28
+    """Horizontal bars, one a row, the value at its end. The label column is as wide as the longest label (up to
+    `LABEL_CHARS` characters, the rest elided with the whole label in a tooltip) and the chart widens with it:
+    no label is cut at the left edge."""
+    longest = max([len(str(label)) for label, _ in items] + [8])
+    label_w = min(LABEL_CHARS, longest) * 7 + 12  # ~7 px a character at 12 px system-ui
+    width = max(width, label_w + 330)
+    row_h, top = 22, 28
     height = top + row_h * max(1, len(items)) + 8
     top_value = max([v for _, v in items] + [0]) or 1.0
     span = width - label_w - 110  # room for "12,345 requests" after the longest bar
@@ -49,8 +64,8 @@ def bars(items: list[tuple[str, float]], *, title: str, unit: str = "", width: i
     for i, (label, value) in enumerate(items):
         y = top + i * row_h
         w = max(1.0, span * value / top_value) if value else 0.0
-        body.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{_label(label)}</text>'
-                    f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{COLOURS[0]}"/>'
+        body.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end"><title>{escape(str(label))}</title>'
+                    f'{_label(label, LABEL_CHARS)}</text><rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{COLOURS[0]}"/>'
                     f'<text x="{label_w + w + 4:.1f}" y="{y + 15}">{_fmt(value)} {escape(unit)}</text>')
     if not items:
         body.append(f'<text x="{label_w}" y="{top + 15}" fill="#777">no data in this range</text>')
@@ -74,6 +89,8 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
                     f'<text x="{x + 14}" y="33">{escape(name)}</text>')
     n = max(1, len(labels))
     group_w = plot_w / n
+    need = 5.5 * max([len(str(label)[-11:]) for label in labels] + [1]) + 8  # px a label takes at 10 px
+    step = -(-n // max(1, int(plot_w // need)))  # every step-th label named: none overlaps its neighbour
     col_w = max(1.0, group_w * 0.8 / max(1, len(series)))
     for i, label in enumerate(labels):
         x0 = left + i * group_w + group_w * 0.1
@@ -82,7 +99,7 @@ def columns(labels: list[str], series: dict[str, list[float]], *, title: str, un
             body.append(f'<rect x="{x0 + j * col_w:.1f}" y="{top + plot_h - h:.1f}" width="{col_w:.1f}" '
                         f'height="{h:.1f}" fill="{COLOURS[j % len(COLOURS)]}"><title>{escape(label)} '
                         f'{escape(list(series)[j])}: {_fmt(vs[i])} {escape(unit)}</title></rect>')
-        if n <= 12 or i % max(1, n // 12) == 0:
+        if i % step == 0:
             body.append(f'<text x="{x0 + group_w * 0.4:.1f}" y="{top + plot_h + 16}" text-anchor="middle" '
                         f'font-size="10">{escape(label[-11:])}</text>')
     if not labels:

@@ -4,7 +4,6 @@
         s = savings(db, pool, since=since_of("7d"), reference="gpt-4o-2024-05-13")
         t = traffic(db, since=0.0)
         c = cascades(db, since=0.0)
-        rows = recent_requests(db, since=0.0, key="acme", limit=50)
         tr = trace(db, request_id)
 
 One implementation for the browser (serving/console/views.py) and `switchcraft traffic report`
@@ -15,6 +14,7 @@ since)` already restricted to the range.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -22,12 +22,11 @@ import time
 from typing import Any
 
 from data.pool import Pool
-from serving.console.logdb import LogConnection, facets
+from serving.console.logdb import BY_HOUR, HOUR, LogConnection, facets
 from serving.gateway.decision_log import LATENCY_BUCKETS_PER_E
 from serving.gateway.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
-FILTERS = ("key", "model", "strategy", "status")
 
 
 def bucket_of(since: float, now: float) -> str:
@@ -118,24 +117,29 @@ def counterfactual_usd(ref: dict[str, Any], requests: int, input_tokens: float) 
     return (input_tokens * ref["input_per_mtok"] + requests * ref["output_tokens"] * ref["output_per_mtok"]) / 1e6
 
 
-def default_reference(pool: Pool) -> str:
-    """The pool model with the highest output price (the all-frontier baseline), when the operator names none."""
-    return max(pool.models, key=lambda m: (m.prices.output_per_mtok or 0.0, m.prices.input_per_mtok or 0.0)).name
-
-
-def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now: float,
+def savings(db: LogConnection, pool: Pool, *, since: float, now: float, reference: str,
             raw_only: bool = False) -> dict[str, Any]:
-    """Spend of the answered requests vs the estimate of sending each to `reference`, per day and per key.
+    """Spend of the answered requests vs the estimate of sending each to `reference`, per day (or hour), per key
+    and per hour (`per_hour`, with exploration's spend: serving/console/headline.py resamples it); exploration's
+    spend apart (`explore_usd`). The headline (net of exploration, the reference rule, flags) is headline.py's.
 
     A request's input tokens are those its first answer reported (the log's `input_tokens`); a request without
     any (no usage came back) counts at the mean of the others."""
-    f = facets(db, {"key": bucket_of(since, now), "answer": None}, now=now, raw_only=raw_only)
+    hourly = "%Y-%m-%d %H:00"
+    f = facets(db, {"key": BY_HOUR, "answer": None}, now=now, raw_only=raw_only)
+    explored = facets(db, {"answer": BY_HOUR}, now=now, raw_only=raw_only, where={"answer": "d2 = 'explore'"})
+    label = functools.lru_cache(maxsize=None)(lambda h: time.strftime(hourly, time.gmtime(int(h) * HOUR)))
+    explore_hour: dict[str, float] = {}
+    for (hour, _model, _role, _outcome), v in explored["answer"].items():
+        explore_hour[label(hour)] = explore_hour.get(label(hour), 0.0) + v[1]
     ref = reference_cost(pool, f["answer"], reference)
-    groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}}
-    for (day, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
+    day = bucket_of(since, now) != hourly
+    groups: dict[str, dict[str, dict]] = {"per_day": {}, "per_key": {}, "per_hour": {}}
+    for (h, key, status, _), (n, spent, t, nt, *_rest) in f["key"].items():
         if status != 200:
             continue
-        for name, g in (("per_day", day), ("per_key", key)):
+        hour = label(h)
+        for name, g in (("per_day", hour[:10] if day else hour), ("per_key", key), ("per_hour", hour)):
             r = groups[name].setdefault(g, {"group": g, "requests": 0, "spent_usd": 0.0, "input_tokens": 0,
                                             "with_tokens": 0})
             r["requests"] += n
@@ -151,6 +155,8 @@ def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now:
             filled = r["input_tokens"] + mean_in * (r["requests"] - r["with_tokens"])
             r["reference_usd"] = counterfactual_usd(ref, r["requests"], filled)
             r["saved_usd"] = r["reference_usd"] - r["spent_usd"]
+    for r in groups["per_hour"]:
+        r["explore_usd"] = explore_hour.get(r["group"], 0.0)
     explore = [v for k, v in f["answer"].items() if k[2] == "explore"]
     spent = sum(r["spent_usd"] for r in groups["per_day"])
     counter = sum(r["reference_usd"] for r in groups["per_day"])
@@ -164,15 +170,21 @@ def savings(db: LogConnection, pool: Pool, *, since: float, reference: str, now:
 # ------------------------------------------------------------------------------------------------- traffic
 
 def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = False) -> dict[str, Any]:
-    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests and of
-    upstream calls (per model); errors by status and failed calls by outcome (the log's view of the range)."""
-    f = facets(db, {"key": bucket_of(since, now), "mix": None, "rlat": None, "alat": None, "answer": None},
+    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests (overall
+    and per time bucket) and of upstream calls (per model); errors by status and failed calls by outcome; spend
+    per model (exploration's part apart) and per key and time bucket (the log's view of the range)."""
+    bucket = bucket_of(since, now)
+    f = facets(db, {"key": bucket, "mix": None, "rlat": bucket, "alat": None, "answer": None},
                now=now, raw_only=raw_only)
     times: dict[str, list[int]] = {}
-    for (g, _key, status, _), v in f["key"].items():
+    key_spend_: dict[tuple[str, str], list] = {}
+    for (g, key, status, _), v in f["key"].items():
         t = times.setdefault(g, [0, 0])
         t[0] += v[0]
         t[1] += v[0] if status != 200 else 0
+        k = key_spend_.setdefault((g, _none(key) or "(none)"), [0, 0.0])
+        k[0] += v[0]
+        k[1] += v[1]
     over_time = [{"group": g, "requests": n, "errors": e} for g, (n, e) in sorted(times.items())]
     strategies: dict[str, int] = {}
     models: dict[str, int] = {}
@@ -182,7 +194,18 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
         models[model or "—"] = models.get(model or "—", 0) + v[0]
         if status != 200:
             errors[_none(status)] = errors.get(_none(status), 0) + v[0]
-    req = [(int(b), v[0]) for (_, b, _, _), v in f["rlat"].items()]
+    req_merged: dict[int, int] = {}
+    req_by_time: dict[str, list[tuple[int, int]]] = {}
+    for (g, b, _, _), v in f["rlat"].items():
+        req_merged[int(b)] = req_merged.get(int(b), 0) + v[0]
+        req_by_time.setdefault(g, []).append((int(b), v[0]))
+    req = list(req_merged.items())
+    model_spend: dict[str, list] = {}
+    for (_, model, role, _), v in f["answer"].items():
+        m = model_spend.setdefault(model, [0, 0.0, 0.0])
+        m[0] += v[0]
+        m[1] += v[1]
+        m[2] += v[1] if role == "explore" else 0.0
     per: dict[str, list[tuple[int, int]]] = {}
     merged: dict[int, int] = {}
     for (_, model, b, _), v in f["alat"].items():
@@ -202,7 +225,13 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
             "upstream_latency": [{"model": m, "calls": sum(n for _, n in h), "p50_ms": quantile_of(h, 0.5),
                                   "p99_ms": quantile_of(h, 0.99)} for m, h in sorted(per.items())],
             "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items(), key=lambda kv: (kv[0] is None, str(kv[0])))],
-            "failed_calls": failed}
+            "failed_calls": failed,
+            "latency_over_time": [{"group": g, "p50_ms": quantile_of(h, 0.5), "p99_ms": quantile_of(h, 0.99)}
+                                  for g, h in sorted(req_by_time.items())],
+            "spend_per_model": [{"model": m, "calls": v[0], "usd": v[1], "explore_usd": v[2]}
+                                for m, v in sorted(model_spend.items(), key=lambda kv: -kv[1][1])],
+            "spend_per_key": [{"group": g, "key": k, "requests": v[0], "usd": v[1]}
+                              for (g, k), v in sorted(key_spend_.items())]}
 
 
 def cascades(db: LogConnection, *, since: float, now: float | None = None, raw_only: bool = False
@@ -219,26 +248,6 @@ def cascades(db: LogConnection, *, since: float, now: float | None = None, raw_o
 
 
 # ------------------------------------------------------------------------------------------------ requests
-
-def recent_requests(db: LogConnection, *, since: float, limit: int = 100, key: str | None = None,
-                    model: str | None = None, strategy: str | None = None, status: int | None = None) -> list[dict]:
-    """The newest logged requests (without their text), optionally of one key, answering model, strategy, status:
-    each file read backwards from its last row, newest file first, until `limit` match (nothing is sorted)."""
-    where, params = [SERVED], [since]
-    for column, value in (("key_id", key), ("answered_by", model), ("strategy", strategy), ("status", status)):
-        if value not in (None, ""):
-            where.append(f"{column} = ?")
-            params.append(value)
-    rows: list[dict] = []
-    for f in reversed(db.files):
-        if len(rows) >= limit:
-            break
-        rows += [dict(r) for r in db.execute(
-            "SELECT ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, answered_by, "
-            f"cost_usd, latency_ms, stream FROM {f.schema}.requests WHERE id >= ? AND {' AND '.join(where)} "
-            "ORDER BY id DESC LIMIT ?", (f.first_request, *params, limit - len(rows)))]
-    return rows
-
 
 def trace(db: sqlite3.Connection, request_id: str) -> dict[str, Any] | None:
     """One request as logged: its decision, every answer (decoded calls, verdict, cost), its text if kept."""
@@ -276,6 +285,28 @@ def router_versions(db: LogConnection, *, since: float, now: float | None = None
     f = facets(db, {"version": None}, now=time.time() if now is None else now, raw_only=raw_only)
     rows = [{"version": _none(k[1]), "first_ts": v[6], "last_ts": v[7], "requests": v[0]} for k, v in f["version"].items()]
     return sorted(rows, key=lambda r: r["first_ts"])
+
+
+def version_costs(db: LogConnection, *, since: float, now: float) -> dict[str, dict[str, float]]:
+    """Per router version: answered requests and what the callers were charged for them, from the summary's
+    hours. In an hour two versions shared (a reload's), the hour's answered requests and spend are split by each
+    version's share of its requests."""
+    f = facets(db, {"version": BY_HOUR, "key": BY_HOUR}, now=now)
+    share: dict[str, dict[str, int]] = {}
+    for (hour, version, _, _), v in f["version"].items():
+        share.setdefault(hour, {})[_none(version) or ""] = v[0]
+    out: dict[str, dict[str, float]] = {}
+    for (hour, _key, status, _), v in f["key"].items():
+        if status != 200 or hour not in share:
+            continue
+        total = sum(share[hour].values())
+        for version, n in share[hour].items():
+            t = out.setdefault(version, {"requests": 0.0, "spent_usd": 0.0})
+            t["requests"] += v[0] * n / total
+            t["spent_usd"] += v[1] * n / total
+    for t in out.values():
+        t["usd_per_request"] = t["spent_usd"] / t["requests"] if t["requests"] else None
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the ledger

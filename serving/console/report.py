@@ -1,7 +1,7 @@
 """`switchcraft traffic report`: the console's numbers without a browser, as markdown, JSON, SVG and PNG.
 
     from serving.console.report import traffic_report
-    numbers = traffic_report("runs/gateway/log", "runs/traffic", pool=load_pool("configs/pool.yaml"),
+    numbers = traffic_report("runs/gateway/log", "runs/traffic", pool=load_pool("configs/pools/bfcl_v3_2025.yaml"),
                              state=StateSettings(path="runs/gateway"), range_name="all")
 
 Writes into `out`: `report.md` (every view's figures), `traffic.json` (the same numbers, as the query functions
@@ -22,18 +22,23 @@ from data.pool import Pool
 from serving.console import charts
 from serving.console.logdb import open_log, since_of
 from serving.console.quality import quality
-from serving.console.queries import cascades, default_reference, key_spend, router_versions, savings, traffic
+from serving.console.headline import headline, money, share_text
+from serving.console.queries import cascades, key_spend, router_versions, traffic
 
 
 def gather(log: str | Path, pool: Pool, *, range_name: str = "all", reference: str | None = None,
-           ledger: list | None = None, limits: dict | None = None, now: float | None = None) -> dict[str, Any]:
-    """Every view's numbers for the log (and the ledger rows, when a state store was given)."""
+           ledger: list | None = None, limits: dict | None = None, now: float | None = None,
+           router_info: dict | None = None) -> dict[str, Any]:
+    """Every view's numbers for the log (and the ledger rows, when a state store was given). `router_info`: the
+    router.json of the router in service (its novelty.safe_model is the reference's second rule)."""
     now = time.time() if now is None else now
-    since, ref = since_of(range_name, now), reference or default_reference(pool)
+    since = since_of(range_name, now)
     with open_log(log, since) as db:
+        q = quality(db, since=since, pool_names=pool.names)
         out = {"range": range_name, "since": since, "generated": now,
-               "savings": savings(db, pool, since=since, reference=ref, now=now),
-               "quality": quality(db, since=since, pool_names=pool.names), "cascades": cascades(db, since=since, now=now),
+               "savings": headline(db, pool, since=since, now=now, reference=reference, router_info=router_info,
+                                   per_model=q["per_model"]),
+               "quality": q, "cascades": cascades(db, since=since, now=now),
                "traffic": traffic(db, since=since, now=now), "router_versions": router_versions(db, since=since, now=now)}
     if ledger is not None:
         from serving.gateway.budget import spend_report
@@ -103,8 +108,7 @@ def draw_png(kind: str, args, path: Path) -> None:
     plt.close(fig)
 
 
-def _usd(v: float | None) -> str:
-    return "—" if v is None else f"${v:,.6f}"
+_usd = money
 
 
 def _pct(v: float | None) -> str:
@@ -124,16 +128,18 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
     ref = s["reference"]
     lines = [f"# Traffic report ({n['range']}, generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(n['generated']))})",
              "", "## Savings (estimate)", "",
-             f"- answered requests: {s['requests']}", f"- spent: {_usd(s['spent_usd'])}",
+             f"- answered requests: {s['requests']}", f"- spent by the callers: {_usd(s['spent_usd'])}",
+             f"- exploration (the cost of learning): {_usd(s['explore_usd'])} in {s['explore_calls']} calls",
+             f"- reference: {ref['model']} ({s['reference_rule']}: {s['reference_why']})",
              f"- all to {ref['model']} (estimate): {_usd(s['reference_usd'])}",
-             f"- saved (estimate): {_usd(s['saved_usd'])} ({_pct(s['saved_share'])})",
-             f"- exploration (learning): {_usd(s['explore_usd'])} in {s['explore_calls']} calls",
+             f"- saved net of exploration (estimate): {'not shown' if s['flags'] else _usd(s['saved_usd'])}; "
+             f"{share_text(s)}",
              f"- how: each request at {ref['model']}'s prices × its logged input tokens + {ref['output_tokens']:.0f} "
              f"output tokens ({ref['output_source']}); {s['without_tokens']} requests without token counts count at "
-             "the mean", "", "| day | requests | spent | reference (est.) | saved (est.) |", "|---|---:|---:|---:|---:|"]
+             "the mean", "", "| day | requests | spent | reference (est.) | saved before exploration (est.) |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['group']} | {r['requests']} | {_usd(r['spent_usd'])} | {_usd(r['reference_usd'])} | "
               f"{_usd(r['saved_usd'])} |" for r in s["per_day"]]
-    lines += ["", "| key | requests | spent | reference (est.) | saved (est.) |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "| key | requests | spent | reference (est.) | saved before exploration (est.) |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['group'] or '(none)'} | {r['requests']} | {_usd(r['spent_usd'])} | {_usd(r['reference_usd'])} "
               f"| {_usd(r['saved_usd'])} |" for r in s["per_key"]]
     sv = q["served"]
@@ -158,6 +164,10 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
               f"- failed upstream calls: {_pairs((e['outcome'], e['calls']) for e in t['failed_calls']) or 'none'}",
               "", "| model | calls | P50 | P99 |", "|---|---:|---:|---:|"]
     lines += [f"| {m['model']} | {m['calls']} | {_ms(m['p50_ms'])} | {_ms(m['p99_ms'])} |" for m in t["upstream_latency"]]
+    lines += ["", "| model | calls | spent | of which exploration |", "|---|---:|---:|---:|"]
+    lines += [f"| {m['model']} | {m['calls']} | {_usd(m['usd'])} | {_usd(m['explore_usd'])} |" for m in t["spend_per_model"]]
+    lines += ["", "| time (UTC) | request P50 | request P99 |", "|---|---:|---:|"]
+    lines += [f"| {r['group']} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} |" for r in t["latency_over_time"]]
     if "keys_today" in n:
         k = n["keys_today"]
         lines += ["", f"## Keys and budgets ({k['day']}, UTC)", "", "| key | calls | spent | limit / day | used |",
@@ -175,12 +185,14 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
 
 
 def traffic_report(log: str | Path, out: str | Path, *, pool: Pool, state=None, range_name: str = "all",
-                   reference: str | None = None, limits: dict | None = None, png: bool = True) -> dict[str, Any]:
+                   reference: str | None = None, limits: dict | None = None, png: bool = True,
+                   router_info: dict | None = None) -> dict[str, Any]:
     """Write report.md, traffic.json and the charts (SVG, PNG) into `out`; return the numbers."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ledger = read_ledger(state) if state is not None else None
-    n = gather(log, pool, range_name=range_name, reference=reference, ledger=ledger, limits=limits)
+    n = gather(log, pool, range_name=range_name, reference=reference, ledger=ledger, limits=limits,
+               router_info=router_info)
     written = []
     for name, (kind, args) in chart_data(n).items():
         if kind == "columns":

@@ -22,7 +22,7 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import anyio
 from fastapi import APIRouter, Request
@@ -32,11 +32,13 @@ from markupsafe import Markup
 
 from serving.console import charts
 from serving.console.guard import HEADERS
+from serving.console.headline import MIN_EXPLORED, MIN_HOURS, headline, money
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
-from serving.console.quality import quality
-from serving.console.queries import (cascades, default_reference, filter_values, key_spend, recent_requests,
-                                     router_versions, savings, trace, traffic)
+from serving.console.quality import QualityCache
+from serving.console.search import search_requests, timeline
+from serving.console.queries import (cascades, filter_values, key_spend, version_costs,
+                                     router_versions, trace, traffic)
 from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
 from serving.console.session import COOKIE, Sessions, revoked
 from serving.gateway.admit import admin_of
@@ -45,11 +47,12 @@ from serving.gateway.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
+QUALITY_TTL_S = 30.0  # consensus labels are reused this long across Savings, Quality and Router (quality.py)
 
 
 def templates() -> Environment:
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape())
-    env.filters["usd"] = lambda v: "—" if v is None else f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+    env.filters["usd"] = money
     env.filters["pct"] = lambda v: "—" if v is None else f"{100 * v:.1f}%"
     env.filters["ms"] = lambda v: "—" if v is None else f"{v:,.1f} ms"
     env.filters["when"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "—"
@@ -60,6 +63,7 @@ def templates() -> Environment:
 def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
     sessions = sessions or Sessions.from_env(max_age_s=gw.cfg.console.session_max_age_s)
     env, router = templates(), APIRouter(prefix="/console", include_in_schema=False)
+    labels = QualityCache(QUALITY_TTL_S)
 
     def page(name: str, status: int = 200, headers: dict[str, str] | None = None, **ctx) -> HTMLResponse:
         html = env.get_template(name).render(views=VIEWS, ranges=list(RANGES), **ctx)
@@ -113,7 +117,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         if found is None:
             return page("empty.html", 404, view="requests", who=who, range=DEFAULT_RANGE,
                         message=f"no request {request_id} in the decision log")
-        return page("trace.html", view="requests", who=who, range=DEFAULT_RANGE, t=found,
+        return page("trace.html", view="requests", who=who, range=DEFAULT_RANGE, t=found, line=timeline(found),
                     text_kept=gw.cfg.log.requests)
 
     @router.get("/{view}")
@@ -130,7 +134,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         now = time.time()
         ctx: dict[str, Any] = {"view": view, "who": who, "range": range, "now": now}
         try:
-            ctx.update(await VIEW_DATA[view](gw, request.query_params, since_of(range, now), now))
+            ctx.update(await VIEW_DATA[view](gw, request.query_params, since_of(range, now), now, labels))
         except ValueError as e:
             return page("empty.html", 400, message=str(e), **ctx)
         if "message" in ctx:
@@ -151,34 +155,55 @@ async def _query(gw, fn, since: float = 0.0):
             with open_log(folder, since) as db:
                 return fn(db)
         except FileNotFoundError:
-            return f"no decision log in {folder} yet: it appears with the first logged request"
+            return no_requests(gw)
     return await anyio.to_thread.run_sync(run)
+
+
+def no_requests(gw, where: str = "") -> str:
+    """The empty gateway's page: what to do next."""
+    auth = "" if gw.keys.mode == "none" else " -H 'Authorization: Bearer <a caller key>'"
+    return (f"no requests yet{where}: send one with curl http://{gw.cfg.host}:{gw.cfg.port}/v1/chat/completions"
+            f"{auth} -H 'Content-Type: application/json' -d '{{\"messages\": [{{\"role\": \"user\", \"content\": "
+            f"\"Weather in Paris?\"}}], \"tools\": [...]}}' (a key: switchcraft gateway-key); it appears here "
+            "once logged")
 
 
 def _data(result) -> dict[str, Any]:
     return {"message": result} if isinstance(result, str) else result
 
 
-async def savings_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    ref = params.get("ref") or default_reference(gw.pool)
-    if ref not in gw.pool.names:
-        raise ValueError(f"ref {ref!r} is not a pool model; the pool: {', '.join(gw.pool.names)}")
-    out = _data(await _query(gw, lambda db: {"s": savings(db, gw.pool, since=since, reference=ref, now=now)}, since))
+async def savings_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
+    asked = params.get("ref") or None
+    if asked is not None and asked not in gw.pool.names:
+        raise ValueError(f"ref {asked!r} is not a model of the served pool; the pool: {', '.join(gw.pool.names)}")
+    info = gw.slot.client.info
+    def figures(db):
+        per_model = None if asked else labels.get(db, gw.cfg.log.path, since=since, now=now,
+                                                   pool_names=gw.pool.names)["per_model"]
+        return {"s": headline(db, gw.pool, since=since, now=now, reference=asked, router_info=info,
+                              per_model=per_model)}
+    out = _data(await _query(gw, figures, since))
+    if "s" in out and out["s"]["requests"] == 0 and not out["s"]["explore_calls"]:
+        return {"message": no_requests(gw, " in this range")}
     if "s" in out:
-        s = out["s"]
+        s, ref = out["s"], out["s"]["reference"]["model"]
+        out["ref"], out["min_hours"] = asked, MIN_HOURS
         out["chart_day"] = Markup(charts.columns([r["group"] for r in s["per_day"]], {
             "spent": [r["spent_usd"] for r in s["per_day"]],
             f"all to {ref} (estimate)": [r["reference_usd"] for r in s["per_day"]]}, title="spend vs reference",
             unit="USD"))
         out["chart_key"] = Markup(charts.bars([(r["group"] or "(none)", r["saved_usd"]) for r in s["per_key"]],
-                                              title="saved per key (estimate)", unit="USD"))
+                                              title="saved per key before exploration (estimate)", unit="USD"))
     return out
 
 
-async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def quality_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     def both(db):
-        return {"q": quality(db, since=since, pool_names=gw.pool.names), "c": cascades(db, since=since, now=now)}
+        return {"q": labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names),
+                "c": cascades(db, since=since, now=now)}
     out = _data(await _query(gw, both, since))
+    out["text_kept"], out["explore"] = gw.cfg.log.requests, gw.cfg.explore
+    out["min_explored"] = MIN_EXPLORED
     if "q" in out:
         q, c = out["q"], out["c"]
         rows = [("served answers", q["served"]["mean"], q["served"]["low"], q["served"]["high"], q["served"]["n"])]
@@ -189,8 +214,10 @@ async def quality_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return out
 
 
-async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def traffic_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     out = _data(await _query(gw, lambda db: {"t": traffic(db, since=since, now=now)}, since))
+    if "t" in out and out["t"]["requests"] == 0:
+        out = {"message": no_requests(gw, " in this range")}
     out["live"] = live_traffic(gw)
     if "t" in out:
         t = out["t"]
@@ -199,12 +226,21 @@ async def traffic_data(gw, params, since: float, now: float) -> dict[str, Any]:
             title="requests", unit="requests"))
         out["chart_models"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["models"]],
                                                  title="answering model", unit="requests"))
-        out["chart_strategies"] = Markup(charts.bars([(m["name"], m["requests"]) for m in t["strategies"]],
-                                                     title="strategy", unit="requests"))
+        out["chart_strategies"] = Markup(charts.bars(charts.top_n([(m["name"], m["requests"]) for m in t["strategies"]]),
+                                                     title="strategy (the top 10, then the rest)", unit="requests"))
+        lat = t["latency_over_time"]
+        out["chart_latency"] = Markup(charts.columns([r["group"] for r in lat], {
+            "P50": [r["p50_ms"] or 0.0 for r in lat], "P99": [r["p99_ms"] or 0.0 for r in lat]},
+            title="request latency over time", unit="ms"))
+        days = sorted({r["group"] for r in t["spend_per_key"]})
+        keys = sorted({r["key"] for r in t["spend_per_key"]})
+        cell = {(r["group"], r["key"]): r["usd"] for r in t["spend_per_key"]}
+        out["key_days"] = {"days": days, "keys": keys, "cell": cell}
+
     return out
 
 
-async def keys_data(gw, params, since: float, now: float) -> dict[str, Any]:
+async def keys_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     try:
         rows = await gw.state.ledger(day=utc_day(now))
     except StateUnavailable as e:
@@ -216,30 +252,74 @@ async def keys_data(gw, params, since: float, now: float) -> dict[str, Any]:
     return {"k": k, "chart_keys": Markup(chart), "live": live_traffic(gw), "durable": gw.state.durable}
 
 
-async def requests_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status")}
+def _number(params, name: str, what: str) -> float | None:
+    raw = params.get(name) or None
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name} {raw!r}: give {what}") from None
+
+
+async def requests_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
+    chosen = {f: params.get(f) or None for f in ("key", "model", "strategy", "status", "q", "explored",
+                                                  "cost_above", "latency_above")}
     if chosen["status"] is not None and not chosen["status"].isdigit():
         raise ValueError(f"status {chosen['status']!r}: give an HTTP status such as 200 or 429")
+    if chosen["explored"] not in (None, "yes", "no"):
+        raise ValueError(f"explored {chosen['explored']!r}: give yes or no")
+    page = params.get("page") or "0"
+    if not page.isdigit():
+        raise ValueError(f"page {page!r}: give a page number from 0 (the newest)")
+    cost, latency = _number(params, "cost_above", "USD, such as 0.01"), _number(params, "latency_above", "ms, such as 2000")
     status = int(chosen["status"]) if chosen["status"] else None
+    explored = None if chosen["explored"] is None else chosen["explored"] == "yes"
 
     def both(db):
-        return {"rows": recent_requests(db, since=since, limit=200, key=chosen["key"], model=chosen["model"],
-                                        strategy=chosen["strategy"], status=status),
-                "values": filter_values(db, since, now)}
+        found = search_requests(db, since=since, page=int(page), q=chosen["q"], key=chosen["key"],
+                                model=chosen["model"], strategy=chosen["strategy"], status=status, explored=explored,
+                                cost_above=cost, latency_above=latency)
+        return {**found, "values": filter_values(db, since, now)}
     out = _data(await _query(gw, both, since))
-    out["chosen"] = chosen
+    if out.get("rows") == [] and int(page) == 0 and not any(chosen.values()):
+        out = {"message": no_requests(gw, " in this range")}
+    query = {k: v for k, v in {"range": params.get("range") or DEFAULT_RANGE, **chosen}.items() if v}
+    out.update(chosen=chosen, text_kept=gw.cfg.log.requests,
+               prev_link="?" + urlencode({**query, "page": int(page) - 1}) if int(page) > 0 else None,
+               next_link="?" + urlencode({**query, "page": int(page) + 1}) if out.get("more") else None)
     return out
 
 
-async def router_data(gw, params, since: float, now: float) -> dict[str, Any]:
-    out = _data(await _query(gw, lambda db: {"versions": router_versions(db, since=since, now=now)}, since))
+async def router_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
+    def figures(db):
+        q = labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names)["per_version"]
+        cost = version_costs(db, since=since, now=now)
+        versions = router_versions(db, since=since, now=now)
+        for v in versions:
+            v["quality"] = q.get(v["version"] or "")
+            v["usd_per_request"] = (cost.get(v["version"] or "") or {}).get("usd_per_request")
+        return {"versions": versions}
+    out = _data(await _query(gw, figures, since))
     out.pop("message", None)  # the router panel needs no log
     out.setdefault("versions", [])
-    out["live"] = r = live_router(gw)
-    learned = Path(r["dir"]).parent / "learn.json" if r["dir"] else None
-    out["learn"] = json.loads(learned.read_text()).get("comparison") if learned and learned.is_file() else None
-    out["learn_path"] = str(learned) if learned else None
+    out["live"] = r = live_router(gw)  # the slot's client: the router serving now, whatever was reloaded
+    out.update(learned_router(Path(r["dir"]).parent / "learn.json" if r["dir"] else None))
     return out
+
+
+def learned_router(path: Path | None) -> dict[str, Any]:
+    """The last `switchcraft learn` beside the router in service: its comparison, and the rollout verdict it
+    stamped into the learned router's router.json (else the one in learn.json)."""
+    if path is None or not path.is_file():
+        return {"learn": None, "rollout": None, "learn_path": str(path) if path else None}
+    record = json.loads(path.read_text())
+    comparison = record.get("comparison") or {}
+    rollout = comparison.get("rollout")
+    stamped = Path(record.get("router_onnx") or path.parent / "router_onnx") / "router.json"
+    if stamped.is_file():
+        rollout = json.loads(stamped.read_text()).get("rollout") or rollout
+    return {"learn": comparison, "rollout": rollout, "learn_path": str(path)}
 
 
 VIEW_DATA = {"savings": savings_data, "quality": quality_data, "traffic": traffic_data, "keys": keys_data,

@@ -23,10 +23,12 @@ import pytest
 from typer.testing import CliRunner
 
 from serving.console.browser import Browser, browser_missing, chromium
+from serving.console.headline import money
 from serving.console.views import REFUSED
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from switchcraft.cli import app as cli
+from tests.routers import REPO
 from tests.serving.gateway.helpers import POOL, pool_env
 from tests.serving.helpers import (KEY, SECRET, Loopback, bearer, explorations, log_has, openai_body, post, use_keys,
                                    wait_for)
@@ -95,8 +97,7 @@ def shown(html: str, element_id: str) -> str:
     return m.group(1).strip()
 
 
-def usd(v: float) -> str:
-    return f"${v:,.6f}" if abs(v) < 1 else f"${v:,.2f}"
+usd = money
 
 
 def test_every_view_needs_an_admin_login_and_a_wrong_key_learns_nothing(served):
@@ -176,7 +177,8 @@ def test_each_view_shows_the_logs_and_the_ledgers_own_figures(served, tmp_path):
 def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     out = tmp_path / "report"
     r = CliRunner().invoke(cli, ["traffic", "report", "--log", str(served["root"] / "log"), "--state",
-                                 str(served["root"] / "state"), "--out", str(out), "--range", "24h"])
+                                 str(served["root"] / "state"), "--out", str(out), "--range", "24h",
+                                 "--pool", str(REPO / "configs" / "pool.yaml")])  # the pool this gateway serves
     assert r.exit_code == 0, r.output
     for name in ("report.md", "traffic.json", "savings.svg", "savings.png", "requests.png", "keys.svg"):
         assert (out / name).stat().st_size > 0, name
@@ -186,7 +188,7 @@ def test_traffic_report_writes_the_consoles_figures(served, tmp_path):
     page = session(served["url"]).get("/console/savings?range=24h").text
     assert shown(page, "reference") == usd(n["savings"]["reference_usd"])
     md = (out / "report.md").read_text()
-    assert f"- spent: ${charged:,.6f}" in md and "n = 7 of 7 explored requests" in md
+    assert f"- spent by the callers: {money(charged)}" in md and "n = 7 of 7 explored requests" in md
     assert Path(out / "savings.svg").read_text().startswith("<svg xmlns=")
 
 
@@ -238,7 +240,7 @@ def test_without_a_decision_log_the_views_say_so_and_keys_and_router_still_work(
         for view in ("savings", "quality", "traffic", "requests"):
             page = s.get(f"/console/{view}")
             assert page.status_code == 200 and "log.path is null" in shown(page.text, "message"), view
-        assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.000000"
+        assert s.get("/console/keys").status_code == 200 and shown(s.get("/console/keys").text, "total") == "$0.00"
         assert shown(s.get("/console/router").text, "version") == client.version
         assert s.get("/console/nothing").status_code == 404 and s.get("/console/savings?range=2y").status_code == 400
 
@@ -257,3 +259,95 @@ def test_the_router_view_shows_a_reload_and_the_last_learn_comparison(served, ex
     assert "1 ok, 0 failed" in page and str(learned / "router_onnx") in page
     table = page.split('id="learn"')[1].split("</table>")[0]
     assert "learned learned-v2" in table and "0.900" in table and "417" in table and "0.800" in table
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=browser_missing() or "")
+def test_a_real_browser_searches_pages_and_reads_a_timeline_the_traffic_tables_and_the_router(served, exported,
+                                                                                           tmp_path):
+    url, answered, client = served["url"], served["answered"], served["client"]
+    learned = tmp_path / "learned"
+    shutil.copytree(exported[0], learned / "router_onnx")
+    info = json.loads((learned / "router_onnx" / "router.json").read_text())
+    delta = {"mean": 0.02, "low": -0.01, "high": 0.05}
+    info["rollout"] = {"verdict": "roll_out", "why": "neither less accurate nor dearer beyond the paired intervals",
+                       "scoring": "consensus", "delta_accuracy": delta,
+                       "delta_usd_per_million": {"mean": -120.0, "low": -200.0, "high": -40.0}}
+    (learned / "router_onnx" / "router.json").write_text(json.dumps(info))
+    r = httpx.post(url + "/v1/admin/reload", json={"dir": str(learned / "router_onnx")}, headers=bearer(KEY))
+    assert r.status_code == 200, r.text
+    live = r.json()["router_version"]  # router.json changed (its rollout): another version than the one before
+    ci = {"mean": 0.9, "low": 0.85, "high": 0.94}
+    (learned / "learn.json").write_text(json.dumps({"router_onnx": str(learned / "router_onnx"), "comparison": {
+        "n": 240, "router_version": live, "in_service": {"accuracy_consensus": ci, "usd_per_million": 600.0},
+        "new": {"accuracy_consensus": ci, "usd_per_million": 480.0}}}))
+    browser = Browser(tmp_path / "profile", window=(1440, 1400))
+    try:
+        browser.open(url + "/console/login?next=/console/requests")
+        browser.type("#key", KEY)
+        browser.click("#login")
+        assert browser.wait_url(url + "/console/requests") == url + "/console/requests"
+        rid = answered[4].headers["x-request-id"]
+        browser.type("#q", rid[:10])  # the start of a request id
+        browser.click("#filter")
+        wait_for(lambda: "q=" in browser.url())
+        rows = browser.call("POST", "/execute/sync", {"script": "return [...document.querySelectorAll("
+                                                                "'#requests a')].map(a => a.textContent)", "args": []})
+        assert rows == [rid[:12]]
+        browser.click(f'a[href="/console/requests/{rid}"]')
+        assert browser.text("#rid") == rid and browser.text("h2") == "The request"  # the request first
+        assert '"messages"' in browser.text("#text")
+        returned = browser.text("#returned")
+        assert answered[4].headers["x-switchcraft-model"] in returned and "returned" in returned
+        counts = browser.call("POST", "/execute/sync", {"script": "return [...document.querySelectorAll("
+                                                                  "'#distinct td.count')].map(t => +t.textContent)",
+                                                        "args": []})
+        calls = browser.call("POST", "/execute/sync", {"script": "return document.querySelectorAll('#answers tr')"
+                                                                 ".length - 1", "args": []})
+        assert sum(counts) <= calls and len(counts) < calls  # identical answers are one row with a count
+        browser.screenshot(tmp_path / "trace.png")
+        browser.open(f"{url}/console/requests?range=24h&explored=no")
+        assert browser.text("#requests").count("\n") == 1 and "no request matches" in browser.text("#requests")
+        browser.open(f"{url}/console/traffic?range=24h")
+        labels = browser.call("POST", "/execute/sync", {"script": "return [...document.querySelectorAll("
+                                                                  "'svg text[text-anchor=end]')].map(t => "
+                                                                  "[t.textContent, t.getBBox().x])", "args": []})
+        assert all(x >= 0 for _, x in labels) and any(TOP in text and B in text for text, _ in labels)
+        assert "caller" in browser.text("#spend-key") and A in browser.text("#spend-model")
+        assert "ms" in browser.text("#latency-time")
+        browser.open(f"{url}/console/quality?range=24h")
+        assert "log.requests: false" not in browser.text("main")
+        browser.open(f"{url}/console/router?range=24h")
+        assert browser.text("#version") == live != client.version
+        assert "in service" in browser.text("#learn-new") and "replaced" in browser.text("#learn-in_service")
+        assert browser.text("#verdict") == "roll_out" and "+0.020 [-0.010, +0.050]" in browser.text("#rollout")
+        version_row = browser.text("#versions").splitlines()[1]
+        # the version that served these requests, with its consensus quality and cost, is no longer in service
+        assert version_row.startswith(client.version) and "% – " in version_row and "$" in version_row
+        assert not version_row.endswith("in service")
+        browser.screenshot(tmp_path / "router.png")
+    finally:
+        browser.close()
+
+
+def test_an_empty_gateway_says_how_to_send_a_request_and_quality_how_to_explore(replay, client, examples,  # noqa: F811
+                                                                               tmp_path):
+    good, _ = replay
+    with pytest.MonkeyPatch.context() as mp:
+        pool_env(mp, {"id": "caller", "key": CALLER})
+        pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": good.base_url})
+                                                  for m in POOL.models]})
+        cfg = ServingConfig(state={"path": str(tmp_path / "state")}, log={"path": str(tmp_path / "log"),
+                                                                          "requests": True})
+        with Loopback(create_app(cfg, client=client, pool=pool)) as url:
+            s = session(url)
+            for view in ("savings", "requests", "traffic"):
+                said = shown(s.get(f"/console/{view}").text, "message")
+                assert said.startswith("no requests yet") and "send one with curl http://127.0.0.1:8080/v1/chat/" \
+                    "completions -H &#39;Authorization: Bearer &lt;a caller key&gt;&#39;" in said, view
+            ok = post(url + "/v1/chat/completions", json=openai_body(examples[0]), headers=bearer(CALLER), timeout=60)
+            assert ok.status_code == 200
+            wait_for(lambda: log_has(tmp_path / "log", 1, 1))
+            page = s.get("/console/quality").text
+            assert shown(page, "explored") == "0"
+            assert "log.requests: false" not in page
+            assert "Exploration is off (explore.rate: 0)" in page and "explore.usd_per_day" in page

@@ -18,7 +18,8 @@ from data.pool import Pool, load_pool
 from evaluation.bench.console import synthetic_records
 from serving.console import charts
 from serving.console.logdb import open_log
-from serving.console.queries import (cascades, counterfactual_usd, filter_values, quantiles, recent_requests,
+from serving.console.search import search_requests
+from serving.console.queries import (cascades, counterfactual_usd, filter_values, quantiles,
                                      router_versions, savings, traffic, wilson)
 from serving.console.session import Sessions
 from serving.gateway.decision_log import SCHEMA, DecisionLog
@@ -211,10 +212,10 @@ def test_a_file_without_a_summary_is_read_from_its_rows_and_the_writer_builds_on
 
 def test_the_requests_view_reads_the_newest_rows_first_across_files(written):
     with open_log(written, 0.0) as db:
-        rows = recent_requests(db, since=0.0, limit=50)
+        rows = search_requests(db, since=0.0)["rows"]
         newest = [r[0] for f in reversed(db.files)
                   for r in db.execute(f"SELECT request_id FROM {f.schema}.requests ORDER BY id DESC")][:50]
-        failed = recent_requests(db, since=0.0, limit=500, status=503)
+        failed = search_requests(db, since=0.0, size=500, status=503)["rows"]
         values = filter_values(db, 0.0, NOW)
     assert [r["request_id"] for r in rows] == newest and len(db.files) >= 3
     assert failed and all(r["status"] == 503 for r in failed)
@@ -226,7 +227,7 @@ def test_quality_labels_equal_the_consensus_labels_of_the_learn_step(written):
     from serving.console.quality import explored_answers, labels
 
     with open_log(written, 0.0) as db:
-        rows, tools, served = explored_answers(db, 0.0)
+        rows, tools, served, _ = explored_answers(db, 0.0)
     assert len(served) > 50 and all(rid in tools for rid in served)
     names = sorted({r["model"] for r in rows} | set(FULL_POOL.names))
     mine = labels(rows, tools, names)
