@@ -147,8 +147,9 @@ class Run:
             # Sent, then given up (timeout, dropped, a lost hedge): the provider may bill them; not in cost_usd.
             "abandoned": {"calls": len(self.abandoned), "estimated_cost_usd": self.abandoned_usd},
             "attempts": [asdict(a) for a in self.attempts],
-            **({} if self.returned is None or not self.returned.answer.dropped else {
-                "dropped_calls": self.returned.answer.dropped}),  # what the caller's tool_choice took out
+            **({"dropped_calls": self.returned.answer.dropped}  # what the caller's tool_choice took out
+               if self.returned is not None and self.returned.answer is not None and self.returned.answer.dropped
+               else {}),
             **({} if self.returned is None else {
                 "answered_by": self.returned.model,
                 "fallback": any(not c.ok for c in self.calls[: self.calls.index(self.returned)])}),
