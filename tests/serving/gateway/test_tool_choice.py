@@ -205,3 +205,15 @@ def test_a_named_tool_the_request_lacks_is_a_400_naming_the_field(gateway):
 def test_tool_choice_of_a_body_without_tools_asks_nothing():
     assert ToolChoice.of({"tool_choice": "required", "parallel_tool_calls": False}) == ToolChoice()
     assert ToolChoice.of({"tools": [{}], "tool_choice": "none"}).constrained
+
+
+@pytest.mark.parametrize("model", [PROMPT_MODEL, NATIVE_MODEL])
+def test_a_streamed_chat_answer_is_held_to_its_tool_choice_too(gateway, model):
+    """A native model's stream is not passed through unread when a tool_choice asks something of its calls."""
+    client = openai.OpenAI(base_url=gateway[0] + "/v1", api_key=KEY, max_retries=0)
+    with client.chat.completions.stream(model=model, messages=[{"role": "user", "content": "TWO"}],
+                                        tools=[{"type": "function", "function": t} for t in (WEATHER, TIME)],
+                                        parallel_tool_calls=False) as stream:
+        final = stream.get_final_completion()
+    calls = final.choices[0].message.tool_calls
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
