@@ -41,8 +41,8 @@ def check_tool_choice(body: dict[str, Any]) -> None:
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise bad("must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": …}}",
                   "tool_choice")
-    names = [t["function"].get("name") for t in body.get("tools") or []
-             if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []  # not a list: to_tools says so
+    names = [t["function"].get("name") for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     if fn["name"] not in names:
         listed = ", ".join(repr(n) for n in names[:20]) or "none"
         raise bad(f"{fn['name'][:64]!r} is not one of the request's tools ({listed}); name a tool in `tools`",

@@ -21,7 +21,8 @@ from fastapi import FastAPI, Request
 from data.pool_runner.request import PROMPT_SYSTEM
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
-from serving.gateway.tool_choice import ToolChoice
+from serving.gateway.errors import GatewayError
+from serving.gateway.tool_choice import ToolChoice, check_tool_choice
 from tests.serving.gateway.helpers import A, POOL, TOP, pool_env
 from tests.serving.helpers import KEY, Loopback
 
@@ -200,6 +201,13 @@ def test_a_named_tool_the_request_lacks_is_a_400_naming_the_field(gateway):
             tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert e.value.body["param"] == "tool_choice.function.name"
     assert "'get_time' is not one of the request's tools ('get_weather')" in e.value.body["message"]
+
+
+@pytest.mark.parametrize("tools", [5, "get_time", {"get_time": {}}, [None, {"function": {"name": 7}}]])
+def test_a_named_tool_among_malformed_tools_is_a_400(tools):
+    with pytest.raises(GatewayError) as e:
+        check_tool_choice({"tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_time"}}})
+    assert (e.value.status, e.value.param) == (400, "tool_choice.function.name")
 
 
 def test_tool_choice_of_a_body_without_tools_asks_nothing():
