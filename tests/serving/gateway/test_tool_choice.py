@@ -3,10 +3,10 @@ upstream on loopback that misbehaves on purpose, with the official `openai` and 
 
     .venv/bin/python -m pytest -q tests/serving/gateway/test_tool_choice.py
 
-The stand-in upstream reads the last user message: `TWO` answers two calls (get_weather, get_time) whatever it
-was told, `TEXT` answers text, `TEXT FROM PROMPT` answers text to a prompt-style model (no `tools` field) and a
+The stand-in upstream reads the user's words: `TWO` answers two calls (get_weather, get_time) whatever it was
+told, `TEXT` answers text, `TEXT FROM PROMPT` answers text to a prompt-style model (no `tools` field) and a
 get_time call to a native one. A prompt-style model answers calls as BFCL text (`[f(a=1)]`), a native one as
-`tool_calls`.
+tool calls; each in its provider API (Chat Completions, and for the models in OUTBOUND Messages or Responses).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import openai
 import pytest
 from fastapi import FastAPI, Request
 
+from data.pool_runner.apis.anthropic_messages import message_body
+from data.pool_runner.apis.openai_responses import response_body
 from data.pool_runner.request import PROMPT_SYSTEM
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
@@ -33,44 +35,59 @@ WEATHER = {"name": "get_weather", "description": "Weather now.",
 TIME = {"name": "get_time", "description": "Time now.",
         "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}
 CALLS = {"get_weather": {"city": "Paris"}, "get_time": {"zone": "UTC"}}
+USAGE = {"input": 50, "output": 10, "cached": 0, "written": 0}
+# Models behind the other provider APIs: two native ones, and a prompt-style one behind Messages.
+NATIVE_MESSAGES, NATIVE_RESPONSES = "gemini-1.5-flash-preview-0514", "open-mistral-nemo-2407-FC-Auto"
+PROMPT_MESSAGES = "claude-3-haiku-20240307"
+OUTBOUND = {NATIVE_MESSAGES: "anthropic_messages", NATIVE_RESPONSES: "openai_responses",
+            PROMPT_MESSAGES: "anthropic_messages"}
 
 
 def answer(request: dict) -> dict:
-    """The misbehaving model's answer to `request` (see the module docstring)."""
-    said = next(m["content"] for m in reversed(request["messages"]) if m["role"] == "user")
+    """The misbehaving model's chat message for `request`, in any of the three APIs (see the module docstring)."""
+    text = json.dumps([m for m in request.get("messages") or request.get("input") or [] if m.get("role") == "user"])
+    said = next(s for s in ("TEXT FROM PROMPT", "TEXT", "TWO") if s in text)
     prompt_style = "tools" not in request
     names = {"TWO": ["get_weather", "get_time"], "TEXT": [],
              "TEXT FROM PROMPT": [] if prompt_style else ["get_time"]}[said]
     if not names:
-        message = {"role": "assistant", "content": "It is sunny."}
-    elif prompt_style:
+        return {"role": "assistant", "content": "It is sunny."}
+    if prompt_style:
         text = ", ".join(f"{n}({', '.join(f'{k}={v!r}' for k, v in CALLS[n].items())})" for n in names)
-        message = {"role": "assistant", "content": f"[{text}]"}
-    else:
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(CALLS[n])}}
-            for i, n in enumerate(names)]}
+        return {"role": "assistant", "content": f"[{text}]"}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(CALLS[n])}}
+        for i, n in enumerate(names)]}
+
+
+def in_api(path: str, message: dict, request: dict) -> dict:
+    """`message` as the answer of the API at `path` (chat/completions, messages or responses)."""
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    if path == "messages":
+        return message_body(message, finish, USAGE, request["model"])
+    if path == "responses":
+        return response_body(message, finish, USAGE, request["model"], request)
     return {"id": "c", "object": "chat.completion", "created": 0, "model": request["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if names else "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}
 
 
 @pytest.fixture(scope="module")
 def gateway(client):
-    """(gateway URL, the request bodies the upstream got)."""
+    """(gateway URL, the request bodies the upstream got, in order); the pool's models behind OUTBOUND's APIs."""
     seen: list[dict] = []
     upstream = FastAPI()
 
-    @upstream.post("/v1/chat/completions")
-    async def complete(request: Request) -> dict:
+    @upstream.post("/v1/{path:path}")
+    async def complete(path: str, request: Request) -> dict:
         seen.append(await request.json())
-        return answer(seen[-1])
+        return in_api(path, answer(seen[-1]), seen[-1])
 
     mp = pytest.MonkeyPatch()
     pool_env(mp)
     with Loopback(upstream) as up:
-        pool = POOL.model_copy(update={"models": [m.model_copy(update={"base_url": up + "/v1"})
-                                                  for m in POOL.models]})
+        pool = POOL.model_copy(update={"models": [
+            m.model_copy(update={"base_url": up + "/v1", "api": OUTBOUND.get(m.name, m.api)}) for m in POOL.models]})
         with Loopback(create_app(ServingConfig(), client=client, pool=pool)) as url:
             yield url, seen
     mp.undo()
@@ -225,3 +242,29 @@ def test_a_streamed_chat_answer_is_held_to_its_tool_choice_too(gateway, model):
         final = stream.get_final_completion()
     calls = final.choices[0].message.tool_calls
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+
+
+# What each provider API's request says, for (none, no parallel calls, the named tool get_time).
+SENT = {NATIVE_MESSAGES: ({"type": "none"}, {"type": "auto", "disable_parallel_tool_use": True},
+                          {"type": "tool", "name": "get_time"}),
+        NATIVE_RESPONSES: ("none", "auto", {"type": "function", "name": "get_time"})}
+
+
+@pytest.mark.parametrize("model", [NATIVE_MESSAGES, NATIVE_RESPONSES, PROMPT_MESSAGES])
+def test_models_behind_messages_and_responses_are_held_to_the_tool_choice_too(gateway, model):
+    url, seen = gateway
+    cases = [("none", True, []), ("auto", False, ["get_weather"]), ("get_time", True, ["get_time"])]
+    for i, (choice, parallel, want) in enumerate(cases):
+        names, _, trace = ask(url, "chat", model, "TWO", choice, parallel=parallel)
+        assert names == want and trace["dropped_calls"]
+        sent = seen[-1]
+        if model in SENT:
+            assert sent["tool_choice"] == SENT[model][i]
+            if model == NATIVE_RESPONSES:
+                assert sent.get("parallel_tool_calls", True) is parallel
+        else:
+            assert "tools" not in sent and "tool_choice" not in sent
+    with pytest.raises(openai.APIStatusError) as e:
+        ask(url, "chat", model, "TEXT", "required")
+    assert f"{model} answered without a tool call" in e.value.body["message"]
+
