@@ -103,7 +103,7 @@ def chat_messages(example: Example) -> list[dict[str, Any]]:
 
 
 def styled_request(
-    messages: list[dict[str, Any]], tools: list[Tool], prompt_style: str
+    messages: list[dict[str, Any]], tools: list[Tool], prompt_style: str, requirement: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(messages, `tools` parameter or None) as a model of this prompt style is asked.
 
@@ -111,10 +111,13 @@ def styled_request(
     caller's own system message) and no `tools` parameter is sent; `native`: the
     messages as given and the tools with OpenAI-legal names. The pool runner and
     the gateway both build requests here, so a model is served the way it was labelled.
+    `requirement`: a line the prompt adds after the functions (the gateway's tool_choice: which call is required).
     """
     if prompt_style == "prompt" and tools:
         messages = list(messages)
         system = PROMPT_SYSTEM.format(functions=prompt_functions(tools))
+        if requirement:
+            system += requirement + "\n"
         if messages and messages[0].get("role") in ("system", "developer"):
             messages[0] = {
                 "role": "system",

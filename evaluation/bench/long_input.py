@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.gateway.requests import parse_body, to_schema
+from serving.gateway.body import parse_body
+from serving.gateway.requests import to_schema
 from serving.long_input import CappedEncoder
 from training.export import RequestEncoder
 

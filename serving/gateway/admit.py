@@ -23,7 +23,7 @@ from fastapi import Request
 from serving.gateway.auth import Identity, forbidden
 from serving.gateway.errors import GatewayError
 from serving.gateway.parts import Gateway
-from serving.gateway.requests import Bounds, check_sizes, parse_body
+from serving.gateway.body import Bounds, check_sizes, parse_body
 
 log = logging.getLogger("switchcraft.gateway")
 DRAIN_BYTES = 16 * 2**20  # an oversized body is read and dropped up to this, to answer 413 on a reusable connection

@@ -1,8 +1,9 @@
 """Each pool model served the way it was labelled: its request per prompt style, its answer as OpenAI tool_calls.
 
     payload = upstream_body(caller_body, tools, pool.get(model))   # prompt style: functions in the system prompt
-    answer = read_answer(upstream_json, pool.get(model), tools)    # answer.body carries OpenAI `tool_calls`
+    answer = read_answer(upstream_json, pool.get(model), tools, choice)    # answer.body carries OpenAI `tool_calls`
     answer.raw, answer.calls, answer.decoder, answer.usage          # what the model said, what it means
+    answer.unmet, answer.dropped                                    # held to the caller's tool_choice
 
 Requests come from the pool runner's own builder (`data.pool_runner.request.styled_request`):
 a `prompt` model gets BFCL's system prompt listing the functions and no
@@ -32,6 +33,7 @@ from data.pool_runner.request import openai_function_name, styled_request
 from data.pool_runner.wire import raw_from_message, usage_from_wire
 from data.schema import Call, Tool, Usage
 from data.verify.batch import is_text
+from serving.gateway.tool_choice import AUTO, ToolChoice
 
 # Fields that only mean something next to native `tools`: a prompt-style model was labelled without them.
 NATIVE_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
@@ -43,7 +45,10 @@ def upstream_body(body: dict[str, Any], tools: list[Tool], model: PoolModel) -> 
     messages = body.get("messages") or []
     if model.prompt_style == "native":
         messages = [_legal_history(m) for m in messages]
-    messages, native = styled_request(messages, tools, model.prompt_style)
+        messages, native = styled_request(messages, tools, model.prompt_style)
+    else:  # the functions it may call, and which call is required: it has no tool_choice field to read
+        choice = ToolChoice.of(body)
+        messages, native = styled_request(messages, choice.offered(tools), model.prompt_style, choice.instruction())
     if model.prompt_style == "native":
         if native is not None:
             # The builder's name, description and parameters; the caller's other fields (e.g. `strict`) kept.
@@ -93,31 +98,47 @@ class Answer:
     decoder: str | None
     decode_error: str | None
     usage: Usage
+    unmet: str | None = None  # why the answer fails the caller's tool_choice (no call where one was required)
+    dropped: list[dict[str, str]] | None = None  # calls the tool_choice took out: {name, why}
 
     def calls_json(self) -> list[dict[str, Any]]:
         return [{"name": c.name, "arguments": c.arguments} for c in self.calls]
 
 
-def read_answer(data: dict[str, Any], model: PoolModel, tools: list[Tool]) -> Answer:
-    """Decode the upstream's chat completion `data`; raises `WireError` when its message is unreadable."""
-    choices = []
+def read_answer(data: dict[str, Any], model: PoolModel, tools: list[Tool], want: ToolChoice = AUTO) -> Answer:
+    """Decode the upstream's chat completion `data`, held to the caller's tool choice `want`; raises `WireError`
+    when its message is unreadable."""
+    choices, dropped = [], []
     first: tuple[Any, list[Call], str | None, str | None] | None = None
     for choice in data.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
         raw = raw_from_message(message)
         res = decode(raw, tools)
-        calls = list(res.calls or [])
+        calls, gone = want.keep(list(res.calls or []), lambda c: c.name)
         if model.prompt_style == "native":
             calls = [] if is_text(raw) else calls
-            message = _names_back(message, tools)
+            message = _obey(_names_back(message, tools), want)
         elif calls:
             message = {"role": "assistant", "content": None, "tool_calls": tool_calls(calls)}
+        if not (message or {}).get("tool_calls") and choice.get("finish_reason") == "tool_calls":
+            choice = {**choice, "finish_reason": "stop"}  # every call was dropped: the text is the answer
+        elif (message or {}).get("tool_calls"):
             choice = {**choice, "finish_reason": "tool_calls"}
         choices.append({**choice, "message": message})
         if first is None:
-            first = (raw, calls, res.decoder if calls else None, res.error)
+            first, dropped = (raw, calls, res.decoder if calls else None, res.error), gone
     raw, calls, decoder, error = first or ("", [], None, "no_call: no choices")
-    return Answer({**data, "choices": choices}, raw, calls, decoder, error, usage_from_wire(data.get("usage")))
+    return Answer({**data, "choices": choices}, raw, calls, decoder, error, usage_from_wire(data.get("usage")),
+                  want.unmet(calls, model.name), dropped or None)
+
+
+def _obey(message: dict[str, Any], want: ToolChoice) -> dict[str, Any]:
+    """A native answer's `tool_calls` without the calls `want` takes out (its text kept)."""
+    if not want.constrained or not message.get("tool_calls"):
+        return message
+    kept, _ = want.keep(message["tool_calls"], lambda tc: ((tc or {}).get("function") or {}).get("name", ""))
+    out = {k: v for k, v in message.items() if k != "tool_calls"}
+    return {**out, "tool_calls": kept} if kept else out
 
 
 def tool_calls(calls: list[Call]) -> list[dict[str, Any]]:

@@ -467,10 +467,10 @@ def charges_of(run, pool: Pool, payload_bytes: dict[str, int], *, chars_per_toke
     def estimate(model: str, output_tokens: int) -> float:
         return call_estimate_usd(pool.get(model), tokens_in(payload_bytes.get(model, 0), chars_per_token), output_tokens)
 
-    for c in run.calls:
-        if c.ok and c.cost_usd is not None:
+    for c in run.calls:  # an answer is paid for whether or not it was usable (an unmet tool_choice)
+        if c.answer is not None and c.cost_usd is not None:
             out.append(Charge(c.model, "answer" if c is run.returned else "cascade", c.cost_usd))
-        elif c.ok:
+        elif c.answer is not None:
             raw = c.answer.raw if isinstance(c.answer.raw, str) else json.dumps(c.answer.raw, default=str)
             out.append(Charge(c.model, "estimated", estimate(c.model, tokens_in(len(raw.encode()), chars_per_token))))
         elif c.outcome in ABANDONED:  # the router's expected cost; without one, the worst case of an answer

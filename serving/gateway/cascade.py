@@ -43,6 +43,7 @@ from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.answers import Answer, read_answer
 from serving.gateway.errors import GatewayError
 from serving.gateway.metrics import GatewayMetrics
+from serving.gateway.tool_choice import AUTO, ToolChoice
 from serving.gateway.upstream import ABANDONED, Attempt, Upstreams
 from training.policy import rules
 from training.policy.strategy import Strategy
@@ -59,6 +60,7 @@ class CascadeRequest:
     ranking: list[str] = field(default_factory=list)  # the decision's order: fallbacks after `escalate`
     costs: Mapping[str, float] = field(default_factory=dict)  # expected cost per model: which answer is cheaper
     down: set[str] = field(default_factory=set)  # endpoints that refused a connection during this request
+    choice: ToolChoice = AUTO  # what the caller's tool_choice asks: an answer without a required call fails
 
 
 @dataclass
@@ -74,7 +76,8 @@ class CallRecord:
 
     @property
     def ok(self) -> bool:
-        return self.answer is not None
+        """An answer the caller may get: read, and doing what its tool_choice asks (an unmet one is still paid)."""
+        return self.answer is not None and self.answer.unmet is None
 
     @property
     def outcome(self) -> str:
@@ -97,6 +100,8 @@ class CallRecord:
                            "reasoning_tokens": u.reasoning_tokens} if u is not None and u.known else None),
                 "cost_usd": self.cost_usd, "raw": a.raw if a else None, "calls": a.calls_json() if a else None,
                 "decoder": a.decoder if a else None, "decode_error": a.decode_error if a else None,
+                **({"tool_choice_unmet": a.unmet} if a and a.unmet else {}),
+                **({"dropped_calls": a.dropped} if a and a.dropped else {}),
                 "returned": returned, "abandoned": self.outcome in ABANDONED,
                 "estimated_cost_usd": self.abandoned_usd}
 
@@ -142,6 +147,9 @@ class Run:
             # Sent, then given up (timeout, dropped, a lost hedge): the provider may bill them; not in cost_usd.
             "abandoned": {"calls": len(self.abandoned), "estimated_cost_usd": self.abandoned_usd},
             "attempts": [asdict(a) for a in self.attempts],
+            **({"dropped_calls": self.returned.answer.dropped}  # what the caller's tool_choice took out
+               if self.returned is not None and self.returned.answer is not None and self.returned.answer.dropped
+               else {}),
             **({} if self.returned is None else {
                 "answered_by": self.returned.model,
                 "fallback": any(not c.ok for c in self.calls[: self.calls.index(self.returned)])}),
@@ -188,14 +196,15 @@ class Cascade:
             rec.rejected, result = e, None
         rec.attempt = attempts[-1] if attempts else None
         if result is not None and result.body is not None:
-            self.read(rec, result.body, req.tools)
+            self.read(rec, result.body, req.tools, req.choice)
         return rec
 
-    def read(self, rec: CallRecord, body: dict[str, Any], tools: list[Tool]) -> None:
-        """Decode a call's completion into `rec.answer` and cost it; an unreadable message is a bad body."""
+    def read(self, rec: CallRecord, body: dict[str, Any], tools: list[Tool], choice: ToolChoice = AUTO) -> None:
+        """Decode a call's completion into `rec.answer` and cost it; an unreadable message is a bad body, one
+        without the call `choice` requires is `tool_choice_unmet` (paid, not returned)."""
         model = rec.model
         try:
-            rec.answer = read_answer(body, self.pool.get(model), tools)
+            rec.answer = read_answer(body, self.pool.get(model), tools, choice)
         except WireError:
             rec.attempt.outcome = "bad_body"  # type: ignore[union-attr]
             self.metrics.upstream_errors.labels(model=model, reason="bad_body").inc()
@@ -206,6 +215,9 @@ class Cascade:
             self.metrics.call_cost.labels(model=model).inc(rec.cost_usd)
         kind = "tool_calls" if rec.answer.calls else (rec.answer.decode_error or "no_call").split(":", 1)[0]
         self.metrics.decoded.labels(model=model, result=kind if kind in ("tool_calls", "malformed") else "no_call").inc()
+        if rec.answer.unmet is not None:
+            rec.attempt.outcome = "tool_choice_unmet"  # type: ignore[union-attr]
+            self.metrics.upstream_errors.labels(model=model, reason="tool_choice_unmet").inc()
 
     def _answer(self, run: Run, rec: CallRecord, rule: str, reused: bool = False) -> None:
         run.returned, run.rule, run.reused = rec, rule, reused
@@ -243,7 +255,7 @@ class Cascade:
                 raise rec.rejected
             if rec.ok:
                 return self._answer(run, rec, "single" if len(run.calls) == 1 else "fallback")
-        raise self.upstreams.no_answer(run.attempts)
+        raise self.no_answer(run)
 
     async def _hedge(self, req: CascadeRequest, first: str, second: str) -> list[CallRecord]:
         """`first`; if it has not answered after `hedge_after_s`, `second` as well. The first answer (or caller
@@ -335,7 +347,17 @@ class Cascade:
         if rejected:
             rejected[0].attempts = [asdict(x) for x in run.attempts]
             raise rejected[0]
-        raise self.upstreams.no_answer(run.attempts)
+        raise self.no_answer(run)
+
+    def no_answer(self, run: Run) -> GatewayError:
+        """Why no answer came: the upstreams' error, or, when a model answered without the call the caller's
+        tool_choice requires, a 502 naming each such model (the field: `tool_choice`)."""
+        err = self.upstreams.no_answer(run.attempts)
+        unmet = [c.answer.unmet for c in run.calls if c.answer is not None and c.answer.unmet]
+        if not unmet or err.status != 502:
+            return err
+        return GatewayError(502, f"no model answered as tool_choice asks: {'; '.join(unmet)}", type="upstream_error",
+                            param="tool_choice", attempts=err.attempts)
 
     def _count_failures(self, *recs: CallRecord) -> None:
         """A failed call in a cascade is a fallback: the cascade goes on without its answer."""

@@ -50,6 +50,7 @@ from serving.gateway.requests import check_chat_fields, model_mode
 from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
 from serving.gateway.state import Charge, Reservation
+from serving.gateway.tool_choice import ToolChoice
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import GATE, Attempt, UpstreamResult
 from training.policy import Strategy
@@ -140,11 +141,12 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         at.stream = inbound.stream
         # A stream passed through unread could carry a call to a tool the caller was not shown: with tool routing
         # (unless tools.rejected_calls is pass) the answer is read whole, then sent as a stream.
-        passthrough = at.stream and api.reply is None and (gw.tools is None or gw.tools.rejected == "pass")
+        passthrough = at.stream and api.reply is None and (gw.tools is None or gw.tools.rejected == "pass") \
+            and not ToolChoice.of(body).constrained  # a tool_choice is enforced on the whole answer
         if at.stream and not passthrough:
             body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         named, threshold = (None, arg) if mode == "route" else (arg, None)
-        at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id)
+        at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id, sent)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint
@@ -226,7 +228,8 @@ async def run(gw: Gateway, p: Plan, stream: bool) -> Outcome:
     """The strategy's run over the upstreams; a stream: the first model of `ran` that answers."""
     if stream:
         return await stream_single(gw, p)
-    run_ = await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking, p.costs))
+    run_ = await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking, p.costs,
+                                                           choice=ToolChoice.of(p.body)))
     return Outcome(run_, run_.error)
 
 

@@ -271,7 +271,7 @@ class ServingConfig(BaseModel):
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="A request's body must be complete this "
                                   "long after its headers; else 408 with connection: close.")
     max_messages: int = Field(default=512, ge=1)
-    # What a caller may make large (serving/gateway/requests.py Bounds): each is a 400 naming the field and limit.
+    # What a caller may make large (serving/gateway/body.py Bounds): each is a 400 naming the field and limit.
     max_tools: int = Field(default=512, ge=1, description="Tools in one request at most.")
     max_enum_values: int = Field(default=1_000, ge=1, description="Values of one `enum` in a tool's (or a "
                                  "response format's) JSON Schema at most.")

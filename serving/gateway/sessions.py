@@ -6,12 +6,15 @@ switch, and the tools shown to it grow in a stable order (up to `tools.max_tools
     strategy = keep_or_switch(gw.pool, session, decision, now)       # the previous model, unless switching pays
     await remember(gw, session, run)                                 # the model that served, its prefix, the turn
 
-Naming: the `x-switchcraft-session` header; else, on POST /v1/messages,
-`metadata.user_id` (Claude Code sends one per session); else, once the
-conversation is past its first turn (it holds an assistant message), the hash
-of its first turns: system + first user message + tools. A first turn nobody
-named has no session, so single requests route as before. Sessions are per API
-key: two keys never share one.
+Naming, the first that a request holds: the `x-switchcraft-session` header;
+the agent clients' own session ids — Claude Code's `x-claude-code-session-id`
+header, Codex's `session-id` header; on POST /v1/messages the `session_id` in
+Claude Code's `metadata.user_id`; on Chat Completions and Responses
+`prompt_cache_key` (Codex sends its session id); on Messages the whole
+`metadata.user_id`; else, once the conversation is past its first turn (it
+holds an assistant message), the hash of its first turns: system + first user
+message + tools. A first turn nobody named has no session, so single requests
+route as before. Sessions are per API key: two keys never share one.
 
 State (model, prefix tokens, turns, the time of the last turn, the tool-router
 keys shown) lives in the gateway's state store beside the budgets (SQLite, or
@@ -40,6 +43,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -51,6 +55,9 @@ from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 HEADER = "x-switchcraft-session"
+# The agent clients' own session ids, sent on every turn: Claude Code's, and Codex's (its prompt_cache_key too).
+CLIENT_HEADERS = ("x-claude-code-session-id", "session-id")
+OLD_USER_ID = re.compile(r"_session_([0-9A-Za-z-]+)$")
 SESSION_TTL_S = StateSettings.model_fields["session_ttl_s"].default  # the defaults of `state.session_ttl_s`
 CACHE_TTL_S = StateSettings.model_fields["cache_ttl_s"].default  # and `state.cache_ttl_s`
 MAX_NAME = 200
@@ -75,7 +82,7 @@ FIELDS = set(SessionState.__dataclass_fields__)
 @dataclass
 class Session:
     id: str  # key id + name, hashed
-    named_by: str  # header | metadata.user_id | first_turns
+    named_by: str  # header | x-claude-code-session-id | session-id | metadata.user_id[.session_id] | prompt_cache_key | first_turns
     state: SessionState
     trace: dict[str, Any] = field(default_factory=dict)
     cache_ttl_s: float = CACHE_TTL_S  # how long its provider keeps the prefix cached
@@ -84,13 +91,20 @@ class Session:
         return {"id": self.id, "named_by": self.named_by, "turn": self.state.turns + 1, **self.trace}
 
 
-def session_name(headers, body: dict[str, Any], api: str) -> tuple[str, str] | None:
-    """(name, how it was named), or None when the request starts no session."""
-    given = headers.get(HEADER)
-    if given:
-        return given[:MAX_NAME], "header"
-    if api == "messages" and isinstance(body.get("user"), str) and body["user"]:
-        return body["user"][:MAX_NAME], "metadata.user_id"
+def session_name(headers, body: dict[str, Any], api: str, caller: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(name, how it was named), or None when the request starts no session. `body`: the chat request;
+    `caller`: the body as the caller sent it (a Responses body's `prompt_cache_key` is not in the chat request)."""
+    for header in (HEADER, *CLIENT_HEADERS):
+        if given := headers.get(header):
+            return given[:MAX_NAME], "header" if header == HEADER else header
+    user = body.get("user") if api == "messages" else None
+    if isinstance(user, str) and (part := _session_part(user)):
+        return part[:MAX_NAME], "metadata.user_id.session_id"
+    key = (caller if caller is not None else body).get("prompt_cache_key")
+    if api in ("chat", "responses") and isinstance(key, str) and key:
+        return key[:MAX_NAME], "prompt_cache_key"
+    if isinstance(user, str) and user:
+        return user[:MAX_NAME], "metadata.user_id"
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     if not any(m.get("role") == "assistant" for m in messages):
         return None
@@ -99,6 +113,20 @@ def session_name(headers, body: dict[str, Any], api: str) -> tuple[str, str] | N
     tools = sorted((json.dumps(t, sort_keys=True, default=str) for t in body.get("tools") or []))
     text = json.dumps([system, first_user, tools], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32], "first_turns"
+
+
+def _session_part(user_id: str) -> str | None:
+    """The session in Claude Code's `metadata.user_id`: `{"device_id", "account_uuid", "session_id"}` as JSON,
+    or (older versions) `user_<hash>_account_<uuid>_session_<uuid>`."""
+    if user_id.startswith("{"):
+        try:
+            parsed = json.loads(user_id)
+        except ValueError:
+            return None
+        part = parsed.get("session_id") if isinstance(parsed, dict) else None
+        return part if isinstance(part, str) and part else None
+    found = OLD_USER_ID.search(user_id)
+    return found.group(1) if found else None
 
 
 def session_id(key_id: str | None, name: str) -> str:
@@ -131,9 +159,10 @@ def store_of(gw) -> SessionStore:
     return stores[id(gw.state)]
 
 
-async def open_session(gw, headers, body: dict[str, Any], api: str, key_id: str | None) -> Session | None:
+async def open_session(gw, headers, body: dict[str, Any], api: str, key_id: str | None,
+                       caller: dict[str, Any] | None = None) -> Session | None:
     """The request's session and its state (a fresh one when new); None when it has none or the store is down."""
-    named = session_name(headers, body, api)
+    named = session_name(headers, body, api, caller)
     if named is None:
         return None
     sid = session_id(key_id, named[0])

@@ -12,7 +12,8 @@ serving/gateway/answers.py), so a streamed answer is charged what it cost: when
 the stream ends, `on_end(usage, output_bytes)` charges it (an estimate from the
 bytes that came when the provider sent no usage), and a last chunk with no
 choices says what was charged (`switchcraft.cost_usd`, `cost_estimated_usd`).
-The usage chunk reaches the client only when it asked for it.
+The usage chunk reaches the client only when it asked for it, and then the last
+chunk carries the usage too (SDKs keep the last chunk's).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
                 data = line[5:].strip()
                 if data == "[DONE]" and on_end is not None:
                     charged = await end()
-                    yield _cost_chunk(result.model, charged)
+                    yield _cost_chunk(result.model, charged, usage if keep_usage else None)
                 elif data:
                     try:
                         chunk = json.loads(data)
@@ -112,12 +113,16 @@ def _output_bytes(chunk: dict) -> int:
     return n
 
 
-def _cost_chunk(model: str, charged: list) -> bytes:
+def _cost_chunk(model: str, charged: list, usage: dict | None) -> bytes:
+    """The last chunk: what was charged, and the upstream's usage again when the client asked for it (the openai
+    SDK's stream helper keeps the last chunk's `usage`: a chunk without it would leave the final usage None)."""
     chunk = {"object": "chat.completion.chunk", "model": model, "choices": [],
              "switchcraft": {"cost_usd": round(sum(c.usd for c in charged), 10),
                              "cost_estimated_usd": round(sum(c.usd for c in charged
                                                              if c.estimated), 10),
                              "charges": [{"model": c.model, "kind": c.kind, "usd": c.usd} for c in charged]}}
+    if usage is not None:
+        chunk["usage"] = usage
     return f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
 
 

@@ -125,3 +125,18 @@ def test_a_malformed_native_answer_is_a_wire_error_never_a_crash(api, body):
                  "response.created", "response.output_item.added", "response.function_call_arguments.delta",
                  "response.completed"):
         decoder.feed(kind, body)
+
+
+@pytest.mark.parametrize("choice, parallel, messages, responses", [
+    ("none", None, {"type": "none"}, "none"),
+    ("required", None, {"type": "any"}, "required"),
+    ("auto", False, {"type": "auto", "disable_parallel_tool_use": True}, "auto"),
+    ({"type": "function", "function": {"name": "get_weather"}}, False,
+     {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+     {"type": "function", "name": "get_weather"})])
+def test_tool_choice_and_parallel_calls_are_sent_in_every_api(choice, parallel, messages, responses):
+    chat = {**CHAT, "tool_choice": choice, "parallel_tool_calls": parallel}
+    assert apis.native_request("openai_chat", chat)["tool_choice"] == choice
+    assert apis.native_request("anthropic_messages", chat)["tool_choice"] == messages
+    sent = apis.native_request("openai_responses", chat)
+    assert sent["tool_choice"] == responses and sent.get("parallel_tool_calls") == parallel

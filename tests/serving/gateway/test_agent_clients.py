@@ -157,13 +157,14 @@ def run(argv: list, cwd: Path, env: dict) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
 
 
-def claude(url: str, work: Path, home: Path, model: str | None) -> subprocess.CompletedProcess:
+def claude(url: str, work: Path, home: Path, model: str | None, *extra: str,
+           prompt: str = "Read note.txt and tell me what it says.") -> subprocess.CompletedProcess:
     env = {"HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": KEY,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
            "CLAUDE_CODE_MAX_RETRIES": "1"}  # a failure shows at once, not after minutes of backoff
     if model is not None:
         env["ANTHROPIC_MODEL"] = model
-    return run([CLAUDE, "-p", "Read note.txt and tell me what it says.", "--allowedTools", "Read"], work, env)
+    return run([CLAUDE, "-p", *extra, prompt, "--allowedTools", "Read"], work, env)
 
 
 def codex(url: str, work: Path, home: Path, model: str | None, mcp: bool = False) -> subprocess.CompletedProcess:
@@ -246,3 +247,48 @@ def test_codex_calls_an_mcp_servers_tool_through_its_namespace(agent_gateway, ta
     assert MCP_READ in offered(first)
     assert any(item.get("type") == "function_call_output" and stand_in.note in item["output"]
                for item in stand_in.seen[-1][1]["input"])
+
+
+@pytest.fixture
+def observed(client, task):
+    """(gateway URL, the `switchcraft.session` trace of every request it served) over the stand-in."""
+    _, _, stand_in = task
+    sessions: list[dict] = []
+    mp = pytest.MonkeyPatch()
+    pool_env(mp)
+    with Loopback(stand_in.app()) as upstream:
+        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
+                  for m in POOL.models]
+        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}),
+                         observers=[lambda served: sessions.append(served.meta.get("session"))])
+        with Loopback(app) as url:
+            yield url, sessions
+    mp.undo()
+
+
+def one_session(sessions: list[dict], named_by: str) -> None:
+    assert sessions and all(s is not None for s in sessions), sessions  # the first turn too
+    assert {s["id"] for s in sessions} == {sessions[0]["id"]}
+    assert {s["named_by"] for s in sessions} == {named_by}
+    assert [s["turn"] for s in sessions] == list(range(1, len(sessions) + 1))
+
+
+def test_claude_code_continue_is_one_session_named_by_its_own_id(observed, task):
+    """`claude -p`, then `claude -p --continue`: every request of both runs is one gateway session, named by
+    Claude Code's x-claude-code-session-id."""
+    needs(CLAUDE)
+    (url, sessions), (work, home, stand_in) = observed, task
+    first = claude(url, work, home, PROMPT_CLAUDE)
+    again = claude(url, work, home, PROMPT_CLAUDE, "--continue", prompt="Say it once more.")
+    assert first.returncode == 0 and again.returncode == 0, again.stderr[-2000:] + again.stdout[-2000:]
+    assert stand_in.final() in again.stdout and len(sessions) >= 3  # 2 turns, then the continuation
+    one_session(sessions, "x-claude-code-session-id")
+
+
+def test_codex_turns_are_one_session_named_by_its_own_id(observed, task):
+    needs(CODEX)
+    (url, sessions), (work, home, stand_in) = observed, task
+    done = codex(url, work, home, NATIVE_CODEX)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    assert stand_in.final() in done.stdout and len(sessions) >= 2
+    one_session(sessions, "session-id")

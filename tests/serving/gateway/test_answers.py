@@ -51,8 +51,9 @@ def test_a_prompt_model_gets_the_functions_in_its_system_prompt_and_no_tools():
     assert (out["model"], out["temperature"], out["max_tokens"], out["metadata"]) == ("p-id", 0.2, 64, {"example_id": "t:1"})
     system, user = out["messages"]
     functions = json.dumps([FACTORIAL["function"]], ensure_ascii=False, indent=2)
-    # The caller's own system message follows the function prompt, in one system turn.
-    assert system == {"role": "system", "content": PROMPT_SYSTEM.format(functions=functions) + "\nBe brief."}
+    # The caller's own system message follows the function prompt (and its parallel_tool_calls: false), in one turn.
+    assert system == {"role": "system", "content": PROMPT_SYSTEM.format(functions=functions)
+                      + "Make exactly one function call.\n" + "\nBe brief."}
     assert user == body["messages"][1] and body["tools"] == [FACTORIAL]  # the caller's body is not touched
 
 

@@ -41,8 +41,7 @@ def test_a_session_is_named_by_header_then_user_id_then_its_first_turns():
     turn2 = {"messages": FIRST + [{"role": "assistant", "content": "Looking."}, {"role": "user", "content": "go"}],
              "tools": TOOLS}
     assert session_name({HEADER: "abc"}, turn2, "chat") == ("abc", "header")
-    assert session_name({}, {**turn2, "user": "user_1_session_9"}, "messages") == ("user_1_session_9",
-                                                                                   "metadata.user_id")
+    assert session_name({}, {**turn2, "user": "user_1"}, "messages") == ("user_1", "metadata.user_id")
     name, how = session_name({}, turn2, "chat")
     assert how == "first_turns" and len(name) == 32
     turn3 = {**turn2, "messages": turn2["messages"] + [{"role": "assistant", "content": "Done."},
@@ -51,6 +50,30 @@ def test_a_session_is_named_by_header_then_user_id_then_its_first_turns():
     other = {**turn2, "messages": [FIRST[0], {"role": "user", "content": "Other task."}] + turn2["messages"][2:]}
     assert session_name({}, other, "chat")[0] != name
     assert session_name({}, {"messages": FIRST, "tools": TOOLS}, "chat") is None  # a lone first turn: no session
+
+
+# What the real clients send on every turn (captured from Claude Code 2.1.332 and Codex CLI 0.171.0 through the
+# gateway): Claude Code's session id in a header and in metadata.user_id, Codex's in a header and prompt_cache_key.
+CLAUDE_SESSION = "cce402b8-b336-452b-a48d-e9ee3baea634"
+CLAUDE_USER_ID = ('{"device_id":"63c18a9bd90829bdc973ec09d7f3e79220cd76d5d044290fdfc5197aa3b838f5",'
+                  f'"account_uuid":"","session_id":"{CLAUDE_SESSION}"}}')
+CODEX_SESSION = "01a24269-54c0-7362-b1b1-adeef6387033"
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+def test_the_agent_clients_own_session_ids_name_a_session_from_its_first_turn(api):
+    first = {"messages": FIRST, "tools": TOOLS}
+    assert session_name({"x-claude-code-session-id": CLAUDE_SESSION}, first, api) == (
+        CLAUDE_SESSION, "x-claude-code-session-id")
+    assert session_name({"session-id": CODEX_SESSION}, first, api) == (CODEX_SESSION, "session-id")
+    assert session_name({HEADER: "mine", "session-id": CODEX_SESSION}, first, api) == ("mine", "header")
+    # Without the headers: the ids in the bodies, each only where its client sends it.
+    named = session_name({}, {**first, "user": CLAUDE_USER_ID}, api)
+    assert named == ((CLAUDE_SESSION, "metadata.user_id.session_id") if api == "messages" else None)
+    older = session_name({}, {**first, "user": f"user_ab12_account__session_{CLAUDE_SESSION}"}, api)
+    assert older == ((CLAUDE_SESSION, "metadata.user_id.session_id") if api == "messages" else None)
+    by_key = session_name({}, {"messages": FIRST}, api, {"prompt_cache_key": CODEX_SESSION})
+    assert by_key == (None if api == "messages" else (CODEX_SESSION, "prompt_cache_key"))
 
 
 def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
