@@ -56,13 +56,17 @@ def learn(
         table.add_row(name, _ci(r["accuracy_consensus"]), _ci(r.get("accuracy_true")) + (
             f" (n = {r['n_true']})" if r.get("n_true") else ""), f"{r['usd_per_million']:,.0f}")
     console.print(table)
-    console.print(f"learned − in service (consensus, paired): {_ci(c['new_minus_in_service_consensus'])}",
-                  highlight=False)
-    console.print(f"ready to serve: {res.onnx_dir}  (POST /v1/admin/reload {{\"dir\": \"{res.onnx_dir}\"}} "
-                  "with an admin key, or router.dir + SIGHUP)", highlight=False)
+    console.print(f"learned − in service (consensus, paired): {_ci(c['new_minus_in_service_consensus'])}; "
+                  f"$ / M: {_ci(c.get('new_minus_in_service_usd_per_million'), '{:+,.0f}')}", highlight=False)
+    verdict = c["rollout"]
+    if verdict["verdict"] == "keep":
+        fail(f"keep the router in service: the learned router is {verdict['why']}. It is in {res.onnx_dir} "
+             "(router.json `rollout` says keep); /v1/admin/reload refuses it unless {\"force\": true}", code=3)
+    console.print(f"ready to serve ({verdict['why']}): {res.onnx_dir}  (POST /v1/admin/reload "
+                  f"{{\"dir\": \"{res.onnx_dir}\"}} with an admin key, or router.dir + SIGHUP)", highlight=False)
 
 
-def _ci(x: dict | None) -> str:
+def _ci(x: dict | None, fmt: str = "{:.3f}") -> str:
     if not x or x.get("mean") is None:
         return "—"
-    return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+    return f"{fmt.format(x['mean'])} [{fmt.format(x['low'])}, {fmt.format(x['high'])}]"
