@@ -43,7 +43,7 @@ from data.replay.recordings import read_recordings
 from data.replay.serve import ReplayServer, build_state
 from serving.gateway.auth import new_key
 from serving.gateway.breaker import endpoint_of
-from evaluation.bench.support import Spawned, free_port, serve_gateway, spawn
+from evaluation.bench._support import Spawned, free_port, serve_gateway, spawn
 
 PROVIDER_KEY = "sk-bench-provider-key-0123456789"  # what the replay servers expect from the gateway
 SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"

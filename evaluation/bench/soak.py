@@ -12,7 +12,7 @@ concurrency, until the time is up:
 - agent sessions (multi-turn conversations under one `x-switchcraft-session`, a few turns each), console login
   attempts with wrong keys (now and then a body past the body limit), and an MCP gateway's `find_tools` and
   `call_tool` (real and hostile: unknown tools, bad arguments, bodies that are not JSON) against an MCP gateway
-  the soak starts in front of a fleet of upstream MCP servers (evaluation/bench/soak_traffic.py); hostile input
+  the soak starts in front of a fleet of upstream MCP servers (evaluation/bench/_soak_traffic.py); hostile input
   there may get a 4xx (413, 429 included), never a 5xx;
 - a router reload every `--reload-every` seconds (the same directory: a swap under load), and a Redis restart at
   half time (the store is down for a second; keys with limits fail closed with a 503 meanwhile).
@@ -40,7 +40,7 @@ import numpy as np
 
 from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
 from evaluation.bench.overhead import measured_model
-from evaluation.bench.soak_traffic import Conversation, McpStack, Req, console_login, mcp_request
+from evaluation.bench._soak_traffic import Conversation, McpStack, Req, console_login, mcp_request
 
 MIX = {"routed": 0.40, "named": 0.10, "stream": 0.08, "stream_left": 0.04, "hostile": 0.12, "session": 0.12,
        "console_login": 0.04, "mcp_find": 0.05, "mcp_call": 0.03, "mcp_hostile": 0.02}

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from evaluation.bench.soak_traffic import OVERSIZED_BYTES, Conversation, console_login
+from evaluation.bench._soak_traffic import OVERSIZED_BYTES, Conversation, console_login
 from tests.routers import REPO
 
 pytestmark = pytest.mark.integration
