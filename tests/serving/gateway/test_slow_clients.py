@@ -76,7 +76,7 @@ def head(body: bytes, length: int | None = None) -> bytes:
 
 
 def metric(url: str, line: str) -> float:
-    for x in httpx.get(url + "/metrics", headers=AUTH).text.splitlines():
+    for x in httpx.get(url + "/metrics", headers=AUTH, timeout=30).text.splitlines():
         if x.startswith(line + " "):
             return float(x.split()[-1])
     return 0.0
