@@ -292,3 +292,52 @@ def test_codex_turns_are_one_session_named_by_its_own_id(observed, task):
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
     assert stand_in.final() in done.stdout and len(sessions) >= 2
     one_session(sessions, "session-id")
+
+
+@pytest.fixture
+def novel(exported, bfcl_examples, task, tmp_path):
+    """(gateway URL, every routed decision): the tiny router with a novelty index fitted on the 1,630 BFCL v1
+    requests (training/novelty.py), so the real clients' requests are scored against benchmark traffic."""
+    import numpy as np
+
+    from serving.client import RouterClient
+    from tests.routers import with_novelty
+    from training.export import RequestEncoder
+    from training.folds import grouped_folds
+    from training.novelty import Novelty
+
+    encoder = RequestEncoder.from_dir(exported[0])
+    rows = [encoder.encode(e.messages, e.tools) for e in bfcl_examples]
+    fitted = Novelty.fit([r[0] for r in rows], np.array([r[1] for r in rows]),
+                         grouped_folds([e.id for e in bfcl_examples], 5, 0), safe_model=NATIVE_CODEX)
+    client = RouterClient.from_dir(with_novelty(exported[0], fitted, tmp_path / "router"), threads=1)
+    _, _, stand_in = task
+    decisions: list[dict] = []
+    mp = pytest.MonkeyPatch()
+    pool_env(mp)
+    with Loopback(stand_in.app()) as upstream:
+        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
+                  for m in POOL.models]
+        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}),
+                         observers=[lambda served: decisions.append(served.meta.get("decision"))])
+        with Loopback(app) as url:
+            yield url, decisions, fitted
+    mp.undo()
+    client.close()
+
+
+def test_the_real_clients_requests_go_to_the_safe_model_as_unlike_benchmark_requests(novel, task):
+    """Every routed request of a `claude -p` and a `codex exec` run is over the novelty threshold that flags 2%
+    of held-out BFCL v1 requests, and runs on the safe model (docs/router.md, "Novelty")."""
+    needs(CLAUDE), needs(CODEX)
+    (url, decisions, fitted), (work, home, _) = novel, task
+    assert claude(url, work, home, "router").returncode == 0
+    (home / "codex").mkdir()
+    assert codex(url, work, home / "codex", "router").returncode == 0
+    routed = [d for d in decisions if d]
+    assert len(routed) >= 4 and fitted.held_out_flagged <= 0.02
+    flagged = [d for d in routed if d["novelty"]["flagged"]]
+    print(f"novelty: {len(flagged)} of {len(routed)} real-client requests flagged (held-out BFCL v1: "
+          f"{fitted.held_out_flagged:.1%}); scores {sorted(round(d['novelty']['score'], 2) for d in routed)}")
+    assert len(flagged) == len(routed)
+    assert all(d["chosen"] == NATIVE_CODEX and d["strategy_why"]["rule"] == "novelty" for d in flagged)
