@@ -44,6 +44,9 @@ def test_a_short_soak_loses_nothing_and_the_ledger_covers_what_was_billed(export
     assert s["sessions_continued"] > 0 and statuses.get("session:200", 0) >= s["sessions_continued"]
     for key, n in statuses.items():  # 503s only while the store was down, and only where the store is asked
         kind, status = key.split(":")
+        if status == "closed":  # an oversized login refused before its body was sent: the only kind that may be
+            assert kind == "console_login", (key, n)
+            continue
         assert status != "error" and (int(status) < 500 or (status == "503" and not kind.startswith(
             ("mcp_", "console_")))), (key, n)
     write_results(s, tmp_path / "soak.md")
