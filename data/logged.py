@@ -4,7 +4,7 @@
     examples, outputs = log_contracts(requests, answers, pool)  # Examples (no expected answer) and Outputs
     rows = complete_rows(examples, outputs, pool)               # the requests every pool model answered
 
-The log itself (its two SQLite tables, rotation, the writer) is serving/gateway/decision_log.py; this module only
+The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
 reads the files it leaves, so `switchcraft learn` and anything else offline need nothing from serving.
 """
 

@@ -17,14 +17,14 @@ call are in the body (`model`, `switchcraft`) and the `x-switchcraft-*`
 headers. Logs are one JSON object per request, without message text or keys.
 
 Every request to /v1/* needs an API key (`Authorization: Bearer <key>`,
-serving/gateway/auth.py) unless `auth.mode: none`; the key decides the caller
+serving/core/auth.py) unless `auth.mode: none`; the key decides the caller
 identity (which tools it may see) and its limits, and the body's caller field
-may only narrow that identity. Limits are enforced in serving/gateway/budget.py
-on counts kept in serving/gateway/state.py (SQLite or Redis): a request reserves
+may only narrow that identity. Limits are enforced in serving/core/budget.py
+on counts kept in serving/core/state.py (SQLite or Redis): a request reserves
 its worst-case cost before any upstream call and settles the real cost after,
 streamed answers included. /metrics, /readyz details and GET /v1/admin/spend
 need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
-unexpected exception answers 500 with `connection: close` (serving/gateway/errors.py).
+unexpected exception answers 500 with `connection: close` (serving/core/errors.py).
 
 This module is the wiring, above the three folders it joins (none of them imports another's wiring):
 `build_gateway` makes the parts (serving/gateway/parts.py
@@ -52,24 +52,24 @@ from data.pool import Pool
 from serving.client import RouterClient
 from serving.console import mount as mount_console
 from serving.gateway import admin
-from serving.gateway.auth import KeyStore
+from serving.core.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
-from serving.gateway.budget import Budgets
+from serving.core.budget import Budgets
 from serving.gateway.cascade import Cascade
 from serving.gateway.apis import anthropic_messages, openai_responses, tokens
 from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import CHAT, handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
-from serving.gateway.decision_log import DecisionLog
-from serving.gateway.errors import CatchAll, route_errors
+from serving.core.decision_log import DecisionLog
+from serving.core.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.metrics import GatewayMetrics
 from serving.gateway.parts import Gateway, ToolSelector
-from serving.gateway.record import Observer
+from serving.core.record import Observer
 from serving.gateway.reload import RouterSlot, client_from
 from serving.gateway.requests import check_strategy
 from serving.gateway.route import route_only
-from serving.gateway.state import StateStore, open_state
+from serving.core.state import StateStore, open_state
 from serving.gateway.tools import GatewayTools
 from serving.gateway.upstream import Upstreams
 
@@ -145,7 +145,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     """`tools`: a tool router over a catalog; when None it is built from `cfg.tools` (if configured).
     `keys`: the API keys; when None they are read as `cfg.auth` says (ValueError when none are configured).
     `state`: where limits and spend live; when None it is opened as `cfg.state` says (closed with the app).
-    `observers`: more watchers of every served chat request (serving/gateway/record.py), after those `cfg` asks for."""
+    `observers`: more watchers of every served chat request (serving/core/record.py), after those `cfg` asks for."""
     own_state = state is None
     gw = build_gateway(cfg, client=client, pool=pool, tool_selector=tool_selector, tools=tools, keys=keys,
                        state=state, observers=observers)
@@ -272,7 +272,7 @@ def run_served(cfg: ServingConfig, app: FastAPI, client: RouterClient, sock: soc
     (header_timeout_s, body_timeout_s), so a slow client cannot hold a connection."""
     import uvicorn
 
-    from serving.gateway.errors import configure_json_logging
+    from serving.core.errors import configure_json_logging
     from serving.gateway.server import uvicorn_config
 
     configure_json_logging(cfg.log_level)  # uvicorn's and httpx's lines too

@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         """Connect every upstream once and print what a caller sees: /mcp, each group, find_tools; then exit."""
         import anyio
 
-        from serving.gateway.auth import Identity, KeyLimits
+        from serving.core.auth import Identity, KeyLimits
         from serving.tools.policy import Caller
 
         _, gw = _gateway(config, overrides)

@@ -111,7 +111,7 @@ def serve(
     from data.errors import DataError
     from serving.app import UNAUTHENTICATED, bind, load_served, run_served
     from serving.gateway.admin import missing_credentials
-    from serving.gateway.state import StateUnavailable
+    from serving.core.state import StateUnavailable
 
     given = [*([f"host={host}"] if host else []), *([f"port={port}"] if port else [])]
     try:
@@ -152,7 +152,7 @@ def gateway_key(
 
     from pydantic import ValidationError
 
-    from serving.gateway.auth import KeyEntry, first_error, hash_key, new_key
+    from serving.core.auth import KeyEntry, first_error, hash_key, new_key
 
     key = new_key()
     limits = {k: v for k, v in (("requests_per_minute", rpm), ("usd_per_day", usd_per_day),

@@ -36,9 +36,10 @@ def spend(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Totals per key and day (by kind: answer, cascade, abandoned, estimated, expired, explore), from the store."""
-    from serving.gateway.budget import spend_report
-    from serving.gateway.config import StateSettings, load_serving_config
-    from serving.gateway.state import StateUnavailable, open_state
+    from serving.core.budget import spend_report
+    from serving.core.state import StateSettings
+    from serving.gateway.config import load_serving_config
+    from serving.core.state import StateUnavailable, open_state
 
     if day is not None and not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", day):
         fail(f"--day {day!r}: give a UTC date as YYYY-MM-DD")
@@ -72,7 +73,7 @@ def spend(
     if not report["totals"]:
         console.print("no charges" + (f" for key {key}" if key else "") + (f" on {day}" if day else ""))
         return
-    from serving.gateway.state import KINDS as kinds
+    from serving.core.state import KINDS as kinds
 
     table = Table(title="spend (USD)")
     for col in ("day", "key", "calls", "total", *kinds):

@@ -46,8 +46,9 @@ def report(
     from data.pool import load_pool
     from serving.console.headline import money, share_text
     from serving.console.report import traffic_report
-    from serving.gateway.config import StateSettings, load_serving_config
-    from serving.gateway.state import StateUnavailable
+    from serving.core.state import StateSettings
+    from serving.gateway.config import load_serving_config
+    from serving.core.state import StateUnavailable
 
     try:
         cfg = load_serving_config(config)
@@ -58,7 +59,7 @@ def report(
             the_pool.get(reference)
         limits = None
         if keys is not None:
-            from serving.gateway.auth import read_key_file
+            from serving.core.auth import read_key_file
 
             limits = {e.id: e.limits.usd_per_day for e in read_key_file(keys)}
         state = None

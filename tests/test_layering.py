@@ -296,6 +296,19 @@ def test_no_folder_circle():
     assert not circles, "\n".join(circles)
 
 
+DOORS = ("serving.gateway", "serving.mcp", "serving.console", "serving.app")
+
+
+def test_the_shared_serving_layer_imports_none_of_the_doors():
+    """serving/core (keys, state, errors, money, the decision log) is used by the chat gateway, the MCP gateway and
+    the console; it imports none of them, nor the wiring that mounts them."""
+    imports = imports_of(REPO)
+    core = [i for i in imports if i.source.startswith("serving.core")]
+    assert len(core) > 20  # the scan saw the layer's own imports
+    bad = [f"{i.at()}: {i.source} imports {i.target}" for i in core if i.target.startswith(DOORS)]
+    assert not bad, "\n".join(bad)
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name

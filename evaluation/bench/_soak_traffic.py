@@ -26,7 +26,8 @@ import httpx
 import yaml
 
 from evaluation.bench.mcp import PROTOCOL, fleet_tools, wait_for
-from evaluation.bench._support import Spawned, free_port, serve_mcp_gateway, spawn
+from evaluation.harness import free_port
+from evaluation.bench._support import Spawned, serve_mcp_gateway, spawn
 
 OVERSIZED_BYTES = 3_000_000  # past the gateway's default max_body_bytes (2 MB)
 OVERSIZED_EVERY = 20  # one console login in this many sends that

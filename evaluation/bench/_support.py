@@ -12,18 +12,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _child(target: Callable[..., Any], args: tuple, env: dict[str, str] | None, log: str | None) -> None:

@@ -3,7 +3,7 @@
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md]
     switchcraft bench console --requests 20000 --screenshots docs/img     # + PNGs of Savings and Quality
 
-The log is written by the gateway's own writer (serving/gateway/decision_log.py `DecisionLog.write`: the rows and
+The log is written by the gateway's own writer (serving/core/decision_log.py `DecisionLog.write`: the rows and
 the per-hour summary, in batches), in the schema the gateway writes, with what `log.requests: false` keeps (no
 request text). Traffic: `--requests` requests spread evenly over the last `--days` days, five keys, a router
 reload two thirds of the way through, 80% single-model requests (cheaper models more often), 20% agreement
@@ -16,7 +16,7 @@ Then the console is served by the real gateway app (serving/app.py `create_app`,
 cookie, pages fetched over HTTP in process with Starlette's TestClient) and every view's page is timed for each
 range: the median of `--repeat` GETs (the slowest is in the .json). Writes a markdown table and the same numbers
 as .json. `--screenshots DIR` also opens the Savings and Quality pages in headless Chromium
-(serving/console/browser.py) and keeps `console_savings.png` and `console_quality.png` there.
+(evaluation/harness.py) and keeps `console_savings.png` and `console_quality.png` there.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: f
     """A synthetic log of `n` requests in `folder` (emptied first), through the gateway's writer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from serving.gateway.decision_log import DecisionLog
+    from serving.core.decision_log import DecisionLog
 
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("decisions*.sqlite*"):
@@ -165,7 +165,7 @@ def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: f
 def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
     from serving.client import RouterClient
     from serving.app import create_app
-    from serving.gateway.auth import KeyStore
+    from serving.core.auth import KeyStore
     from serving.gateway.config import ServingConfig
 
     for m in pool.models:  # the console never calls an upstream: a placeholder secret is enough to start
@@ -249,8 +249,8 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
 
 def screenshots(app, folder: Path) -> list[str] | str:
     """PNGs of the Savings and Quality pages (7 days) in headless Chromium, 1440 px wide; a message where there is none."""
-    from serving.console.browser import Browser, browser_missing
-    from serving.loopback import Loopback
+    from evaluation.harness import Browser, browser_missing
+    from evaluation.harness import Loopback
 
     missing = browser_missing()
     if missing:

@@ -41,9 +41,10 @@ import yaml
 from data.pool import Pool, load_pool
 from data.replay.recordings import read_recordings
 from data.replay.serve import ReplayServer, build_state
-from serving.gateway.auth import new_key
+from serving.core.auth import new_key
 from serving.gateway.breaker import endpoint_of
-from evaluation.bench._support import Spawned, free_port, serve_gateway, spawn
+from evaluation.harness import free_port
+from evaluation.bench._support import Spawned, serve_gateway, spawn
 
 PROVIDER_KEY = "sk-bench-provider-key-0123456789"  # what the replay servers expect from the gateway
 SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"
@@ -219,7 +220,7 @@ class Stack:
 
     def _state(self, work: Path) -> list[str]:
         if self.cfg.state == "redis":
-            from serving.gateway.redis_local import LocalRedis
+            from evaluation.harness import LocalRedis
 
             self.redis = LocalRedis(work / "redis")
             return [f"state.redis_url={self.redis.start()}"]
@@ -334,7 +335,7 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
 def store_cost_ms(overrides: list[str], n: int = 300) -> dict[str, float]:
     """What the store costs one request, timed alone: admit (rate window + budget check), reserve, settle."""
     from serving.gateway.config import ServingConfig
-    from serving.gateway.state import Charge, open_state
+    from serving.core.state import Charge, open_state
     from data.yaml_config import apply_overrides
 
     settings = ServingConfig.model_validate(apply_overrides({}, overrides)).state

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from evaluation.bench._support import Spawned, free_port, serve_mcp_gateway, spawn
+from evaluation.harness import free_port
+from evaluation.bench._support import Spawned, serve_mcp_gateway, spawn
 
 PROTOCOL = "2026-07-28"
 NAME_OK = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")

@@ -68,10 +68,10 @@ def ranked(router, query: str, k: int, Q: np.ndarray | None = None) -> tuple[lis
 def run(bench_name: str = "metatool", limit: int = 2000, data_root: str = "../shared/data",
         run_dir: str = "runs/mcp", seed: int = 0, encoder=None) -> dict:
     from evaluation.bench.mcp import Rpc, wait_for
-    from evaluation.bench._support import free_port
+    from evaluation.harness import free_port
     from evaluation.tools.data import read_benchmark
     from evaluation.tools.metrics import recall_at
-    from serving.loopback import Loopback
+    from evaluation.harness import Loopback
     from serving.mcp import McpGateway, http_app
     from serving.mcp.config import McpConfig
     from serving.tools.catalog import Catalog

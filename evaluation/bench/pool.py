@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from evaluation.bench._support import Spawned, free_port, serve_replay, spawn
+from evaluation.harness import free_port
+from evaluation.bench._support import Spawned, serve_replay, spawn
 
 MODEL = {
     "name": "gpt-4o-2024-08-06-FC",

@@ -87,7 +87,7 @@ def batched_throughput(client, requests: Sequence[tuple], concurrency: int, tota
     import asyncio
 
     from serving.gateway.batcher import RoutingBatcher
-    from serving.gateway.metrics import GatewayMetrics
+    from serving.core.metrics import GatewayMetrics
 
     items = [requests[i % len(requests)] for i in range(total)]
 

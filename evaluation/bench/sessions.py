@@ -101,7 +101,7 @@ def chat_body(example) -> dict[str, Any]:
 
 def conversations(examples: list, chars_per_token: float = 3.0) -> tuple[list[Conversation], list[list]]:
     """Turns grouped by conversation (`<source>:<entry>:turn<k>`), in turn order; and their examples alike."""
-    from serving.gateway.budget import payload_size, tokens_in
+    from serving.core.budget import payload_size, tokens_in
 
     by_entry: dict[str, list] = defaultdict(list)
     for ex in examples:

@@ -278,8 +278,8 @@ def run_soak(cfg: SoakConfig, progress=None) -> dict:
 def _worst(stack: Stack, body: dict) -> float:
     """An upper bound of one routed request's reservation: every pool model at twice this body's size (a
     prompt-style payload carries the functions again), priced with the gateway's own estimate settings."""
-    from serving.gateway.budget import call_worst_case_usd
-    from serving.gateway.config import StateSettings
+    from serving.core.budget import call_worst_case_usd
+    from serving.core.state import StateSettings
 
     state = StateSettings()  # the bench's gateway runs with the default estimate settings
     size = len(json.dumps(body).encode()) * 2

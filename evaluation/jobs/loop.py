@@ -104,7 +104,7 @@ def run_loop(router_dir: Path, data_root: Path, work: Path, *, pool_path: Path =
     from serving.client import RouterClient
     from serving.app import create_app
     from serving.gateway.config import ServingConfig
-    from serving.loopback import Loopback
+    from evaluation.harness import Loopback
     from data.logged import read_log
 
     work.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from serving.console.guard import (HEADERS, LoginThrottle, Refused, cross_site, drain, https, read_form,
                                    retry_after)
 from serving.console.session import COOKIE, Sessions, revoke
-from serving.gateway.errors import GatewayError
-from serving.gateway.state import StateUnavailable
+from serving.core.errors import GatewayError
+from serving.core.state import StateUnavailable
 
 log = logging.getLogger("switchcraft.gateway")
 REFUSED = "That is not an admin key of this gateway."  # the same words for an unknown key and a caller's key

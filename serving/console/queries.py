@@ -23,8 +23,8 @@ from typing import Any
 
 from data.pool import Pool
 from serving.console.logdb import BY_HOUR, HOUR, LogConnection, facets
-from serving.gateway.decision_log import LATENCY_BUCKETS_PER_E
-from serving.gateway.state import utc_day
+from serving.core.decision_log import LATENCY_BUCKETS_PER_E
+from serving.core.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
 
@@ -313,9 +313,9 @@ def version_costs(db: LogConnection, *, since: float, now: float) -> dict[str, d
 
 def key_spend(rows, *, now: float, limits: dict[str, float | None] | None = None,
               explore_usd_per_day: float | None = None) -> dict[str, Any]:
-    """Spend per key today (UTC) from the ledger rows (serving.gateway.state.LedgerRow), against each key's
+    """Spend per key today (UTC) from the ledger rows (serving.core.state.LedgerRow), against each key's
     `usd_per_day` limit; the exploration key (`__explore__`) against `explore.usd_per_day`."""
-    from serving.gateway.explore import OPERATOR_KEY
+    from serving.core.auth import OPERATOR_KEY
 
     day, limits = utc_day(now), dict(limits or {})
     if explore_usd_per_day is not None:

@@ -41,7 +41,7 @@ def gather(log: str | Path, pool: Pool, *, range_name: str = "all", reference: s
                "quality": q, "cascades": cascades(db, since=since, now=now),
                "traffic": traffic(db, since=since, now=now), "router_versions": router_versions(db, since=since, now=now)}
     if ledger is not None:
-        from serving.gateway.budget import spend_report
+        from serving.core.budget import spend_report
 
         out["keys_today"] = key_spend(ledger, now=now, limits=limits)
         out["spend"] = spend_report(ledger)["totals"]
@@ -49,8 +49,8 @@ def gather(log: str | Path, pool: Pool, *, range_name: str = "all", reference: s
 
 
 def read_ledger(state) -> list:
-    """Every ledger row of the store `state` (serving.gateway.config.StateSettings) names."""
-    from serving.gateway.state import open_state
+    """Every ledger row of the store `state` (serving.core.state.StateSettings) names."""
+    from serving.core.state import open_state
 
     async def read():
         store = open_state(state)

@@ -41,9 +41,9 @@ from serving.console.queries import (cascades, filter_values, key_spend, version
                                      router_versions, trace, traffic)
 from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
 from serving.console.session import COOKIE, Sessions, revoked
-from serving.gateway.admit import admin_of
-from serving.gateway.errors import GatewayError
-from serving.gateway.state import StateUnavailable, utc_day
+from serving.core.auth import admin_of
+from serving.core.errors import GatewayError
+from serving.core.state import StateUnavailable, utc_day
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")

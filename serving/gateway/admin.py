@@ -23,12 +23,12 @@ import anyio
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from serving.gateway.admit import admin_of
-from serving.gateway.budget import spend_report
-from serving.gateway.errors import GatewayError
+from serving.core.auth import admin_of
+from serving.core.budget import spend_report
+from serving.core.errors import GatewayError
 from serving.gateway.parts import Gateway
 from serving.gateway.reload import RolloutRefused
-from serving.gateway.state import StateUnavailable
+from serving.core.state import StateUnavailable
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 

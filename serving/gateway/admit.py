@@ -4,7 +4,6 @@
     ident = await authenticate(gw, request)     # GatewayError 401 / 429 / 503 with `connection: close`
     body = await read_body(gw, request)         # the JSON object: 415 not JSON, 413 over max_body_bytes, 400 a
                                                 # field over its bound (tools, enum, schema depth, metadata)
-    admin_of(gw, request)                       # 401, or 403 for a key without the admin role
 
 A key is refused before its body is read, so the refusal closes the
 connection: the unread body would block it.
@@ -20,8 +19,8 @@ from typing import Any
 import anyio
 from fastapi import Request
 
-from serving.gateway.auth import Identity, forbidden
-from serving.gateway.errors import GatewayError
+from serving.core.auth import Identity
+from serving.core.errors import GatewayError
 from serving.gateway.parts import Gateway
 from serving.gateway.body import Bounds, check_sizes, parse_body
 
@@ -110,12 +109,3 @@ def check_content_type(value: str | None) -> None:
             raise GatewayError(415, f"charset {charset[:40]!r}: JSON on the wire is UTF-8 (RFC 8259 §8.1); send "
                                "the body as UTF-8 with Content-Type: application/json", type="unsupported_media_type",
                                param="content-type", headers={"connection": "close"})
-
-
-def admin_of(gw: Gateway, request: Request) -> Identity:
-    """The request's admin identity; 401 without a valid key, 403 for a key without the admin role."""
-    ident = gw.keys.authenticate(request.headers.get("authorization"))
-    if not ident.admin:
-        gw.metrics.auth_rejections.labels(key=ident.key_id, reason="admin").inc()
-        raise forbidden("admin", "this API key is not an admin key (role: admin in its entry)", "authorization")
-    return ident

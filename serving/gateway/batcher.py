@@ -42,8 +42,8 @@ import anyio
 import numpy as np
 
 from serving.client import RoutedDecision, RouterClient
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
+from serving.core.metrics import GatewayMetrics
+from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
 from serving.policy import Constraints
 
 EWMA = 0.2  # weight of the newest batch in the batch-time estimate behind Retry-After

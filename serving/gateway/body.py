@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.gateway.errors import GatewayError, bad
+from serving.core.errors import GatewayError, bad
 
 MAX_INT_DIGITS = 64
 MAX_ARGUMENT_DEPTH = 100  # an earlier turn's tool-call arguments (a JSON string inside the body): as max_json_depth

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from data.pool import Pool
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.metrics import GatewayMetrics
 
 STATES = {"closed": 0, "half_open": 1, "open": 2}
 RETRY_AFTER_DEFAULT_S = 1.0  # a 429 without Retry-After

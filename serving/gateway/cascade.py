@@ -41,10 +41,11 @@ from data.pool_runner.wire import WireError
 from data.schema import Tool
 from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.answers import Answer, read_answer
-from serving.gateway.errors import GatewayError
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.errors import GatewayError
+from serving.core.metrics import GatewayMetrics
 from serving.gateway.tool_choice import AUTO, ToolChoice
-from serving.gateway.upstream import ABANDONED, Attempt, Upstreams
+from serving.core.budget import ABANDONED
+from serving.gateway.upstream import Attempt, Upstreams
 from training.policy import rules
 from training.policy.strategy import Strategy
 

@@ -6,12 +6,12 @@
 strategy, a strategy the request gives, or router.cascade. A pool model's name
 is planned as that model alone: no silent substitution, no cascade. From the
 plan on both are one path. The strategy's first step is held before any upstream
-call, and each further call extends the hold before it is sent (serving/gateway/budget.py
+call, and each further call extends the hold before it is sent (serving/core/budget.py
 `Hold`); the strategy runs (serving/gateway/cascade.py),
 or, for a stream, the first model of the ranking that answers, passed through
 (serving/gateway/streams.py); the real cost is settled after, a passed-through
 stream's when it ends. Every request with a hold or an upstream call is seen by
-the observers (serving/gateway/record.py), failed ones too.
+the observers (serving/core/record.py), failed ones too.
 
 POST /v1/messages and /v1/responses take this same path (`serve` with their
 `Api`, serving/gateway/apis/): their body is translated into a chat body
@@ -38,18 +38,18 @@ from data.pool import Pool
 from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
 from serving.gateway.apis import Api, Inbound, Reply
-from serving.gateway.auth import Identity
-from serving.gateway.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step_usd,
+from serving.core.auth import Identity
+from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step_usd,
                                     payload_size, tokens_in)
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
-from serving.gateway.errors import GatewayError, error_response
+from serving.core.errors import GatewayError, error_response
 from serving.gateway.fairshare import CALLER
 from serving.gateway.parts import Gateway
-from serving.gateway.record import Served, notify
+from serving.core.record import Served, notify
 from serving.gateway.requests import check_chat_fields, model_mode
 from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
-from serving.gateway.state import Charge, Reservation
+from serving.core.state import Charge, Reservation
 from serving.gateway.tool_choice import ToolChoice
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import GATE, Attempt, UpstreamResult
@@ -363,7 +363,7 @@ def observe(gw: Gateway, at: Pending, status: int, run_: Run | None, charged: li
         notify(gw.observers, served, log)
 
 
-# Refusals of the key's limits and money (serving/gateway/budget.py), and the store's outage for keys with limits.
+# Refusals of the key's limits and money (serving/core/budget.py), and the store's outage for keys with limits.
 REFUSALS = ("budget", "budget_held", "rate_limit")
 
 

@@ -16,7 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
-from serving.gateway.auth import AuthSettings
+from serving.core.auth import AuthSettings
+from serving.core.state import StateSettings
 from training.policy import Strategy
 
 DEFAULT_CONFIG = Path("configs/serving.yaml")
@@ -132,51 +133,6 @@ class ToolRoutingSettings(BaseModel):
                                                               "switchcraft.tool_routing.rejected_calls.")
 
 
-class StateSettings(BaseModel):
-    """`state:` where limits and the spend ledger live (serving/gateway/state.py; docs/serving.md, "State")."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str | None = Field(default=None, description="Folder of the embedded SQLite store (state.sqlite, WAL): "
-                             "spend and counts survive restarts; several processes on one machine may share it. "
-                             "null: in memory, forgotten when the process ends (announced at start).")
-    redis_url: str | None = Field(default=None, description="redis://host:port/db of a Redis shared by every "
-                                  "gateway process (any number, any machines); overrides path.")
-    redis_prefix: str = Field(default="switchcraft:", min_length=1, description="Prefix of every Redis key.")
-    timeout_s: float = Field(default=1.0, gt=0, le=30, description="Per store operation; beyond it the store is "
-                             "unavailable: keys with limits get 503 (fail closed), keys without keep working.")
-    unavailable_retry_after_s: float = Field(default=2.0, gt=0, description="Retry-After of that 503.")
-    unlimited_wait_s: float = Field(default=0.25, ge=0, le=30, description="How long a request of a key without "
-                                    "limits waits for the store (its hold, then its charge) before it goes on; "
-                                    "the write finishes in the background (a failed charge is retried as "
-                                    "settle_retry_s says). Keys with limits always wait: they are admitted by it.")
-    reservation_ttl_s: float = Field(default=3600.0, ge=60, description="A reservation its process never settled "
-                                     "(it died) is charged at its reserved amount after this long.")
-    settle_retry_s: float = Field(default=600.0, ge=0, description="A charge the store could not take (it was "
-                                  "down) is retried in the background for this long, then settled at the real cost; "
-                                  "beyond it (or 0) the hold is charged as expired. Below reservation_ttl_s.")
-    chars_per_token: float = Field(default=3.0, gt=0, description="Bytes of request per input token when a "
-                                   "reservation or an estimate is priced (3 over-counts typical English and JSON).")
-    default_output_tokens: int = Field(default=4096, ge=1, description="The output cap sent upstream (and held "
-                                       "for) when neither the request (max_tokens / max_completion_tokens / "
-                                       "max_output_tokens) nor the pool (max_output_tokens) gives one.")
-    hold_clear_s: float = Field(default=60.0, gt=0, le=3600, description="The longest a request's hold is "
-                                "expected to last (the pool's default call time-out). A 429 caused by holds in "
-                                "flight says to retry when they are expected to clear: each hold's age against "
-                                "twice the running mean lifetime of settled holds, at most this.")
-    session_ttl_s: float = Field(default=6 * 3600.0, gt=0, description="An agent session idle this long is "
-                                 "forgotten (serving/gateway/sessions.py).")
-    session_prune_every_s: float = Field(default=60.0, ge=0, description="SQLite: expired sessions are deleted "
-                                         "in the background after a session write, at most this often (Redis "
-                                         "expires its own).")
-    session_prune_batch: int = Field(default=1_000, ge=1, description="SQLite: expired sessions deleted per "
-                                     "transaction of a prune (it repeats until none is left; requests use the "
-                                     "store between batches).")
-    cache_ttl_s: float = Field(default=300.0, ge=0, description="How long a provider keeps a conversation's prompt "
-                               "prefix cached after its last use (Anthropic's default 5 minutes): within it a "
-                               "session prices keeping its model with the cache.")
-
-
 class OtelSettings(BaseModel):
     """`otel:` OpenTelemetry traces (serving/gateway/tracing.py): one span per request, a child per upstream call."""
 
@@ -189,7 +145,7 @@ class OtelSettings(BaseModel):
 
 
 class DecisionLogSettings(BaseModel):
-    """`log:` the decision log (serving/gateway/decision_log.py): what `switchcraft learn` learns from."""
+    """`log:` the decision log (serving/core/decision_log.py): what `switchcraft learn` learns from."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -27,17 +27,16 @@ import random
 
 from data.pool import Pool
 from serving.gateway.answers import upstream_body
-from serving.gateway.auth import Identity, KeyLimits
-from serving.gateway.budget import Budgets, call_worst_case_usd, charges_of, payload_size
+from serving.core.auth import OPERATOR_KEY, Identity, KeyLimits
+from serving.core.budget import Budgets, call_worst_case_usd, charges_of, payload_size
 from serving.gateway.cascade import Cascade, CascadeRequest, Run
-from serving.gateway.record import Served
-from serving.gateway.errors import GatewayError
-from serving.gateway.state import Charge
+from serving.core.record import Served
+from serving.core.errors import GatewayError
+from serving.core.state import Charge
 from serving.tools.policy import Caller
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
-OPERATOR_KEY = "__explore__"
 
 
 class Explorer:

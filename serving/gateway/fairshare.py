@@ -23,7 +23,7 @@ import contextlib
 import math
 from contextvars import ContextVar
 
-from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
+from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
 
 CALLER: ContextVar[str | None] = ContextVar("switchcraft_caller_key", default=None)
 

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from data.pool import Pool
-from serving.gateway.auth import Identity, KeyStore
-from serving.gateway.budget import Budgets
+from serving.core.auth import Identity, KeyStore
+from serving.core.budget import Budgets
 from serving.gateway.cascade import Cascade
 from serving.gateway.config import ServingConfig
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.record import Observer
+from serving.core.metrics import GatewayMetrics
+from serving.core.record import Observer
 from serving.gateway.reload import RouterSlot
-from serving.gateway.state import StateStore
+from serving.core.state import StateStore
 from serving.gateway.tools import GatewayTools
 from serving.gateway.upstream import Upstreams
 from serving.tools.policy import Caller

@@ -16,7 +16,7 @@ from typing import Any
 
 from data.schema import Call, Message, Tool
 from serving.gateway.body import read_arguments
-from serving.gateway.errors import GatewayError, bad
+from serving.core.errors import GatewayError, bad
 from serving.gateway.tool_choice import check_tool_choice
 from serving.policy import Constraints
 from training.policy import Strategy

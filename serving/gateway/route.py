@@ -24,9 +24,9 @@ from fastapi.responses import JSONResponse, Response
 from data.schema import Message, Tool
 from serving.backends import BackendError
 from serving.gateway.admit import authenticate, read_body, request_id
-from serving.gateway.auth import Identity, forbidden, narrow, restrict_models
+from serving.core.auth import Identity, forbidden, narrow, restrict_models
 from serving.gateway.cascade import MODEL_HEADER
-from serving.gateway.errors import GatewayError, error_response
+from serving.core.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
 from serving.gateway.requests import check_route_fields, constraints_from, strategy_from, to_schema
 from serving.gateway.tools import ToolRouted

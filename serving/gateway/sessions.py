@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from data.pool import Pool
-from serving.gateway.config import StateSettings
-from serving.gateway.state import StateUnavailable
+from serving.core.state import StateSettings
+from serving.core.state import StateUnavailable
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")

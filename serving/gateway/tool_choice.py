@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from data.schema import Tool
-from serving.gateway.errors import bad
+from serving.core.errors import bad
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ request's own `tools` are replaced by the routed set before packing, costing
 and forwarding, so a caller cannot bypass the permission filter by sending a
 catalog tool's definition itself. The query is the last user message; the
 caller (tenant, roles, permissions, environment) is the request's API key's
-identity, narrowed by the request's `caller` (serving/gateway/auth.py; a
+identity, narrowed by the request's `caller` (serving/core/auth.py; a
 string is a tenant); `request_group` calls already in the conversation are
 replayed as expansions, through the same filter. With `tools.mcp` (an MCP
 gateway config) the catalog is its upstream MCP servers' tools, under the MCP
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data.schema import Message, Tool
-from serving.gateway.auth import forbidden
+from serving.core.auth import forbidden
 from serving.gateway.config import ToolRoutingSettings
 from serving.tools.cards import RISK_ORDER
 from serving.tools.catalog import REQUEST_GROUP

@@ -1,7 +1,7 @@
 """OpenTelemetry traces of served chat requests: one span per request, a child per upstream call.
 
     tracing = Tracing.from_settings(cfg.otel, breaker_state=lambda m: upstreams.breakers.of(m).current())
-    tracing(served)           # an observer (serving/gateway/record.py): spans are made and ended at once
+    tracing(served)           # an observer (serving/core/record.py): spans are made and ended at once
     await tracing.aclose()    # flush what is queued and shut the exporter down (the app's lifespan does this)
 
 Built by serving/app.py only when `otel.endpoint` is set (configs/serving.yaml); otherwise this module and
@@ -49,8 +49,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from serving.gateway.config import OtelSettings
-from serving.gateway.record import Served
-from serving.gateway.upstream import ABANDONED
+from serving.core.record import Served
+from serving.core.budget import ABANDONED
 
 SPAN_NAME = "switchcraft.chat"
 SCOPE = "switchcraft.gateway"

@@ -56,21 +56,20 @@ from data.pool_runner.wire import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.fairshare import KeyShares
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
+from serving.core.budget import ABANDONED
+from serving.core.metrics import GatewayMetrics
+from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
 
 CALLER_ERRORS = {400, 413, 422}
 # Not sent: the endpoint's breaker is open, it refused us this request, or it asked for a pause (429 Retry-After).
-# Or the request's hold could not be extended to pay for it (budget_refused: serving/gateway/budget.py Hold).
+# Or the request's hold could not be extended to pay for it (budget_refused: serving/core/budget.py Hold).
 SKIPPED = {"circuit_open", "endpoint_down", "rate_limited", "budget_refused"}
 UNREACHABLE = SKIPPED | {"connect_error", "http_429"}
 RATE_LIMITED = {"rate_limited", "http_429"}
-# Sent, then given up (a lost hedge: cancelled): the provider may have generated, and billed, an answer.
-ABANDONED = {"timeout", "dropped", "hedge_lost"}
 
 
 class Gate(Protocol):
-    """What a call must pass before it is sent: the request's money (serving/gateway/budget.py `Hold`)."""
+    """What a call must pass before it is sent: the request's money (serving/core/budget.py `Hold`)."""
 
     refused: GatewayError | None  # the last refusal: what the caller is told when no answer came
 

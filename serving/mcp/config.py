@@ -22,8 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from data.yaml_config import apply_overrides, read_yaml, validate_model
-from serving.gateway.auth import AuthSettings
-from serving.gateway.config import StateSettings
+from serving.core.auth import AuthSettings
+from serving.core.state import StateSettings
 from serving.tools.config import RetrievalConfig
 from serving.tools.policy import AccessPolicy
 
@@ -125,7 +125,7 @@ class McpConfig(BaseModel):
                                     "this long after the connection opens (or the previous response); else 408 and "
                                     "the connection is closed (serving/gateway/server.py).")
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="A request's body must be complete this "
-                                  "long after the key check; else 408 (serving/gateway/errors.py CatchAll).")
+                                  "long after the key check; else 408 (serving/core/errors.py CatchAll).")
     max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Larger request bodies get 413 before any "
                                 "MCP message is parsed.")
     upstreams: list[UpstreamConfig] = Field(default_factory=list)

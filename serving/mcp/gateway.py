@@ -36,7 +36,7 @@ import numpy as np
 from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-from serving.gateway.auth import Identity, KeyStore
+from serving.core.auth import Identity, KeyStore
 from serving.mcp.bridge import Bridge, Snapshot
 from serving.mcp.config import McpConfig
 from serving.mcp.ledger import Ledger, clip
@@ -55,7 +55,7 @@ class McpGateway:
     def __init__(self, cfg: McpConfig, keys: KeyStore, bridge: Bridge, ledger: Ledger | None = None) -> None:
         self.cfg, self.keys, self.bridge = cfg, keys, bridge
         if ledger is None:
-            from serving.gateway.state import open_state
+            from serving.core.state import open_state
 
             ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
                             max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)

@@ -9,7 +9,7 @@ check, `TransportSecurityMiddleware`, on every host), a missing or unknown key (
 whose body is not JSON (the SDK's plain-text and empty 4xx answers) into a JSON-RPC error object
 `{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": …, "data": {"status": …}}}`, so a host reads
 every refusal the same way. The header and body deadlines are the chat gateway's own (serving/gateway/server.py
-`DeadlineH11Protocol`, serving/gateway/errors.py `CatchAll`), wired in server.py.
+`DeadlineH11Protocol`, serving/core/errors.py `CatchAll`), wired in server.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from serving.gateway.errors import GatewayError
+from serving.core.errors import GatewayError
 from serving.mcp.ledger import clip
 from serving.mcp.upstream import McpError
 
@@ -40,7 +40,7 @@ def jsonrpc_error(status: int, message: str, reason: str, headers: dict[str, str
 
 
 class JsonRpcShape:
-    """CatchAll's `shapes` (serving/gateway/errors.py) for every path: its 408 and 500 as JSON-RPC errors."""
+    """CatchAll's `shapes` (serving/core/errors.py) for every path: its 408 and 500 as JSON-RPC errors."""
 
     @staticmethod
     def get(path: str, default=None):

@@ -6,7 +6,7 @@
 
 The limit is the key's `limits.requests_per_minute` (the chat gateway's keys
 file): a sliding 60 s window per key. With `state:` set, the window lives in the
-chat gateway's shared store (serving/gateway/state.py: SQLite for processes on
+chat gateway's shared store (serving/core/state.py: SQLite for processes on
 one machine, Redis for several), so every gateway replica on that store counts
 the same calls and they refuse alike; the window is the key's MCP calls, apart
 from its chat requests (store id `__mcp__:<key id>`; `__` ids are the
@@ -33,8 +33,8 @@ from typing import Any
 
 from mcp_types.jsonrpc import INTERNAL_ERROR
 
-from serving.gateway.auth import Identity
-from serving.gateway.state import StateStore, StateUnavailable
+from serving.core.auth import Identity
+from serving.core.state import StateStore, StateUnavailable
 from serving.mcp.upstream import McpError
 
 RATE_LIMITED = -32029  # server-defined JSON-RPC code: the key's requests per minute are used up

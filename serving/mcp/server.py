@@ -4,7 +4,7 @@
     await serve_stdio(gateway, keys_env="SWITCHCRAFT_MCP_KEY")   # one host over stdin/stdout
 
 HTTP: every request needs `Authorization: Bearer <key>` (the chat gateway's
-keys, serving/gateway/auth.py) unless `auth.mode: none`; guard.py checks Host
+keys, serving/core/auth.py) unless `auth.mode: none`; guard.py checks Host
 and Origin, the key (401), the group (404) and the body size (413) before any
 MCP message is read, and every refusal is a JSON-RPC error object. The
 server is stateless (every POST carries its own identity and endpoint, JSON
@@ -37,9 +37,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from serving.gateway.auth import Identity
-from serving.gateway.errors import CatchAll, GatewayError
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.auth import Identity
+from serving.core.errors import CatchAll, GatewayError
+from serving.core.metrics import GatewayMetrics
 from serving.mcp.gateway import McpGateway
 from serving.mcp.guard import Gate, JsonRpcErrors, JsonRpcShape, ListenCap, jsonrpc_error
 

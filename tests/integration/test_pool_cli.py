@@ -7,7 +7,6 @@ outputs.parquet (with reasoning tokens), `pool run` against it, `pool profile` o
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,12 @@ from typer.testing import CliRunner
 
 from data.pool_runner.limits import RequestPacer
 from data.schema import Output, Usage, read_outputs, write_examples, write_outputs
+from evaluation.harness import free_port
 from switchcraft.cli import app
 from tests.integration.conftest import REPO
 
 pytestmark = pytest.mark.integration
 MODELS = ["gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SpyPacer(RequestPacer):
@@ -83,7 +77,7 @@ def test_replay_server_process_run_and_profile(tmp_path, bfcl_examples, pool_rec
             )
     write_outputs(tmp_path / "recorded.parquet", recorded)
     write_examples(tmp_path / "examples.parquet", examples)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             sys.executable,

@@ -89,7 +89,7 @@ def test_gateway_batcher_through_triton_equals_single_in_process_calls(server, r
     import asyncio
 
     from serving.gateway.batcher import RoutingBatcher
-    from serving.gateway.metrics import GatewayMetrics
+    from serving.core.metrics import GatewayMetrics
     from serving.policy import Constraints
 
     client = RouterClient.from_dir(repository, backend="triton-grpc", url=server.grpc_url, timeout_s=10)

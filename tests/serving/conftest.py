@@ -19,8 +19,8 @@ from tests.serving.helpers import SECRET, Loopback
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory):
-    """A real redis-server on loopback (the binary the test extra installs; serving/gateway/redis_local.py)."""
-    from serving.gateway.redis_local import LocalRedis
+    """A real redis-server on loopback (the binary the test extra installs; evaluation/harness.py)."""
+    from evaluation.harness import LocalRedis
 
     server = LocalRedis(tmp_path_factory.mktemp("redis"))
     server.start()

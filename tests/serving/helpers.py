@@ -14,7 +14,7 @@ import time
 import httpx
 import numpy as np
 
-from serving.loopback import Loopback  # noqa: F401 - a server on loopback for the tests' apps
+from evaluation.harness import Loopback  # noqa: F401 - a server on loopback for the tests' apps
 
 from data.logged import read_log
 from training.policy import Strategy, StrategyPolicy

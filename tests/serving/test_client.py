@@ -13,7 +13,7 @@ import pytest
 from serving.backends import BackendError, TritonGrpcBackend, TritonHttpBackend, make_backend
 from serving.client import RouterClient, policy_from_info
 from serving.policy import Constraints, NoEligibleModel
-from serving.triton import free_port
+from evaluation.harness import free_port
 from tests.serving.helpers import with_strategy_policy
 
 

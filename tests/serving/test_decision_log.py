@@ -12,9 +12,9 @@ from data.schema import Call, Message, Tool, Usage
 from serving.gateway.answers import Answer
 from serving.gateway.cascade import CallRecord, Run
 from data.logged import log_files, read_log
-from serving.gateway.decision_log import DecisionLog
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.record import Served
+from serving.core.decision_log import DecisionLog
+from serving.core.metrics import GatewayMetrics
+from serving.core.record import Served
 from serving.gateway.upstream import Attempt
 from training.policy import Strategy
 

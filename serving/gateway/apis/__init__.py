@@ -28,7 +28,7 @@ from typing import Any
 from fastapi.responses import Response, StreamingResponse
 
 from data.pool_runner.apis.common import sse  # noqa: F401  (the translators' SSE event, one copy)
-from serving.gateway.errors import GatewayError, bad
+from serving.core.errors import GatewayError, bad
 
 MESSAGE_PATH = re.compile(r"messages\[(\d+)\](.*)")
 
@@ -78,7 +78,7 @@ class Reply:
     body: dict[str, Any]  # the chat completion (OpenAI tool_calls, caller's tool names)
     model: str  # the pool model that served
     meta: dict[str, Any]  # the `switchcraft` trace: decision, strategy, calls, cost
-    charged: list  # serving.gateway.state.Charge: what the key was charged
+    charged: list  # serving.core.state.Charge: what the key was charged
     headers: dict[str, str]  # the x-switchcraft-* headers and x-request-id
     stream: bool
     request: dict[str, Any]  # the caller's own body (echoed fields: tools, tool_choice, instructions, …)

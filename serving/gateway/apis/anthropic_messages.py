@@ -45,7 +45,7 @@ from data.pool_runner.apis.anthropic_messages import message_body, message_event
 from data.pool_runner.apis.common import usage_numbers
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
-from serving.gateway.errors import GatewayError, bad
+from serving.core.errors import GatewayError, bad
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",

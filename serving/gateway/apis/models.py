@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from serving.gateway.admit import authenticate, request_id
 from serving.gateway.apis import Api, Inbound
 from serving.gateway.apis.anthropic_messages import error_body
-from serving.gateway.errors import GatewayError, error_response
+from serving.core.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
 from serving.gateway.requests import ROUTER_MODEL
 

@@ -51,7 +51,7 @@ from data.pool_runner.apis.common import usage_numbers
 from data.pool_runner.apis.openai_responses import response_body, response_events
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
-from serving.gateway.errors import GatewayError, bad
+from serving.core.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
           "conversation": "conversations are not stored here: send the whole conversation in `input`",

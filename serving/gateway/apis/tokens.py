@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse, Response
 
 from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.apis import Api, anthropic_messages, openai_responses
-from serving.gateway.budget import payload_size, tokens_in
-from serving.gateway.errors import GatewayError, error_response
+from serving.core.budget import payload_size, tokens_in
+from serving.core.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
 
 

@@ -38,7 +38,7 @@ def test_bench_console_writes_a_table_of_every_view_and_range(exported, tmp_path
 
 
 def test_screenshots_without_a_browser_say_what_to_install(monkeypatch, tmp_path):
-    import serving.console.browser as browser
+    import evaluation.harness as browser
     from evaluation.bench.console import screenshots
 
     monkeypatch.setattr(browser, "chromium", lambda: (None, None))

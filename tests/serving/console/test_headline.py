@@ -20,7 +20,7 @@ from evaluation.bench.console import ADMIN_KEY, ConsoleBenchConfig, _gateway_app
 from serving.console.headline import MIN_EXPLORED, choose_reference, headline, money
 from serving.console.logdb import open_log
 from serving.console.quality import quality
-from serving.gateway.decision_log import DecisionLog
+from serving.core.decision_log import DecisionLog
 from tests.routers import REPO
 
 NOW = 1_796_000_000.0

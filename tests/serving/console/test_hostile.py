@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from serving.console.browser import Browser, browser_missing, chromium
+from evaluation.harness import Browser, browser_missing, chromium
 from serving.console.guard import LoginThrottle
 from serving.console.session import SECRET_ENV
 from serving.console.login import REFUSED, console_path
 from serving.app import create_app
 from serving.gateway.config import ConsoleSettings, ServingConfig
-from serving.gateway.redis_local import LocalRedis
+from evaluation.harness import LocalRedis
 from tests.routers import REPO
 from tests.serving.gateway.helpers import POOL
 from tests.serving.helpers import AUTH, KEY, SECRET, Loopback, use_keys

@@ -6,7 +6,7 @@ on, a real decision log and a real SQLite ledger; pages fetched over loopback wi
 Covers the login (admin keys only, the same refusal for a wrong key and a caller's key, the cookie's flags, a
 tampered cookie), every view showing the log's and the ledger's own figures, a request's trace, no key in any
 log line, and `switchcraft traffic report` writing the same numbers as files. One test drives the console in a
-real headless Chromium (Debian's chromium and chromium-driver, serving/console/browser.py),
+real headless Chromium (Debian's chromium and chromium-driver, evaluation/harness.py),
 keeping a screenshot of each view; it is skipped where they are not installed.
 """
 
@@ -22,7 +22,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from serving.console.browser import Browser, browser_missing, chromium
+from evaluation.harness import Browser, browser_missing, chromium
 from serving.console.headline import money
 from serving.console.views import REFUSED
 from serving.app import create_app

@@ -22,7 +22,7 @@ from serving.console.search import search_requests
 from serving.console.queries import (cascades, counterfactual_usd, filter_values, quantiles,
                                      router_versions, savings, traffic, wilson)
 from serving.console.session import Sessions
-from serving.gateway.decision_log import SCHEMA, DecisionLog
+from serving.core.decision_log import SCHEMA, DecisionLog
 from tests.routers import REPO
 
 NOW = 1_796_000_000.0

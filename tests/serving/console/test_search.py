@@ -18,7 +18,7 @@ from serving.console.logdb import open_log
 from serving.console.quality import quality
 from serving.console.queries import trace, traffic, version_costs
 from serving.console.search import PAGE_SIZE, search_requests, timeline
-from serving.gateway.decision_log import DecisionLog
+from serving.core.decision_log import DecisionLog
 
 NOW = 1_796_000_000.0
 WEATHER = [{"name": "get_weather", "arguments": {"city": "Paris"}}]

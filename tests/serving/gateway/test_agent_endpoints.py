@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from serving.gateway.apis import anthropic_messages, openai_responses
-from serving.gateway.budget import payload_size
+from serving.core.budget import payload_size
 from tests.serving.gateway.helpers import POOL, replay_app
 from tests.serving.helpers import AUTH, KEY
 

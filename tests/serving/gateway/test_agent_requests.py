@@ -15,7 +15,7 @@ import pytest
 from serving.gateway.apis import Reply
 from serving.gateway.apis import anthropic_messages as messages
 from serving.gateway.apis import openai_responses as responses
-from serving.gateway.errors import GatewayError
+from serving.core.errors import GatewayError
 from serving.gateway.requests import check_chat_fields, to_tools
 
 SCHEMA = {"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}

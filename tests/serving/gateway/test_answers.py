@@ -17,7 +17,7 @@ from data.pool_runner.request import PROMPT_SYSTEM
 from data.pool_runner.wire import WireError
 from data.schema import Call
 from serving.gateway.answers import read_answer, upstream_body
-from serving.gateway.errors import GatewayError
+from serving.core.errors import GatewayError
 from serving.gateway.requests import check_strategy, strategy_from, to_tools
 from training.policy import Strategy
 

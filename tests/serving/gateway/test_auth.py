@@ -18,8 +18,8 @@ import yaml
 from typer.testing import CliRunner
 
 from data.pool import load_pool
-from serving.gateway.auth import AuthSettings, Identity, KeyLimits, KeyStore, hash_key, narrow
-from serving.gateway.errors import GatewayError
+from serving.core.auth import AuthSettings, Identity, KeyLimits, KeyStore, hash_key, narrow
+from serving.core.errors import GatewayError
 from serving.tools.catalog import REQUEST_GROUP
 from serving.tools.policy import Caller
 from tests.routers import REPO
@@ -265,9 +265,9 @@ def test_widening_is_403_naming_the_field(asked, param):
 def test_budgets_limit_requests_per_minute_and_daily_spend_on_a_real_store(tmp_path):
     import asyncio
 
-    from serving.gateway.budget import Budgets
-    from serving.gateway.metrics import GatewayMetrics
-    from serving.gateway.state import Charge, SQLiteState
+    from serving.core.budget import Budgets
+    from serving.core.metrics import GatewayMetrics
+    from serving.core.state import Charge, SQLiteState
 
     wall = [86400.0 * 20 + 3600]
     budgets = Budgets(SQLiteState(tmp_path / "state.sqlite"), GatewayMetrics(), clock=lambda: wall[0])

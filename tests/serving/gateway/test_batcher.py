@@ -26,8 +26,8 @@ from serving.client import RouterClient
 from serving.app import create_app
 from serving.gateway.batcher import RoutingBatcher
 from serving.gateway.config import ServingConfig
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.errors import GatewayError
+from serving.core.metrics import GatewayMetrics
+from serving.core.errors import GatewayError
 from serving.gateway.requests import to_schema
 from serving.policy import Constraints, NoEligibleModel
 from tests.routers import REPO, bfcl_sample

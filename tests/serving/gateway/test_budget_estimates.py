@@ -2,7 +2,7 @@
 
     .venv/bin/python -m pytest -q tests/serving/gateway/test_budget_estimates.py
 
-Pure functions of serving/gateway/budget.py on the real pool file: no server.
+Pure functions of serving/core/budget.py on the real pool file: no server.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from data.pool import load_pool
 from data.pool_runner.apis import native_request
 from data.pool_runner.request import cap_field, with_output_cap
-from serving.gateway.budget import IMAGE_INPUT_TOKENS, call_worst_case_usd, output_cap
+from serving.core.budget import IMAGE_INPUT_TOKENS, call_worst_case_usd, output_cap
 from tests.routers import REPO
 
 POOL = load_pool(REPO / "configs" / "pool.yaml")

@@ -12,12 +12,12 @@ import asyncio
 
 import pytest
 
-from serving.gateway.auth import Identity, KeyLimits
-from serving.gateway.budget import Budgets
-from serving.gateway.config import StateSettings
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.redis_local import LocalRedis
-from serving.gateway.state import Charge, open_state, utc_day
+from serving.core.auth import Identity, KeyLimits
+from serving.core.budget import Budgets
+from serving.core.state import StateSettings
+from serving.core.metrics import GatewayMetrics
+from evaluation.harness import LocalRedis
+from serving.core.state import Charge, open_state, utc_day
 from serving.tools.policy import Caller
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ import pytest
 
 from data.pool import load_pool
 from serving.app import build_gateway, create_app
-from serving.gateway.auth import KeyEntry, KeyLimits, KeyStore
-from serving.gateway.budget import first_step_usd, payload_size
+from serving.core.auth import KeyEntry, KeyLimits, KeyStore
+from serving.core.budget import first_step_usd, payload_size
 from serving.gateway.chat import Pending, plan, reserve, run
 from serving.gateway.config import ServingConfig
-from serving.gateway.errors import GatewayError
+from serving.core.errors import GatewayError
 from training.policy import Strategy
 from tests.routers import REPO
 

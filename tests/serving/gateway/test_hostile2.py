@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from data.logged import FILE
 from data.pool import load_pool
 from serving.app import create_app
-from serving.gateway.auth import AuthSettings, KeyStore
+from serving.core.auth import AuthSettings, KeyStore
 from serving.gateway.config import ServingConfig
-from serving.triton import free_port
+from evaluation.harness import free_port
 from tests.routers import REPO
 from tests.serving.helpers import AUTH, KEY, KEYS_ENV, post
 

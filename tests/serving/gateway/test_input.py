@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from data.pool import load_pool
-from serving.gateway.errors import JsonLines, configure_json_logging
+from serving.core.errors import JsonLines, configure_json_logging
 from tests.routers import REPO
 from tests.serving.gateway.helpers import HOSTILE, TOOL, USER, assert_names_the_field, set_path
 from tests.serving.helpers import AUTH, post

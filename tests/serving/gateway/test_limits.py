@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from data.pool import load_pool
-from serving.gateway.state import SQLiteState, utc_day
+from serving.core.state import SQLiteState, utc_day
 from tests.routers import REPO
 from tests.serving.gateway.helpers import FREE_KEY, LIMITED_KEY
 from tests.serving.helpers import AUTH, bearer, openai_body, post

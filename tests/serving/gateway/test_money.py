@@ -25,10 +25,10 @@ from fastapi.responses import StreamingResponse
 
 from data.pool import load_pool
 from serving.app import create_app
-from serving.gateway.budget import first_step_usd
+from serving.core.budget import first_step_usd
 from serving.gateway.config import ServingConfig
-from serving.gateway.redis_local import LocalRedis
-from serving.triton import free_port
+from evaluation.harness import LocalRedis
+from evaluation.harness import free_port
 from tests.routers import REPO
 from tests.serving.helpers import AUTH, KEY, KEYS_ENV, SECRET, Loopback, bearer, openai_body, use_keys
 from training.policy import Strategy
@@ -125,7 +125,7 @@ def test_limits_and_spend_hold_across_processes_concurrency_and_kill_9(backend, 
         codes = [r.status_code for r in answers]
         assert set(codes) <= {200, 429} and codes.count(200) >= 1 and codes.count(429) >= 1, codes
         from serving.gateway.answers import upstream_body
-        from serving.gateway.budget import payload_size
+        from serving.core.budget import payload_size
         from serving.gateway.requests import to_schema
 
         sent = upstream_body(body, to_schema(body["messages"], body["tools"])[1], POOL.get(CHEAP))
@@ -294,7 +294,7 @@ def test_keys_with_limits_fail_closed_when_the_store_is_down(replay, examples, c
 def test_spend_command_prints_the_ledger(tmp_path):
     from typer.testing import CliRunner
 
-    from serving.gateway.state import Charge, SQLiteState
+    from serving.core.state import Charge, SQLiteState
     from switchcraft.cli import app
 
     store = SQLiteState(tmp_path / "state.sqlite")

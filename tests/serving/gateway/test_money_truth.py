@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from data.logged import FILE
 from data.pool import load_pool
 from serving.app import create_app
-from serving.gateway.budget import call_worst_case_usd, clear_wait_s, payload_size
+from serving.core.budget import call_worst_case_usd, clear_wait_s, payload_size
 from serving.gateway.config import ServingConfig
 from tests.routers import REPO
 from tests.serving.gateway.helpers import pool_env, replay_app

@@ -5,7 +5,7 @@ import asyncio
 
 from serving.client import RouterClient
 from serving.gateway.batcher import RoutingBatcher
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.metrics import GatewayMetrics
 from serving.gateway.reload import RouterSlot, release_memory
 
 

@@ -15,7 +15,7 @@ import pytest
 from data.pool import Pool
 from serving.gateway.sessions import (CACHE_TTL_S, HEADER, Session, SessionState, SessionStore, keep_or_switch,
                                       session_name)
-from serving.gateway.state import RedisState, SQLiteState
+from serving.core.state import RedisState, SQLiteState
 from serving.policy import Decision
 
 POOL = Pool.model_validate({"models": [
@@ -139,8 +139,8 @@ def test_session_state_in_sqlite_and_shared_by_two_replicas_on_one_redis(redis_s
 
 @pytest.mark.parametrize("where", ["file", "memory"])
 def test_expired_sessions_are_deleted_after_a_later_write_and_their_pages_reused(where, tmp_path):
-    from serving.gateway.config import StateSettings
-    from serving.gateway.state import open_state
+    from serving.core.state import StateSettings
+    from serving.core.state import open_state
 
     def rows(store) -> int:
         return store.db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
@@ -178,8 +178,8 @@ def test_the_decision_log_keeps_the_api_and_the_session_and_adds_them_to_an_olde
     import sqlite3
 
     from data.logged import FILE
-    from serving.gateway.decision_log import DecisionLog, request_row
-    from serving.gateway.record import Served
+    from serving.core.decision_log import DecisionLog, request_row
+    from serving.core.record import Served
 
     old = sqlite3.connect(tmp_path / FILE)  # a log written before the columns existed
     old.execute("CREATE TABLE requests (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT "

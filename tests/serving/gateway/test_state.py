@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from serving.gateway.config import StateSettings
-from serving.gateway.state import Charge, OverBudget, SQLiteState, StateUnavailable, open_state, utc_day
+from serving.core.state import StateSettings
+from serving.core.state import Charge, OverBudget, SQLiteState, StateUnavailable, open_state, utc_day
 
 NOW = 1_764_600_000.0  # 2025-12-01T14:40:00Z
 DAY = utc_day(NOW)
@@ -130,7 +130,7 @@ def test_the_days_are_utc_days():
 
 
 def test_an_unreachable_store_raises_state_unavailable(tmp_path):
-    from serving.triton import free_port
+    from evaluation.harness import free_port
 
     dead = open_state(StateSettings(redis_url=f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5))
     with pytest.raises(StateUnavailable, match=r"redis://127\.0\.0\.1"):
@@ -142,7 +142,7 @@ def test_an_unreachable_store_raises_state_unavailable(tmp_path):
 
 def test_a_ledger_longer_than_a_page_is_read_whole_and_in_order(make_store):
     """Redis reads the ledger stream in pages (state_redis.LEDGER_PAGE) so that no read outlasts state.timeout_s."""
-    from serving.gateway.state_redis import LEDGER_PAGE
+    from serving.core.state_redis import LEDGER_PAGE
 
     store = make_store()
     n = 2 * LEDGER_PAGE + 7

@@ -23,7 +23,7 @@ from data.pool_runner.apis.openai_responses import response_body
 from data.pool_runner.request import PROMPT_SYSTEM
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
-from serving.gateway.errors import GatewayError
+from serving.core.errors import GatewayError
 from serving.gateway.tool_choice import ToolChoice, check_tool_choice
 from tests.serving.gateway.helpers import A, POOL, TOP, pool_env
 from tests.serving.helpers import KEY, Loopback

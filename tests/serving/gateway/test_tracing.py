@@ -25,8 +25,8 @@ from opentelemetry.trace import StatusCode
 from data.verify.agree import disagreement_kind
 from serving.gateway.cascade import CallRecord, Run
 from serving.gateway.config import OtelSettings
-from serving.gateway.record import Served
-from serving.gateway.state import Charge
+from serving.core.record import Served
+from serving.core.state import Charge
 from serving.gateway.tracing import SPAN_NAME, Tracing
 from serving.gateway.upstream import Attempt
 from tests.serving.gateway.helpers import A, B, TOP, replay_app, decoded, pool_env, tools_of

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.loopback import Loopback
+from evaluation.harness import Loopback, free_port
 
 NODE_BIN = Path(__file__).resolve().parents[3] / "node" / "node_modules" / ".bin"
 KEYS = {  # key id → (key, caller)
@@ -60,17 +59,11 @@ async def sdk_client(url: str, key: str | None, **kw):
             yield client
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def mcp_gateway(encoder, tmp_path_factory, request):
     import uvicorn
 
-    from serving.gateway.auth import KeyEntry, KeyStore
+    from serving.core.auth import KeyEntry, KeyStore
     from serving.mcp import McpGateway, http_app
     from serving.mcp.config import McpConfig
 

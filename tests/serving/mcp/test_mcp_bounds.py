@@ -14,7 +14,7 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from serving.gateway.auth import Identity, KeyEntry, KeyLimits, KeyStore
+from serving.core.auth import Identity, KeyEntry, KeyLimits, KeyStore
 from serving.mcp.ledger import Ledger
 from serving.tools.policy import Caller
 from tests.serving.mcp.conftest import gateway_on, sdk_client, server_bin, structured

@@ -58,7 +58,7 @@ def routed(url: str, who: str, question: str) -> dict:
 
 def mcp_visible(mcp_yaml, encoder, caller: dict) -> tuple[set[str], list[str]]:
     """What an MCP host with this caller may use on the MCP gateway of the same config: tools, groups."""
-    from serving.gateway.auth import Identity, KeyLimits
+    from serving.core.auth import Identity, KeyLimits
     from serving.mcp import McpGateway, load_mcp_config
     from serving.tools.policy import Caller
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from serving.gateway.auth import KeyEntry, KeyStore
+from serving.core.auth import KeyEntry, KeyStore
 from serving.mcp.config import McpConfig
 from tests.serving.mcp.conftest import gateway_on, toy
 

@@ -15,7 +15,7 @@ LIMITED, FREE = "sk-sc-test-limited-0123456789abcd", "sk-sc-test-free-0123456789
 
 
 def keys():
-    from serving.gateway.auth import KeyEntry, KeyStore
+    from serving.core.auth import KeyEntry, KeyStore
 
     return KeyStore([KeyEntry(id="limited", key=LIMITED, caller={}, limits={"requests_per_minute": 3}),
                      KeyEntry(id="free", key=FREE, caller={})])

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from serving.gateway.auth import KeyEntry, KeyStore
+from serving.core.auth import KeyEntry, KeyStore
 from tests.serving.mcp.conftest import free_port, gateway_on, sdk_client, toy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

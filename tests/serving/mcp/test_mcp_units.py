@@ -6,7 +6,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from serving.gateway.auth import Identity, KeyLimits
+from serving.core.auth import Identity, KeyLimits
 from serving.mcp.bridge import tool_card
 from serving.mcp.config import GroupDecl, McpConfig, UpstreamConfig
 from serving.mcp.ledger import RATE_LIMITED, Ledger
@@ -61,7 +61,7 @@ def test_rate_limit_per_key_and_minute():
 
 
 def test_rate_limit_in_a_store_that_is_down_fails_closed(tmp_path):
-    from serving.gateway.state import StateUnavailable, SQLiteState
+    from serving.core.state import StateUnavailable, SQLiteState
 
     class Down(SQLiteState):
         async def admit(self, *a, **kw):

@@ -23,7 +23,7 @@ from data.pool import Pool
 from data.schema import Call, Example, Expected, Message, Output, Tool, Usage
 from data.verify.agree import DISAGREEMENT_KINDS
 from serving.gateway.cascade import Cascade, CascadeRequest
-from serving.gateway.metrics import GatewayMetrics
+from serving.core.metrics import GatewayMetrics
 from serving.gateway.upstream import Attempt, UpstreamResult, no_answer
 from training.policy import Strategy
 from training.policy.replay import replay, replay_path

@@ -1,4 +1,4 @@
-"""The embedded state store: one SQLite file in WAL mode (serving/gateway/state.py says what is kept)."""
+"""The embedded state store: one SQLite file in WAL mode (serving/core/state.py says what is kept)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from serving.gateway.state_base import (SESSION_PRUNE_BATCH, SESSION_PRUNE_EVERY_S, SWEEP_EVERY_S, THREADS,
+from serving.core.state_base import (SESSION_PRUNE_BATCH, SESSION_PRUNE_EVERY_S, SWEEP_EVERY_S, THREADS,
                                         WINDOW_S, Admission, Charge, LedgerRow, OverBudget, Reservation,
                                         StateStore, StateUnavailable, utc_day)
 

@@ -4,8 +4,8 @@
     ident = keys.authenticate(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
     who = narrow(ident.caller, body_caller, "switchcraft.caller")     # the body may only narrow it (403 otherwise)
     ident.admin                                                       # the key's role: admin may read spend
-Limits (requests per minute, USD per day) are enforced in serving/gateway/budget.py, on counts kept in
-serving/gateway/state.py (SQLite or Redis): they survive restarts and span gateway processes.
+Limits (requests per minute, USD per day) are enforced in serving/core/budget.py, on counts kept in
+serving/core/state.py (SQLite or Redis): they survive restarts and span gateway processes.
 
 A key file (YAML; `switchcraft gateway-key` makes a key and prints its entry):
 
@@ -38,12 +38,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from serving.gateway.errors import GatewayError, bad, retry_after_headers, retry_after_ms
+from serving.core.errors import GatewayError, bad, retry_after_headers, retry_after_ms
 from serving.tools.policy import Caller
 
 KEY_PREFIX = "sk-sc-"
 MIN_KEY_CHARS = 24  # a key given in the environment: long enough that its unsalted hash cannot be guessed
-RESERVED_PREFIX = "__"  # key ids the gateway spends under itself (serving/gateway/explore.py: __explore__)
+RESERVED_PREFIX = "__"  # key ids the gateway spends under itself
+OPERATOR_KEY = "__explore__"  # the exploration budget's key id (serving/gateway/explore.py)
 
 
 class KeyLimits(BaseModel):
@@ -294,3 +295,13 @@ def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
     ms = retry_after_ms(wait_s)
     return GatewayError(429, f"{message}; retry after {math.ceil(ms / 1e3)} s", type="rate_limit_error",
                         headers=retry_after_headers(ms), reason=reason)
+
+
+def admin_of(door, request) -> Identity:
+    """The request's admin identity; 401 without a valid key, 403 for a key without the admin role. `door` is
+    any surface with the gateway's `keys` (KeyStore) and `metrics` (GatewayMetrics): the admin API, the console."""
+    ident = door.keys.authenticate(request.headers.get("authorization"))
+    if not ident.admin:
+        door.metrics.auth_rejections.labels(key=ident.key_id, reason="admin").inc()
+        raise forbidden("admin", "this API key is not an admin key (role: admin in its entry)", "authorization")
+    return ident

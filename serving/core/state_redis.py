@@ -1,4 +1,4 @@
-"""The shared state store: one Redis server for any number of gateway processes (serving/gateway/state.py says
+"""The shared state store: one Redis server for any number of gateway processes (serving/core/state.py says
 what is kept). Each check-and-change of a key's counts and holds runs as one Lua script, atomic on the server,
 so every process sharing the Redis sees one order. Keys are computed by the caller (`prefix` + kind + key id
 + day): one Redis, not Redis Cluster."""
@@ -9,7 +9,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from serving.gateway.state_base import (SWEEP_EVERY_S, Admission, Charge, LedgerRow, OverBudget, Reservation,
+from serving.core.state_base import (SWEEP_EVERY_S, Admission, Charge, LedgerRow, OverBudget, Reservation,
                                         StateStore, StateUnavailable, utc_day)
 
 ADMIT = """

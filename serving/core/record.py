@@ -34,7 +34,7 @@ class Served:
     tools: list[Tool] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # the `switchcraft` trace: decision, strategy, calls, verdict
     run: Any = None  # serving.gateway.cascade.Run, or None when no upstream was called
-    charges: list = field(default_factory=list)  # serving.gateway.state.Charge
+    charges: list = field(default_factory=list)  # serving.core.state.Charge
     error: str | None = None
     # The pool models the key and the request allow (None: every one). Whatever observes the request and calls
     # more models (exploration) calls only these: a key restricted to some providers is a data policy.

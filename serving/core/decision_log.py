@@ -1,6 +1,6 @@
 """The decision log: every routed request's decision and every model's decoded answer, kept for learning.
 
-    log = DecisionLog.from_settings(cfg.log, metrics)        # an observer of the gateway (serving/gateway/record.py)
+    log = DecisionLog.from_settings(cfg.log, metrics)        # an observer of the gateway (serving/core/record.py)
     log(served)                                              # queued, never blocking; written by a background task
     requests, answers = read_log("runs/gateway/log")         # data/logged.py: every file, oldest first
 
@@ -44,7 +44,7 @@ from data.logged import FILE, log_files
 
 import anyio
 
-from serving.gateway.record import Served
+from serving.core.record import Served
 
 log = logging.getLogger("switchcraft.gateway")
 SCHEMA = """

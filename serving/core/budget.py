@@ -7,7 +7,7 @@
     hold = Hold(budgets, ident, res, strategy.first, price)       # upstream.GATE: extends before further calls
     await budgets.settle(ident, hold.res, charges_of(run, ...))  # after the calls: the ledger, the day's spend
 
-The state itself (counts, holds, the ledger) is in serving/gateway/state.py, in SQLite or Redis.
+The state itself (counts, holds, the ledger) is in serving/core/state.py, in SQLite or Redis.
 Holds are staged. Before any upstream call a request holds what its strategy's first step may cost: the
 first model (two for an agreement cascade), each at the size of its payload in input tokens and at the
 output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
@@ -45,14 +45,16 @@ import anyio
 
 from data.pool import Pool, PoolModel
 from data.pool_runner.request import output_cap
-from serving.gateway.auth import Identity, too_many
-from serving.gateway.metrics import GatewayMetrics
-from serving.gateway.errors import GatewayError, retry_after_headers, retry_after_ms
-from serving.gateway.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
+from serving.core.auth import Identity, too_many
+from serving.core.metrics import GatewayMetrics
+from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
+from serving.core.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
 HOLD_LIFETIME_WEIGHT = 0.1  # how much each settled hold moves the running mean of hold lifetimes
+# Sent, then given up (a lost hedge: cancelled): the provider may have generated, and billed, an answer.
+ABANDONED = {"timeout", "dropped", "hedge_lost"}
 
 
 def limited(ident: Identity) -> bool:
@@ -68,7 +70,7 @@ class Landing(Reservation):
 
 
 class Budgets:
-    """Keys with limits wait for the store (bounded by its own deadline: serving/gateway/state.py) and are
+    """Keys with limits wait for the store (bounded by its own deadline: serving/core/state.py) and are
     refused with 503 when it cannot answer. Keys without limits never wait for it longer than
     `unlimited_wait_s` per step (their hold, their charge): a write still running then finishes in the
     background (`writing`), and a failed charge is retried like any other (`settle_retry_s`)."""
@@ -84,7 +86,7 @@ class Budgets:
 
     @classmethod
     def from_settings(cls, store: StateStore, metrics: GatewayMetrics, settings) -> Budgets:
-        """With the serving config's `state:` settings (serving.gateway.config.StateSettings)."""
+        """With the serving config's `state:` settings (serving.core.state.StateSettings)."""
         return cls(store, metrics, retry_after_s=settings.unavailable_retry_after_s,
                    settle_retry_s=settings.settle_retry_s, unlimited_wait_s=settings.unlimited_wait_s,
                    hold_clear_s=settings.hold_clear_s)
@@ -460,7 +462,6 @@ def charges_of(run, pool: Pool, payload_bytes: dict[str, int], *, chars_per_toke
     """The ledger rows of a strategy's run: each answered call at its real cost (`answer` for the one returned,
     `cascade` for the others), an answer the provider sent no usage for at an estimate from its text
     (`estimated`), a call given up after it was sent at its estimate (`abandoned`)."""
-    from serving.gateway.upstream import ABANDONED
 
     out = []
 

@@ -65,14 +65,14 @@ class GatewayMetrics:
         self.decoded = Counter("switchcraft_answers_decoded", "Upstream answers by what they decoded to "
                                "(tool_calls | no_call | malformed)", ["model", "result"], registry=r)
 
-        # Callers (serving/gateway/auth.py): by key id, never the key.
+        # Callers (serving/core/auth.py): by key id, never the key.
         self.key_requests = Counter("switchcraft_key_requests", "Requests by API key id and status", ["key", "status"],
                                     registry=r)
         self.key_spend = Counter("switchcraft_key_spend_usd", "Spend by API key id (every call, abandoned ones at "
                                  "their estimate)", ["key"], registry=r)
         self.auth_rejections = Counter("switchcraft_auth_rejections", "Requests refused by authentication or a key's "
                                        "limits (key empty when none was valid)", ["key", "reason"], registry=r)
-        # Limits and money (serving/gateway/budget.py, state.py).
+        # Limits and money (serving/core/budget.py, state.py).
         self.state_errors = Counter("switchcraft_state_errors", "Operations on the limit store that failed (admit, "
                                     "reserve, settle): keys with limits got 503", ["op"], registry=r)
         self.reserved_usd = Counter("switchcraft_reserved_usd", "Worst-case cost reserved before upstream calls",
@@ -81,7 +81,7 @@ class GatewayMetrics:
                                       "their reservation is charged as expired later)", registry=r)
         self.estimated_usd = Counter("switchcraft_estimated_cost_usd", "Charges estimated from text length: the "
                                      "provider sent no usage", ["model"], registry=r)
-        # Learning from traffic (serving/gateway/decision_log.py, explore.py).
+        # Learning from traffic (serving/core/decision_log.py, explore.py).
         self.decision_log_records = Counter("switchcraft_decision_log_records", "Records written to the decision log",
                                             registry=r)
         self.decision_log_dropped = Counter("switchcraft_decision_log_dropped", "Decision-log records dropped (queue "
@@ -112,7 +112,7 @@ class GatewayMetrics:
                                       "router's expected cost of the model for that request)", ["model"], registry=r)
         self.hedges = Counter("switchcraft_hedges", "Hedged calls started (upstream.hedge_after_s), by model",
                               ["model"], registry=r)
-        # Slow or vanishing clients, rate-limited upstreams (serving/gateway/errors.py, server.py, breaker.py).
+        # Slow or vanishing clients, rate-limited upstreams (serving/core/errors.py, server.py, breaker.py).
         self.client_disconnects = Counter("switchcraft_client_disconnects", "Requests whose client disconnected "
                                           "while sending the body (status 499)", ["endpoint"], registry=r)
         self.client_timeouts = Counter("switchcraft_client_timeouts", "Clients too slow: headers not complete "

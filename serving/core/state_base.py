@@ -1,4 +1,4 @@
-"""The state store's interface and records (serving/gateway/state.py says what is kept and why): what a
+"""The state store's interface and records (serving/core/state.py says what is kept and why): what a
 backend (state_sqlite.py, state_redis.py) implements and what its callers hold."""
 
 from __future__ import annotations
