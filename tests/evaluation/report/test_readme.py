@@ -52,3 +52,16 @@ def test_the_check_names_each_row_the_readme_no_longer_holds(run, tmp_path):
 def test_a_run_without_a_report_says_how_to_make_one(tmp_path):
     res = CliRunner().invoke(app, ["readme-table", str(tmp_path / "nope")])
     assert res.exit_code == 1 and "switchcraft reproduce --run-dir" in res.output
+
+
+def test_the_best_single_row_names_each_folds_model():
+    import numpy as np
+
+    from evaluation.report.tables import per_fold
+
+    models = ["gpt-4o", "qwen3-32b", "o3"]
+    folds = np.repeat(np.arange(5), 3)
+    choice = np.repeat([1, 1, 0, 1, 1], 3)  # qwen3-32b chosen on four folds' training rows, gpt-4o on one
+    assert per_fold(choice, folds, models) == "qwen3-32b on 4 of 5 folds, gpt-4o on 1"
+    assert per_fold(np.repeat([2, 2, 2, 2, 2], 3), folds, models) == "o3 on every fold"
+    assert per_fold(np.zeros(4, int), np.zeros(4, int), models) == "gpt-4o"  # one fold: its model
