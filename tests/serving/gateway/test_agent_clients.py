@@ -341,3 +341,61 @@ def test_the_real_clients_requests_go_to_the_safe_model_as_unlike_benchmark_requ
           f"{fitted.held_out_flagged:.1%}); scores {sorted(round(d['novelty']['score'], 2) for d in routed)}")
     assert len(flagged) == len(routed)
     assert all(d["chosen"] == NATIVE_CODEX and d["strategy_why"]["rule"] == "novelty" for d in flagged)
+
+
+def tmux(*args: str, check: bool = True) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=check, timeout=30).stdout
+
+
+def test_an_interactive_claude_code_session_in_tmux_reads_a_file_and_answers(agent_gateway, task):
+    """Claude Code as a person runs it: the full-screen interface in a terminal (tmux), a prompt typed and
+    submitted, the answer read off the screen; then a second prompt in the same session."""
+    import shutil
+    import time
+
+    needs(CLAUDE)
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed (apt-get install tmux): the interactive session needs a terminal")
+    url, _ = agent_gateway
+    work, home, stand_in = task
+    # A first start asks for a theme and whether to trust the folder: answered as a returning user would have.
+    (home / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "theme": "dark",
+        "projects": {str(work): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}))
+    env = {"HOME": str(home), "ANTHROPIC_BASE_URL": url, "ANTHROPIC_AUTH_TOKEN": KEY,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "ANTHROPIC_MODEL": "router"}
+    name = f"sc-{uuid.uuid4().hex[:8]}"
+    exports = " ".join(f"{k}={v}" for k, v in env.items())
+    tmux("new-session", "-d", "-s", name, "-x", "160", "-y", "50", "-c", str(work),
+         f"env PATH={os.environ['PATH']} {exports} {CLAUDE} --allowedTools Read")
+
+    def screen_until(*texts: str, timeout_s: float = 90) -> str:
+        deadline, screen = time.monotonic() + timeout_s, ""
+        while time.monotonic() < deadline:
+            screen = tmux("capture-pane", "-p", "-t", name, check=False)
+            if any(t in screen for t in texts):
+                return screen
+            time.sleep(0.5)
+        raise AssertionError(f"none of {texts} showed; the screen:\n{screen}")
+
+    try:
+        screen_until("Do you want to use this API key?")  # the gateway key, from the environment: said yes to
+        tmux("send-keys", "-t", name, "Up")
+        tmux("send-keys", "-t", name, "Enter")
+        screen_until("? for shortcuts", "shift+tab to cycle")  # the prompt box is up
+        tmux("send-keys", "-t", name, "-l", "Read note.txt and tell me what it says.")
+        tmux("send-keys", "-t", name, "Enter")
+        screen_until(stand_in.final())
+        assert tool_ran(stand_in), [path for path, _ in stand_in.seen]
+        asked = len(stand_in.seen)
+        tmux("send-keys", "-t", name, "-l", "And once more, please.")
+        tmux("send-keys", "-t", name, "Enter")
+        deadline = time.monotonic() + 60
+        while len(stand_in.seen) == asked and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(stand_in.seen) > asked  # the second turn went through the gateway
+        second = stand_in.seen[-1][1]
+        assert stand_in.note in json.dumps(second)  # with the first turn's history: one session
+        print(f"interactive: {len(stand_in.seen)} upstream requests over two prompts")
+    finally:
+        tmux("kill-session", "-t", name, check=False)
