@@ -88,5 +88,5 @@ def get(name: str) -> WireApi:
 
 
 def names() -> list[str]:
-    """Every registered API's name."""
-    return load().names()
+    """Every registered API's name, sorted (modules register in import order)."""
+    return sorted(load().names())

@@ -95,7 +95,7 @@ def test_cache_prices_and_an_unknown_api_named_with_its_line(tmp_path):
     assert plain.cost_usd(usage) == plain.cost_usd(Usage(input_tokens=1050, output_tokens=12))
     f = tmp_path / "pool.yaml"
     f.write_text("models:\n  - name: a\n    api: anthropic\n    prices: {input_per_mtok: 1, output_per_mtok: 1}\n")
-    with pytest.raises(DataError, match=r"pool.yaml:3.*models.0.api.*not one of openai_chat, anthropic_messages"):
+    with pytest.raises(DataError, match=r"pool.yaml:3.*models.0.api.*not one of the wire APIs anthropic_messages, openai_chat, openai_responses"):
         load_yaml_model(f, Pool)
     assert Pool.model_validate({"models": [{"name": "a", "prices": {"usd_per_query": 1}}]}).models[0].api == \
         "openai_chat"
