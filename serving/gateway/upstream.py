@@ -27,12 +27,13 @@ so a cascade never fans out over a provider that asked for a pause. When every
 candidate was rate-limited the answer is a 429 `upstream_rate_limited` with the
 soonest Retry-After, not a 502.
 
-Each model is asked in the API its provider speaks (its pool entry's `api`:
-openai_chat, anthropic_messages, openai_responses): the chat payload is sent as
-that API's request and its answer decoded back into a chat completion, usage
-and cache counts included (data/pool_runner/apis/, the pool runner's
-translators); a native stream's events are read as chat chunks
-(`NativeStream`), so everything after the upstream sees one shape.
+Each model is asked in the API its provider speaks (its pool entry's `api`, a
+wire API of data/pool_runner/apis/registry.py: openai_chat, anthropic_messages,
+openai_responses, …): the chat payload is sent as that API's request and its
+answer decoded back into a chat completion, usage and cache counts included
+(the pool runner's translators); a stream of an API with its own events is
+read as chat chunks (`NativeStream`), so everything after the upstream sees
+one shape.
 """
 
 from __future__ import annotations
@@ -235,8 +236,8 @@ class Upstreams:
         if stream and "text/event-stream" in response.headers.get("content-type", ""):
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
-            api = self.pool.get(model).api
-            return UpstreamResult(model, attempts, response=response if api == "openai_chat"
+            api = self.pool.get(model).api  # a stream of chat chunks passes through; another API's is decoded
+            return UpstreamResult(model, attempts, response=response if apis.get(api).stream is None
                                   else NativeStream(response, api))
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
             data = apis.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
@@ -311,8 +312,9 @@ class Upstreams:
 
 
 class NativeStream:
-    """A Messages or Responses upstream's open stream, read as Chat Completions SSE lines (`data: {chunk}`, a
-    blank line, … `data: [DONE]`), so the passthrough (serving/gateway/streams.py) sees one shape."""
+    """An upstream's open stream in its own API's events (Messages, Responses, …), read as Chat Completions SSE
+    lines (`data: {chunk}`, a blank line, … `data: [DONE]`), so the passthrough (serving/gateway/streams.py) sees
+    one shape."""
 
     def __init__(self, response: httpx.Response, api: str) -> None:
         self.response, self.api = response, api

@@ -36,6 +36,7 @@ its deltas (response.output_text.delta with the content part events, or
 response.function_call_arguments.delta) and their done events,
 response.output_item.done, then response.completed (its response carries
 `switchcraft`). Errors are OpenAI's error object, naming the caller's field.
+Also: POST /v1/responses/input_tokens (tokens.py).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from data.pool_runner.apis.common import usage_numbers
 from data.pool_runner.apis.openai_responses import response_body, response_events
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
+from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -313,4 +315,11 @@ def reply(r: Reply) -> Response:
     return event_stream(events(done), r.headers) if r.stream else JSONResponse(done, headers=r.headers)
 
 
-API = Api("/v1/responses", "responses", inbound=to_internal, reply=reply, error_body=error_body)
+def count_body(n: int) -> dict[str, Any]:
+    """POST /v1/responses/input_tokens's answer (serving/gateway/apis/tokens.py)."""
+    return {"object": "response.input_tokens", "input_tokens": n}
+
+
+API = register(Api(name="openai_responses", path="/v1/responses", endpoint="responses", inbound=to_internal,
+                   reply=reply, error_body=error_body, aliased=True, count_path="/v1/responses/input_tokens",
+                   count_body=count_body))
