@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from data.errors import DataError
 from data.schema import Output, Usage
+from data.wire import registry
 from data.yaml_config import line_of, load_yaml_model
 
 DEFAULT_POOL = Path("configs/pool.yaml")
@@ -163,7 +164,7 @@ class PoolModel(BaseModel):
     prices: Prices
     prompt_style: Literal["native", "prompt"] = "native"
     api: str = Field(default="openai_chat", description="The API its provider speaks at base_url: a registered wire "
-                     "API (data/pool_runner/apis/).")
+                     "API (data/wire/).")
     concurrency: int = Field(default=4, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=60.0, gt=0)
@@ -181,9 +182,6 @@ class PoolModel(BaseModel):
     @field_validator("api", mode="before")
     @classmethod
     def _known_api(cls, v):
-        # Imported here: the pool runner (data.pool_runner) imports this module.
-        from data.pool_runner.apis import registry
-
         if not isinstance(v, str) or v not in registry.load():
             known = ", ".join(f"{n}: POST {registry.get(n).path}" for n in registry.names())
             raise ValueError(f"api {str(v)[:60]!r} is not one of the wire APIs {', '.join(registry.names())}: give "

@@ -5,10 +5,10 @@ outputs.
 
 Each request is answered with the recorded output and usage of the named
 model for that query (found by `metadata.example_id`, else by question text),
-formatted as an OpenAI chat completion (`data.pool_runner.wire`). The model
+formatted as an OpenAI chat completion (`data.wire.raw`). The model
 is the request's `model` (a recording name, or a pool model id via
 `aliases`), or the path `/models/<recording>/v1/chat/completions`. The path
-says the API: each registered wire API (data/pool_runner/apis/registry.py:
+says the API: each registered wire API (data/wire/registry.py:
 Chat Completions, Anthropic Messages, OpenAI Responses) is served at its own
 path, the request is matched the same way in each (its `match_view`) and the
 recording answered in that API's shape (its `reply`), as that API's SSE events
@@ -40,9 +40,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.pool_runner import apis
-from data.pool_runner.apis import registry
-from data.pool_runner.wire import message_from_raw, usage_to_wire
+from data import wire
+from data.wire import registry
+from data.wire.raw import message_from_raw, usage_to_wire
 from data.replay.recordings import ExampleIndex, Recordings
 
 
@@ -233,7 +233,7 @@ def _recording(state: ReplayState, body: dict, recording: str | None, api: str):
     if name not in state.recordings:
         return _error(404, f"model {body.get('model')!r} is not recorded; recorded: {sorted(state.recordings)}",
                       "not_found")
-    example_id = state.index.match(apis.match_view(api, body))
+    example_id = state.index.match(wire.match_view(api, body))
     rec = state.recordings[name].get(example_id) if example_id else None
     if rec is None:
         return _error(404, f"no recording of {name} for this request (example {example_id})", "not_found")

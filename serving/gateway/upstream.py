@@ -28,7 +28,7 @@ candidate was rate-limited the answer is a 429 `upstream_rate_limited` with the
 soonest Retry-After, not a 502.
 
 Each model is asked in the API its provider speaks (its pool entry's `api`, a
-wire API of data/pool_runner/apis/registry.py: openai_chat, anthropic_messages,
+wire API of data/wire/registry.py: openai_chat, anthropic_messages,
 openai_responses, …): the chat payload is sent as that API's request and its
 answer decoded back into a chat completion, usage and cache counts included
 (the pool runner's translators); a stream of an API with its own events is
@@ -51,9 +51,9 @@ from typing import Any, Protocol
 import httpx
 
 from data.pool import Pool
-from data.pool_runner import apis
+from data import wire
 from data.pool_runner.request import with_output_cap
-from data.pool_runner.wire import WireError
+from data.wire.raw import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.fairshare import KeyShares
@@ -126,9 +126,9 @@ class Upstreams:
 
     def _request(self, model: str, payload: dict[str, Any]) -> httpx.Request:
         m = self.pool.get(model)
-        headers = {"content-type": "application/json", **apis.auth_headers(m.api, self._key(model))}
+        headers = {"content-type": "application/json", **wire.auth_headers(m.api, self._key(model))}
         timeout = self.timeout_s or m.timeout_s
-        return self.http.build_request("POST", apis.url(m.base_url, m.api), json=apis.native_request(
+        return self.http.build_request("POST", wire.url(m.base_url, m.api), json=wire.native_request(
             m.api, with_output_cap(payload, m, self.default_output_tokens)),
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
@@ -237,10 +237,10 @@ class Upstreams:
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
             api = self.pool.get(model).api  # a stream of chat chunks passes through; another API's is decoded
-            return UpstreamResult(model, attempts, response=response if apis.get(api).stream is None
+            return UpstreamResult(model, attempts, response=response if wire.get(api).stream is None
                                   else NativeStream(response, api))
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
-            data = apis.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
+            data = wire.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
             valid = isinstance(data.get("choices"), list)
         except WireError:
             valid = False
@@ -321,7 +321,7 @@ class NativeStream:
         self.status_code, self.headers = response.status_code, response.headers
 
     async def aiter_lines(self):
-        decoder = apis.StreamDecoder(self.api)
+        decoder = wire.StreamDecoder(self.api)
         event, data = None, []
         async for line in self.response.aiter_lines():
             if line.startswith("event:"):

@@ -13,7 +13,7 @@ strategy runs whole (a cascade included) and the finished answer is sent as
 that API's event sequence.
 
 Each API is one module that registers its `Api` under the name of its wire
-API (registry.py; the outbound half is data/pool_runner/apis/): openai_chat.py
+API (registry.py; the outbound half is data/wire/): openai_chat.py
 (POST /v1/chat/completions), anthropic_messages.py (POST /v1/messages),
 openai_responses.py (POST /v1/responses). serving/app.py gives every
 registered API its route, its token count (tokens.py: POST
@@ -31,7 +31,7 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
-from data.pool_runner.apis.common import sse  # noqa: F401  (the translators' SSE event, one copy)
+from data.wire.common import sse  # noqa: F401  (the translators' SSE event, one copy)
 from serving.core.errors import GatewayError, bad
 
 MESSAGE_PATH = re.compile(r"messages\[(\d+)\](.*)")
@@ -111,7 +111,7 @@ class Api:
     """One API the gateway speaks, registered (registry.py) under its wire API's name. The defaults are Chat
     Completions: the body as it is, a stream passed through from the upstream, OpenAI's error object."""
 
-    name: str = "openai_chat"  # the wire API (data/pool_runner/apis/registry.py) whose inbound half this is
+    name: str = "openai_chat"  # the wire API (data/wire/registry.py) whose inbound half this is
     path: str = "/v1/chat/completions"
     endpoint: str = "chat"  # the `endpoint` label of switchcraft_requests_total, the `event` of the log line
     inbound: Callable[[dict], Inbound] = chat_inbound

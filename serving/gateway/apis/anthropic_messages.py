@@ -44,8 +44,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.pool_runner.apis.anthropic_messages import message_body, message_events
-from data.pool_runner.apis.common import usage_numbers
+from data.wire.anthropic_messages import message_body, message_events
+from data.wire.common import usage_numbers
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
 from serving.gateway.apis.registry import register
@@ -295,7 +295,7 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 
 
 def message(reply: Reply) -> dict[str, Any]:
-    """The served answer as an Anthropic Message (data/pool_runner/apis: the replay server's Messages too)."""
+    """The served answer as an Anthropic Message (data/wire/: the replay server's Messages too)."""
     msg, finish = reply.choice()
     trace = reply.trace()
     if dropped := dropped_tools(reply.request):

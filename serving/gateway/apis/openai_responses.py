@@ -48,8 +48,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.pool_runner.apis.common import usage_numbers
-from data.pool_runner.apis.openai_responses import response_body, response_events
+from data.wire.common import usage_numbers
+from data.wire.openai_responses import response_body, response_events
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
 from serving.gateway.apis.registry import register
@@ -290,7 +290,7 @@ def _text_format(text: Any) -> dict[str, Any]:
 
 
 def response(reply: Reply) -> dict[str, Any]:
-    """The served answer as a Response (data/pool_runner/apis: the replay server's Responses too)."""
+    """The served answer as a Response (data/wire/: the replay server's Responses too)."""
     msg, finish = reply.choice()
     done = response_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model, reply.request)
     tools = Tools.of(reply.request)

@@ -6,7 +6,7 @@
     registry.get("anthropic_messages")  # UnknownNameError naming the known APIs
 
 A module of this package registers its `Api` at import (`register(Api(...))`);
-the name must be a wire API of data/pool_runner/apis/registry.py (its outbound
+the name must be a wire API of data/wire/registry.py (its outbound
 half), so each API is known by one name on both sides. Every module here but
 the helpers in NOT_APIS is imported on the first lookup, so a new API is a new
 file.
@@ -18,7 +18,7 @@ import functools
 import importlib
 import pkgutil
 
-from data.pool_runner.apis import registry as wire
+from data.wire import registry as wire
 from data.registry import Registry
 from serving.gateway.apis import Api
 
@@ -30,7 +30,7 @@ def register(api: Api) -> Api:
     """Add `api` under its wire API's name; ValueError when that name is no wire API or is taken here."""
     if api.name not in wire.load():
         raise ValueError(f"inbound API {api.name!r} ({api.path}) has no wire API of that name "
-                         f"(data/pool_runner/apis/); known: {', '.join(wire.names())}")
+                         f"(data/wire/); known: {', '.join(wire.names())}")
     INBOUND.add(api.name, api)
     return api
 

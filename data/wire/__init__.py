@@ -1,11 +1,11 @@
 """The provider APIs a pool model may speak (`api:` in the pool file), each to and from the internal chat shape.
 
-    from data.pool_runner import apis
-    url = apis.url(model.base_url, model.api)                # …/chat/completions, …/messages or …/responses
-    body = apis.native_request(model.api, chat_body)          # the Chat Completions request in that API
-    completion = apis.chat_completion(model.api, answer)      # its answer as a chat completion (usage included)
-    chunks = apis.StreamDecoder(model.api).feed(event, data)  # its stream events as chat.completion.chunk dicts
-    apis.names()                                              # the registered APIs (registry.py)
+    from data import wire
+    url = wire.url(model.base_url, model.api)                # …/chat/completions, …/messages or …/responses
+    body = wire.native_request(model.api, chat_body)          # the Chat Completions request in that API
+    completion = wire.chat_completion(model.api, answer)      # its answer as a chat completion (usage included)
+    chunks = wire.StreamDecoder(model.api).feed(event, data)  # its stream events as chat.completion.chunk dicts
+    wire.names()                                              # the registered APIs (registry.py)
 
 Each API is one module of this package that registers a `WireApi`
 (registry.py): openai_chat.py, anthropic_messages.py, openai_responses.py.
@@ -22,7 +22,7 @@ Messages / Responses endpoints build their answers with the same functions
 (`anthropic_messages.message_body`, `openai_responses.response_body`), so each
 mapping exists once.
 
-    python -m pytest -q tests/data/pool_runner/test_apis.py
+    python -m pytest -q tests/data/wire/test_apis.py
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import answer_blocks, arguments_object, sse, text_of, usage_numbers
-from data.pool_runner.apis.registry import WireApi, get, names, register
-from data.pool_runner.wire import WireError, raw_from_message, usage_from_wire
+from data.wire.common import answer_blocks, arguments_object, sse, text_of, usage_numbers
+from data.wire.registry import WireApi, get, names, register
+from data.wire.raw import WireError, raw_from_message, usage_from_wire
 from data.schema import Usage
 
 __all__ = ["WireApi", "answer_blocks", "arguments_object", "get", "names", "register", "sse", "text_of",

@@ -1,6 +1,6 @@
 """The wire-API registry: every provider API the project speaks, each one module and one registration.
 
-    from data.pool_runner.apis import registry
+    from data.wire import registry
     wire = registry.get("anthropic_messages")   # UnknownNameError naming the known APIs
     registry.names()                            # ['anthropic_messages', 'openai_chat', 'openai_responses']
 
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from data.registry import Registry
 
 JSON = dict[str, Any]
-NOT_APIS = {"common", "registry"}  # the package's helpers, not APIs
+NOT_APIS = {"common", "raw", "registry"}  # the package's helpers, not APIs
 
 
 class ChunkDecoder(Protocol):

@@ -32,9 +32,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import ChunkMaker, answer_blocks, chat_answer, obj, sse, text_of, usage_numbers, word
-from data.pool_runner.apis.registry import WireApi, register
-from data.pool_runner.wire import WireError
+from data.wire.common import ChunkMaker, answer_blocks, chat_answer, obj, sse, text_of, usage_numbers, word
+from data.wire.registry import WireApi, register
+from data.wire.raw import WireError
 
 KEPT = ("parallel_tool_calls", "temperature", "top_p", "user", "metadata", "stream")
 

@@ -32,10 +32,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import (ChunkMaker, answer_blocks, arguments_object, chat_answer, obj, sse, text_of,
+from data.wire.common import (ChunkMaker, answer_blocks, arguments_object, chat_answer, obj, sse, text_of,
                                           usage_numbers, word)
-from data.pool_runner.apis.registry import WireApi, register
-from data.pool_runner.wire import WireError
+from data.wire.registry import WireApi, register
+from data.wire.raw import WireError
 
 ANTHROPIC_VERSION = "2023-06-01"  # the `anthropic-version` header every request carries
 DEFAULT_MAX_TOKENS = 4096

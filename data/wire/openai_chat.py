@@ -3,15 +3,15 @@
 A request is sent as it is, an answer read as it is (it must have `choices`),
 a stream's `data: {chunk}` events passed through; the replay server answers a
 recorded output as the chat completion it was recorded as (JSON, even when
-asked to stream). The whole body is parsed by data.pool_runner.wire.
+asked to stream). The whole body is parsed by data.wire.raw.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from data.pool_runner.apis.registry import WireApi, register, same
-from data.pool_runner.wire import WireError, parse_completion
+from data.wire.registry import WireApi, register, same
+from data.wire.raw import WireError, parse_completion
 
 
 def chat_answer(data: dict[str, Any]) -> dict[str, Any]:
