@@ -146,7 +146,7 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         if at.stream and not passthrough:
             body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         named, threshold = (None, arg) if mode == "route" else (arg, None)
-        at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id, sent)
+        at.session = await open_session(gw, request.headers, body, api, at.ident.key_id, sent)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint

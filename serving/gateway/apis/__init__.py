@@ -123,6 +123,8 @@ class Api:
     count_body: Callable[[int], dict] | None = None  # that count's answer for n tokens
     models_header: str | None = None  # a request header by which GET /v1/models knows a caller of this API
     models_body: Callable[[list[str]], dict] = openai_models  # GET /v1/models for such a caller
+    session_user: bool = False  # its `user` (Messages: metadata.user_id) names an agent session (sessions.py)
+    session_cache_key: bool = True  # its `prompt_cache_key` names an agent session
 
 
 def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingResponse:

@@ -328,4 +328,5 @@ def models_body(names: list[str]) -> dict[str, Any]:
 API = register(Api(name="anthropic_messages", path="/v1/messages", endpoint="messages", inbound=to_internal,
                    reply=reply, error_body=error_body, key_header="x-api-key", aliased=True,
                    count_path="/v1/messages/count_tokens", count_body=count_body,
-                   models_header="anthropic-version", models_body=models_body))
+                   models_header="anthropic-version", models_body=models_body, session_user=True,
+                   session_cache_key=False))
