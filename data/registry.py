@@ -32,6 +32,12 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = obj
 
+    def remove(self, name: str) -> T:
+        """Take `name`'s entry out (a test's own entry, once the test is done); UnknownNameError if absent."""
+        entry = self.get(name)
+        del self._entries[name]
+        return entry
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]

@@ -56,9 +56,9 @@ from serving.core.auth import KeyStore
 from serving.gateway.batcher import RoutingBatcher
 from serving.core.budget import Budgets
 from serving.gateway.cascade import Cascade
-from serving.gateway.apis import anthropic_messages, openai_responses, tokens
+from serving.gateway.apis import registry as inbound_apis, tokens
 from serving.gateway.apis.models import Aliases, models_endpoint
-from serving.gateway.chat import CHAT, handler
+from serving.gateway.chat import handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
 from serving.core.decision_log import DecisionLog
 from serving.core.errors import CatchAll, route_errors
@@ -74,7 +74,6 @@ from serving.gateway.tools import GatewayTools
 from serving.gateway.upstream import Upstreams
 
 log = logging.getLogger("switchcraft.gateway")
-APIS = (anthropic_messages.API, openai_responses.API)  # POST /v1/messages, POST /v1/responses
 
 IN_MEMORY = ("state.path is null: limits and spend are kept in memory and forgotten when the gateway stops; "
              "set state.path (SQLite) or state.redis_url (several processes) to keep them")
@@ -159,7 +158,8 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.metrics, app.state.tools, app.state.keys = gw.metrics, gw.tools, gw.keys  # the router: gw.slot
     app.state.upstreams, app.state.budgets, app.state.slot, app.state.store = gw.upstreams, gw.budgets, gw.slot, gw.state
     app.state.observers = gw.observers
-    shapes = {api.path: api.error_body for api in APIS} | {path: api.error_body for path, api, _ in tokens.COUNTS}
+    shapes = ({api.path: api.error_body for api in inbound_apis.apis()}
+              | {api.count_path: api.error_body for api in inbound_apis.apis() if api.count_path})
     app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
     _routes(app, gw)
@@ -171,10 +171,11 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     """One route per endpoint, each calling its request kind's handler with the parts."""
 
     aliases = Aliases.checked(gw.cfg.aliases, gw.pool.names)  # agent clients' own model names (apis/models.py)
-    for api in (CHAT, *(aliases.applied(a) for a in APIS)):  # one path (chat.py serve); the others translate
-        app.add_api_route(api.path, handler(gw, api), methods=["POST"], name=api.endpoint)
-    for path, api, shape in tokens.COUNTS:  # POST /v1/messages/count_tokens, /v1/responses/input_tokens
-        app.add_api_route(path, tokens.counter(gw, api, shape), methods=["POST"], name=f"{api.endpoint}_tokens")
+    for api in inbound_apis.apis():  # one path (chat.py serve); every API but chat translates (apis/registry.py)
+        served = aliases.applied(api) if api.aliased else api
+        app.add_api_route(api.path, handler(gw, served), methods=["POST"], name=api.endpoint)
+        if api.count_path:  # POST /v1/messages/count_tokens, /v1/responses/input_tokens
+            app.add_api_route(api.count_path, tokens.counter(gw, api), methods=["POST"], name=f"{api.endpoint}_tokens")
     app.add_api_route("/v1/models", models_endpoint(gw), methods=["GET"], name="models")
 
     @app.post("/v1/route")

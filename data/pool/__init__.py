@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from data.errors import DataError
 from data.schema import Output, Usage
+from data.wire import registry
 from data.yaml_config import line_of, load_yaml_model
 
 DEFAULT_POOL = Path("configs/pool.yaml")
@@ -60,9 +61,6 @@ PRICE_FORMS = ("{input_per_mtok: X, output_per_mtok: Y} (per million tokens), "
                "{gpu_usd_per_hour: X[, gpu_seconds_per_query: S]} (per GPU-second) or {usd_per_query: X}")
 KIND_WORDS = {"token": "per token", "gpu_time": "per GPU-second", "query": "per query"}
 BFCL_OPEN_WEIGHT_QUERIES = 1700  # BFCL divides its open-weight total latency by 1,700 queries
-# The APIs a pool model's provider may speak (data/pool_runner/apis/ sends each natively).
-APIS = ("openai_chat", "anthropic_messages", "openai_responses")
-Api = Literal["openai_chat", "anthropic_messages", "openai_responses"]
 
 
 class Prices(BaseModel):
@@ -165,7 +163,8 @@ class PoolModel(BaseModel):
     api_key_env: str | None = Field(default=None, description="Name of the environment variable holding the key.")
     prices: Prices
     prompt_style: Literal["native", "prompt"] = "native"
-    api: Api = Field(default="openai_chat", description="The API its provider speaks at base_url.")
+    api: str = Field(default="openai_chat", description="The API its provider speaks at base_url: a registered wire "
+                     "API (data/wire/).")
     concurrency: int = Field(default=4, ge=1)
     requests_per_minute: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=60.0, gt=0)
@@ -183,10 +182,10 @@ class PoolModel(BaseModel):
     @field_validator("api", mode="before")
     @classmethod
     def _known_api(cls, v):
-        if v not in APIS:
-            raise ValueError(f"api {str(v)[:60]!r} is not one of {', '.join(APIS)}: give the API the provider at "
-                             "base_url speaks (openai_chat: POST /chat/completions, anthropic_messages: POST "
-                             "/messages, openai_responses: POST /responses)")
+        if not isinstance(v, str) or v not in registry.load():
+            known = ", ".join(f"{n}: POST {registry.get(n).path}" for n in registry.names())
+            raise ValueError(f"api {str(v)[:60]!r} is not one of the wire APIs {', '.join(registry.names())}: give "
+                             f"the API the provider at base_url speaks ({known})")
         return v
 
     @field_validator("api_key_env")

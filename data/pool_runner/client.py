@@ -26,9 +26,9 @@ from typing import Any
 
 import httpx
 
-from data.pool_runner import apis
+from data import wire
 from data.pool_runner.limits import RequestPacer
-from data.pool_runner.wire import WireError
+from data.wire.raw import WireError
 from data.schema import Usage
 
 RETRY_STATUS = {408, 409, 429}
@@ -116,7 +116,7 @@ async def post_completion(
     """POST `body` (a request of `api`) to `url` until it answers, or raise CallFailed."""
     payload = json.dumps(body).encode()
     headers = {"content-type": "application/json", "idempotency-key": idempotency_key,
-               **apis.auth_headers(api, api_key)}
+               **wire.auth_headers(api, api_key)}
     secrets = [api_key] if api_key else []
     last = "no attempt made"
     status: int | None = None
@@ -134,7 +134,7 @@ async def post_completion(
             status = resp.status_code
             if status == 200:
                 try:
-                    raw, usage, _ = apis.parse_answer(api, resp.content)
+                    raw, usage, _ = wire.parse_answer(api, resp.content)
                     return CallResult(raw, usage, time.monotonic() - t0, attempt + 1)
                 except WireError as e:
                     last = f"unreadable response: {e}"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data.pool import Pool, PoolModel
-from data.pool_runner.apis import native_request
+from data.wire import native_request
 from data.schema import Example, Tool
 
 # The function-doc prompt BFCL used for non-native models (paraphrased, same contract).

@@ -3,7 +3,7 @@
     switchcraft pool run --pool configs/pool.yaml --examples runs/default/examples.parquet --max-usd 20
 
 Each model is asked in its provider's API (`api:` in the pool file,
-data/pool_runner/apis/). Per model: `concurrency` workers share its queue of calls, a pacer keeps
+data/wire/). Per model: `concurrency` workers share its queue of calls, a pacer keeps
 requests under `requests_per_minute`. A call already `done` in the store (same
 example, model and request hash) is never sent again; one left `pending` by a
 killed run is sent again with the same Idempotency-Key. A call counts (progress,
@@ -32,7 +32,7 @@ import httpx
 
 from data.errors import DataError
 from data.pool import Pool, PoolModel
-from data.pool_runner import apis
+from data import wire
 from data.pool_runner.client import CallFailed, RetryPolicy, post_completion
 from data.pool_runner.export import export_outputs
 from data.pool_runner.limits import Budget, BudgetExceeded, RequestPacer
@@ -111,7 +111,7 @@ class _Run:
         self, model: PoolModel, queue: deque[PlannedCall], pacer: RequestPacer, client
     ) -> None:
         policy = RetryPolicy(max_retries=model.max_retries, base_s=self.backoff_base_s)
-        url = apis.url(model.base_url, model.api)
+        url = wire.url(model.base_url, model.api)
         while queue and not self.budget.stopped:
             c = queue.popleft()
             est_out = self.budget.output_estimate(model.name, model.max_output_tokens)
@@ -140,7 +140,7 @@ class _Run:
             res = await post_completion(
                 client,
                 url,
-                apis.native_request(model.api, c.body),
+                wire.native_request(model.api, c.body),
                 api_key=self.keys[model.name],
                 idempotency_key=idempotency_key(c.example.id, model.name, c.request_hash),
                 timeout_s=model.timeout_s,

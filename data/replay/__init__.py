@@ -5,16 +5,16 @@ outputs.
 
 Each request is answered with the recorded output and usage of the named
 model for that query (found by `metadata.example_id`, else by question text),
-formatted as an OpenAI chat completion (`data.pool_runner.wire`). The model
+formatted as an OpenAI chat completion (`data.wire.raw`). The model
 is the request's `model` (a recording name, or a pool model id via
 `aliases`), or the path `/models/<recording>/v1/chat/completions`. The path
-says the API (Chat Completions, Anthropic Messages, OpenAI Responses): the
-request is matched the same way in each (data.pool_runner.apis `match_view`)
-and the recording answered in that API's shape (`message_body`,
-`response_body`), as that API's SSE events when it asks to `stream` (Chat
-Completions answers JSON whatever it asks). A recording without token counts
-is answered without `usage`. Messages requests may carry their key in
-`x-api-key`.
+says the API: each registered wire API (data/wire/registry.py:
+Chat Completions, Anthropic Messages, OpenAI Responses) is served at its own
+path, the request is matched the same way in each (its `match_view`) and the
+recording answered in that API's shape (its `reply`), as that API's SSE events
+when it asks to `stream` (Chat Completions answers JSON whatever it asks). A
+recording without token counts is answered without `usage`. Messages requests
+may carry their key in `x-api-key` (the API's `key_header`).
 
 It behaves like a billing provider: each generated answer is a *completion*;
 a request with an `Idempotency-Key` it has already answered is replayed from
@@ -32,6 +32,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +40,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from data.pool_runner import apis
-from data.pool_runner.apis.anthropic_messages import message_body, message_events
-from data.pool_runner.apis.openai_responses import response_body, response_events
-from data.pool_runner.wire import message_from_raw, usage_to_wire
+from data import wire
+from data.wire import registry
+from data.wire.raw import message_from_raw, usage_to_wire
 from data.replay.recordings import ExampleIndex, Recordings
 
 
@@ -191,142 +191,150 @@ def completion_body(
 
 
 def native_body(api: str, chat: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion (`completion_body`) as `api`'s answer; `asked`: the request (Responses echo its fields)."""
-    if api == "openai_chat":
-        return chat
-    choice = chat["choices"][0]
-    usage = apis.usage_numbers(chat.get("usage"))
-    if api == "anthropic_messages":
-        out = message_body(choice["message"], choice["finish_reason"], usage, chat["model"])
-    else:
-        out = response_body(choice["message"], choice["finish_reason"], usage, chat["model"], asked)
+    """A chat completion (`completion_body`) as `api`'s answer; `asked`: the request (Responses echo its fields).
+    A recording without token counts is answered without `usage`."""
+    out = registry.get(api).reply(chat, asked)
     if chat.get("usage") is None:
-        out.pop("usage")
+        out.pop("usage", None)
     return out
 
 
 def answer_response(api: str, payload: str, stream: bool) -> Response:
-    """The stored answer: JSON, or a Messages / Responses stream of it."""
-    if not stream or api == "openai_chat":
+    """The stored answer: JSON, or the API's stream of it (an API without its own events answers JSON)."""
+    events = registry.get(api).events
+    if not stream or events is None:
         return Response(payload, media_type="application/json")
-    body = json.loads(payload)
-    events = message_events(body) if api == "anthropic_messages" else response_events(body)
+    chunks = events(json.loads(payload))
 
     async def each():
-        for chunk in events:
+        for chunk in chunks:
             yield chunk
 
     return StreamingResponse(each(), media_type="text/event-stream")
 
 
+def _refused_key(state: ReplayState, request: Request, api: str) -> Response | None:
+    """The 401 for a request without the server's key (in `Authorization: Bearer`, or the API's own header)."""
+    if state.api_key is None:
+        return None
+    given = request.headers.get("authorization", "").removeprefix("Bearer ")
+    header = registry.get(api).key_header
+    if header is not None and header in request.headers:
+        given = request.headers[header]
+    if given == state.api_key:
+        return None
+    # Real providers quote the key they got; the runner must redact it.
+    return _error(401, f"Incorrect API key provided: {given}.", "invalid_request_error")
+
+
+def _recording(state: ReplayState, body: dict, recording: str | None, api: str):
+    """(recording name, example id, the recording) the request asks for, or the 404 saying why there is none."""
+    name = recording or state.aliases.get(body.get("model"), body.get("model"))
+    if name not in state.recordings:
+        return _error(404, f"model {body.get('model')!r} is not recorded; recorded: {sorted(state.recordings)}",
+                      "not_found")
+    example_id = state.index.match(wire.match_view(api, body))
+    rec = state.recordings[name].get(example_id) if example_id else None
+    if rec is None:
+        return _error(404, f"no recording of {name} for this request (example {example_id})", "not_found")
+    return name, example_id, rec
+
+
+def _fault_response(state: ReplayState, fault: str | None, log: Callable[[str], None]) -> Response | None:
+    """The injected failure answered instead of the recording (429, 500, a rejection, a body that is no answer)."""
+    if fault == "429":
+        log("429")
+        headers = {"retry-after": str(int(-(-state.faults.retry_after_s // 1)))}
+        if state.faults.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(state.faults.retry_after_ms)
+        return _error(429, "Rate limit reached (replay fault injection).", "rate_limit_error", headers)
+    if fault == "500":
+        log("500")
+        return _error(500, "The server had an error (replay fault injection).", "server_error")
+    if fault == "reject":
+        log(str(state.faults.reject_status))
+        return _error(state.faults.reject_status, "Invalid request (replay fault injection).",
+                      "invalid_request_error")
+    if fault == "bad_body":
+        log("bad_body")
+        return Response(b"<html>upstream proxy error</html>", media_type="text/html")
+    return None
+
+
+def _payload(state: ReplayState, call: tuple[str, str], key: str | None, rec, body: dict, api: str,
+             log: Callable[[str], None]) -> str | Response:
+    """The answer's JSON: replayed for an Idempotency-Key already answered, else generated (and billed)."""
+    if key and key in state._idempotent:
+        bound, payload = state._idempotent[key]
+        if bound != call:
+            return _error(422, "Idempotency-Key reused for a different request", "invalid_request_error")
+        log("idempotent_replay")
+        return payload
+    # The answer is generated (and billed) here, whatever happens to the connection next.
+    name, example_id = call
+    chat = completion_body(body.get("model", name), example_id, rec.raw, usage_to_wire(rec.usage))
+    payload = json.dumps(native_body(api, chat, body))
+    with state.lock:
+        state.completions[call] += 1
+        if key:
+            state._idempotent[key] = (call, payload)
+    log("completion")
+    return payload
+
+
+async def answer(state: ReplayState, request: Request, recording: str | None, api: str = "openai_chat") -> Response:
+    """One request of `api`: its recording, in that API's shape (or the fault drawn for this attempt)."""
+    if (refused := _refused_key(state, request, api)) is not None:
+        return refused
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        return _error(400, "request body is not JSON", "invalid_request_error")
+    found = _recording(state, body, recording, api)
+    if isinstance(found, Response):
+        return found
+    name, example_id, rec = found
+    key = request.headers.get("idempotency-key")
+    call_key = key or f"{name}|{example_id}"
+    with state.lock:
+        attempt = state._attempts[call_key]
+        state._attempts[call_key] += 1
+        state.requests[(name, example_id)] += 1
+    fault = state.faults.pick(call_key, attempt)
+    event = {"t": time.time(), "model": name, "example_id": example_id, "key": key, "attempt": attempt, "api": api}
+
+    def log(outcome: str) -> None:
+        with state.lock:
+            state.events.append({**event, "outcome": outcome})
+
+    if (failed := _fault_response(state, fault, log)) is not None:
+        return failed
+    payload = _payload(state, (name, example_id), key, rec, body, api, log)
+    if isinstance(payload, Response):
+        return payload
+    delay = state.faults.latency_s + (state.faults.slow_s if fault == "slow" else 0.0)
+    if delay:
+        await asyncio.sleep(delay)
+    if fault == "slow":
+        log("slow")  # answered late; the client may have given up already
+    if fault == "drop":
+        log("drop")
+        return DroppedConnection()
+    return answer_response(api, payload, body.get("stream") is True)
+
+
 def create_app(state: ReplayState) -> FastAPI:
+    """The replay endpoint: each registered wire API at `/v1<its path>` and `/models/<recording>/v1<its path>`."""
     app = FastAPI(title="switchcraft replay endpoint")
-    lock = state.lock
-
-    async def answer(request: Request, recording: str | None, api: str = "openai_chat") -> Response:
-        if state.api_key is not None:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ")
-            if api == "anthropic_messages" and "x-api-key" in request.headers:
-                given = request.headers["x-api-key"]
-            if given != state.api_key:
-                # Real providers quote the key they got; the runner must redact it.
-                return _error(401, f"Incorrect API key provided: {given}.", "invalid_request_error")
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return _error(400, "request body is not JSON", "invalid_request_error")
-        name = recording or state.aliases.get(body.get("model"), body.get("model"))
-        if name not in state.recordings:
-            return _error(
-                404,
-                f"model {body.get('model')!r} is not recorded; recorded: {sorted(state.recordings)}",
-                "not_found",
-            )
-        example_id = state.index.match(apis.match_view(api, body))
-        rec = state.recordings[name].get(example_id) if example_id else None
-        if rec is None:
-            return _error(
-                404, f"no recording of {name} for this request (example {example_id})", "not_found"
-            )
-        key = request.headers.get("idempotency-key")
-        call_key = key or f"{name}|{example_id}"
-        with lock:
-            attempt = state._attempts[call_key]
-            state._attempts[call_key] += 1
-            state.requests[(name, example_id)] += 1
-        fault = state.faults.pick(call_key, attempt)
-        event = {
-            "t": time.time(),
-            "model": name,
-            "example_id": example_id,
-            "key": key,
-            "attempt": attempt,
-            "api": api,
-        }
-
-        def log(outcome: str) -> None:
-            with lock:
-                state.events.append({**event, "outcome": outcome})
-
-        if fault == "429":
-            log("429")
-            headers = {"retry-after": str(int(-(-state.faults.retry_after_s // 1)))}
-            if state.faults.retry_after_ms is not None:
-                headers["retry-after-ms"] = str(state.faults.retry_after_ms)
-            return _error(
-                429, "Rate limit reached (replay fault injection).", "rate_limit_error", headers
-            )
-        if fault == "500":
-            log("500")
-            return _error(500, "The server had an error (replay fault injection).", "server_error")
-        if fault == "reject":
-            log(str(state.faults.reject_status))
-            return _error(state.faults.reject_status, "Invalid request (replay fault injection).",
-                          "invalid_request_error")
-        if fault == "bad_body":
-            log("bad_body")
-            return Response(b"<html>upstream proxy error</html>", media_type="text/html")
-        if key and key in state._idempotent:
-            bound, payload = state._idempotent[key]
-            if bound != (name, example_id):
-                return _error(
-                    422, "Idempotency-Key reused for a different request", "invalid_request_error"
-                )
-            log("idempotent_replay")
-        else:
-            # The answer is generated (and billed) here, whatever happens to the connection next.
-            chat = completion_body(body.get("model", name), example_id, rec.raw, usage_to_wire(rec.usage))
-            payload = json.dumps(native_body(api, chat, body))
-            with lock:
-                state.completions[(name, example_id)] += 1
-                if key:
-                    state._idempotent[key] = ((name, example_id), payload)
-            log("completion")
-        delay = state.faults.latency_s + (state.faults.slow_s if fault == "slow" else 0.0)
-        if delay:
-            await asyncio.sleep(delay)
-        if fault == "slow":
-            log("slow")  # answered late; the client may have given up already
-        if fault == "drop":
-            log("drop")
-            return DroppedConnection()
-        return answer_response(api, payload, body.get("stream") is True)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        return await answer(request, None)
-
-    @app.post("/models/{recording}/v1/chat/completions")
-    async def chat_as(recording: str, request: Request) -> Response:
-        return await answer(request, recording)
 
     def in_api(api: str):
         async def endpoint(request: Request, recording: str | None = None) -> Response:
-            return await answer(request, recording, api)
+            return await answer(state, request, recording, api)
 
         return endpoint
 
-    for api, path in (("anthropic_messages", "/messages"), ("openai_responses", "/responses")):
+    for api in registry.names():
+        path = registry.get(api).path
         app.add_api_route("/v1" + path, in_api(api), methods=["POST"])
         app.add_api_route("/models/{recording}/v1" + path, in_api(api), methods=["POST"])
 

@@ -343,7 +343,7 @@ class StreamCharge:
         """Every charge of the request: the calls before the stream, and the streamed call's, from the usage the
         upstream sent (OpenAI `usage` wire form); without usage, the worst case when the client left
         (`abandoned`), else estimated from what the upstream sent."""
-        from data.pool_runner.wire import usage_from_wire
+        from data.wire.raw import usage_from_wire
 
         if self.done is not None:
             return self.done

@@ -30,7 +30,7 @@ from data.decoders import decode
 from data.decoders.names import tool_name_index
 from data.pool import PoolModel
 from data.pool_runner.request import openai_function_name, styled_request
-from data.pool_runner.wire import raw_from_message, usage_from_wire
+from data.wire.raw import raw_from_message, usage_from_wire
 from data.schema import Call, Tool, Usage
 from data.verify.batch import is_text
 from serving.gateway.tool_choice import AUTO, ToolChoice

@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 
 from data.pool import Pool
-from data.pool_runner.wire import WireError
+from data.wire.raw import WireError
 from data.schema import Tool
 from data.verify.agree import calls_agree, disagreement_kind
 from serving.gateway.answers import Answer, read_answer

@@ -37,7 +37,7 @@ from starlette.background import BackgroundTask
 from data.pool import Pool
 from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
-from serving.gateway.apis import Api, Inbound, Reply
+from serving.gateway.apis import Api, Inbound, Reply, openai_chat
 from serving.core.auth import Identity
 from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step_usd,
                                     payload_size, tokens_in)
@@ -105,7 +105,7 @@ class Pending:
     session: Session | None = None  # the agent session the request is a turn of
 
 
-CHAT = Api()
+CHAT = openai_chat.API
 
 
 async def chat(gw: Gateway, request: Request) -> Response:
@@ -146,7 +146,7 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         if at.stream and not passthrough:
             body = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         named, threshold = (None, arg) if mode == "route" else (arg, None)
-        at.session = await open_session(gw, request.headers, body, api.endpoint, at.ident.key_id, sent)
+        at.session = await open_session(gw, request.headers, body, api, at.ident.key_id, sent)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint

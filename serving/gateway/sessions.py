@@ -11,7 +11,8 @@ the agent clients' own session ids — Claude Code's `x-claude-code-session-id`
 header, Codex's `session-id` header; on POST /v1/messages the `session_id` in
 Claude Code's `metadata.user_id`; on Chat Completions and Responses
 `prompt_cache_key` (Codex sends its session id); on Messages the whole
-`metadata.user_id`; else, once the conversation is past its first turn (it
+`metadata.user_id` (each API says which of its fields name a session:
+`session_user`, `session_cache_key`, serving/gateway/apis/); else, once the conversation is past its first turn (it
 holds an assistant message), the hash of its first turns: system + first user
 message + tools. A first turn nobody named has no session, so single requests
 route as before. Sessions are per API key: two keys never share one.
@@ -51,6 +52,7 @@ from typing import Any
 from data.pool import Pool
 from serving.core.state import StateSettings
 from serving.core.state import StateUnavailable
+from serving.gateway.apis import Api
 from training.policy import Strategy
 
 log = logging.getLogger("switchcraft.gateway")
@@ -91,17 +93,19 @@ class Session:
         return {"id": self.id, "named_by": self.named_by, "turn": self.state.turns + 1, **self.trace}
 
 
-def session_name(headers, body: dict[str, Any], api: str, caller: dict[str, Any] | None = None) -> tuple[str, str] | None:
-    """(name, how it was named), or None when the request starts no session. `body`: the chat request;
-    `caller`: the body as the caller sent it (a Responses body's `prompt_cache_key` is not in the chat request)."""
+def session_name(headers, body: dict[str, Any], api: Api,
+                 caller: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(name, how it was named), or None when the request starts no session. `body`: the chat request; `api`: the
+    caller's (which of its fields name a session); `caller`: the body as the caller sent it (a Responses body's
+    `prompt_cache_key` is not in the chat request)."""
     for header in (HEADER, *CLIENT_HEADERS):
         if given := headers.get(header):
             return given[:MAX_NAME], "header" if header == HEADER else header
-    user = body.get("user") if api == "messages" else None
+    user = body.get("user") if api.session_user else None
     if isinstance(user, str) and (part := _session_part(user)):
         return part[:MAX_NAME], "metadata.user_id.session_id"
     key = (caller if caller is not None else body).get("prompt_cache_key")
-    if api in ("chat", "responses") and isinstance(key, str) and key:
+    if api.session_cache_key and isinstance(key, str) and key:
         return key[:MAX_NAME], "prompt_cache_key"
     if isinstance(user, str) and user:
         return user[:MAX_NAME], "metadata.user_id"
@@ -159,7 +163,7 @@ def store_of(gw) -> SessionStore:
     return stores[id(gw.state)]
 
 
-async def open_session(gw, headers, body: dict[str, Any], api: str, key_id: str | None,
+async def open_session(gw, headers, body: dict[str, Any], api: Api, key_id: str | None,
                        caller: dict[str, Any] | None = None) -> Session | None:
     """The request's session and its state (a fresh one when new); None when it has none or the store is down."""
     named = session_name(headers, body, api, caller)

@@ -7,7 +7,7 @@
     why = choice.unmet(kept, model)          # an answer that cannot be made to obey: a failed answer
 
 A native model gets the API's own fields (`tool_choice`, `parallel_tool_calls`,
-mapped per provider API in data/pool_runner/apis/); a prompt-style model sees
+mapped per provider API in data/wire/); a prompt-style model sees
 only the functions it may call in its system prompt, with a line saying which
 call is required. Either way the answer is held to what was asked, since a
 model may ignore it: a call under `none` is dropped (the text kept), calls past

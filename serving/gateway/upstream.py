@@ -27,12 +27,13 @@ so a cascade never fans out over a provider that asked for a pause. When every
 candidate was rate-limited the answer is a 429 `upstream_rate_limited` with the
 soonest Retry-After, not a 502.
 
-Each model is asked in the API its provider speaks (its pool entry's `api`:
-openai_chat, anthropic_messages, openai_responses): the chat payload is sent as
-that API's request and its answer decoded back into a chat completion, usage
-and cache counts included (data/pool_runner/apis/, the pool runner's
-translators); a native stream's events are read as chat chunks
-(`NativeStream`), so everything after the upstream sees one shape.
+Each model is asked in the API its provider speaks (its pool entry's `api`, a
+wire API of data/wire/registry.py: openai_chat, anthropic_messages,
+openai_responses, …): the chat payload is sent as that API's request and its
+answer decoded back into a chat completion, usage and cache counts included
+(the pool runner's translators); a stream of an API with its own events is
+read as chat chunks (`NativeStream`), so everything after the upstream sees
+one shape.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ from typing import Any, Protocol
 import httpx
 
 from data.pool import Pool
-from data.pool_runner import apis
+from data import wire
 from data.pool_runner.request import with_output_cap
-from data.pool_runner.wire import WireError
+from data.wire.raw import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.fairshare import KeyShares
@@ -125,9 +126,9 @@ class Upstreams:
 
     def _request(self, model: str, payload: dict[str, Any]) -> httpx.Request:
         m = self.pool.get(model)
-        headers = {"content-type": "application/json", **apis.auth_headers(m.api, self._key(model))}
+        headers = {"content-type": "application/json", **wire.auth_headers(m.api, self._key(model))}
         timeout = self.timeout_s or m.timeout_s
-        return self.http.build_request("POST", apis.url(m.base_url, m.api), json=apis.native_request(
+        return self.http.build_request("POST", wire.url(m.base_url, m.api), json=wire.native_request(
             m.api, with_output_cap(payload, m, self.default_output_tokens)),
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
 
@@ -235,11 +236,11 @@ class Upstreams:
         if stream and "text/event-stream" in response.headers.get("content-type", ""):
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
-            api = self.pool.get(model).api
-            return UpstreamResult(model, attempts, response=response if api == "openai_chat"
+            api = self.pool.get(model).api  # a stream of chat chunks passes through; another API's is decoded
+            return UpstreamResult(model, attempts, response=response if wire.get(api).stream is None
                                   else NativeStream(response, api))
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
-            data = apis.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
+            data = wire.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
             valid = isinstance(data.get("choices"), list)
         except WireError:
             valid = False
@@ -311,15 +312,16 @@ class Upstreams:
 
 
 class NativeStream:
-    """A Messages or Responses upstream's open stream, read as Chat Completions SSE lines (`data: {chunk}`, a
-    blank line, … `data: [DONE]`), so the passthrough (serving/gateway/streams.py) sees one shape."""
+    """An upstream's open stream in its own API's events (Messages, Responses, …), read as Chat Completions SSE
+    lines (`data: {chunk}`, a blank line, … `data: [DONE]`), so the passthrough (serving/gateway/streams.py) sees
+    one shape."""
 
     def __init__(self, response: httpx.Response, api: str) -> None:
         self.response, self.api = response, api
         self.status_code, self.headers = response.status_code, response.headers
 
     async def aiter_lines(self):
-        decoder = apis.StreamDecoder(self.api)
+        decoder = wire.StreamDecoder(self.api)
         event, data = None, []
         async for line in self.response.aiter_lines():
             if line.startswith("event:"):

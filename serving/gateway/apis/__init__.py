@@ -12,10 +12,14 @@ Completions itself. A translated API's request never streams upstream: the
 strategy runs whole (a cascade included) and the finished answer is sent as
 that API's event sequence.
 
-Modules: anthropic_messages.py (POST /v1/messages), openai_responses.py
-(POST /v1/responses), tokens.py (their token counts: POST /v1/messages/count_tokens,
-/v1/responses/input_tokens), models.py (GET /v1/models, and the model aliases
-the two POSTs resolve).
+Each API is one module that registers its `Api` under the name of its wire
+API (registry.py; the outbound half is data/wire/): openai_chat.py
+(POST /v1/chat/completions), anthropic_messages.py (POST /v1/messages),
+openai_responses.py (POST /v1/responses). serving/app.py gives every
+registered API its route, its token count (tokens.py: POST
+/v1/messages/count_tokens, /v1/responses/input_tokens) and its error shape;
+models.py serves GET /v1/models (in the shape of the API whose header the
+caller sends) and the model aliases the agent clients' APIs resolve.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
-from data.pool_runner.apis.common import sse  # noqa: F401  (the translators' SSE event, one copy)
+from data.wire.common import sse  # noqa: F401  (the translators' SSE event, one copy)
 from serving.core.errors import GatewayError, bad
 
 MESSAGE_PATH = re.compile(r"messages\[(\d+)\](.*)")
@@ -96,17 +100,31 @@ class Reply:
         return message, choice.get("finish_reason") if isinstance(choice, dict) else None
 
 
+def openai_models(names: list[str]) -> dict[str, Any]:
+    """GET /v1/models in OpenAI's shape."""
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "switchcraft"}
+                                       for n in names]}
+
+
 @dataclass(frozen=True)
 class Api:
-    """One API the gateway speaks. The defaults are Chat Completions: the body as it is, a stream passed through
-    from the upstream, OpenAI's error object."""
+    """One API the gateway speaks, registered (registry.py) under its wire API's name. The defaults are Chat
+    Completions: the body as it is, a stream passed through from the upstream, OpenAI's error object."""
 
+    name: str = "openai_chat"  # the wire API (data/wire/registry.py) whose inbound half this is
     path: str = "/v1/chat/completions"
     endpoint: str = "chat"  # the `endpoint` label of switchcraft_requests_total, the `event` of the log line
     inbound: Callable[[dict], Inbound] = chat_inbound
     reply: Callable[[Reply], Response] | None = None  # None: chat's own answer (JSON, JSON as SSE, passed through)
     error_body: Callable[[GatewayError], dict] = GatewayError.body
     key_header: str | None = None  # a header that may carry the API key instead of `Authorization: Bearer`
+    aliased: bool = False  # its callers are agent clients naming their own models: `aliases:` resolves them
+    count_path: str | None = None  # where a request's input tokens are counted (tokens.py), if anywhere
+    count_body: Callable[[int], dict] | None = None  # that count's answer for n tokens
+    models_header: str | None = None  # a request header by which GET /v1/models knows a caller of this API
+    models_body: Callable[[list[str]], dict] = openai_models  # GET /v1/models for such a caller
+    session_user: bool = False  # its `user` (Messages: metadata.user_id) names an agent session (sessions.py)
+    session_cache_key: bool = True  # its `prompt_cache_key` names an agent session
 
 
 def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingResponse:

@@ -31,6 +31,9 @@ content_block_stop, message_delta (stop_reason, usage), message_stop (which
 carries `switchcraft`). Errors are Anthropic's error object,
 `{"type": "error", "error": {"type": "invalid_request_error", "message": …}}`,
 naming the caller's field (the message begins with it).
+
+Also: POST /v1/messages/count_tokens (`{"input_tokens": N}`, tokens.py), and
+GET /v1/models in Anthropic's shape for a caller sending `anthropic-version`.
 """
 
 from __future__ import annotations
@@ -41,15 +44,17 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.pool_runner.apis.anthropic_messages import message_body, message_events
-from data.pool_runner.apis.common import usage_numbers
+from data.wire.anthropic_messages import message_body, message_events
+from data.wire.common import usage_numbers
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
+from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
                403: "permission_error", 404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
                422: "invalid_request_error", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+EPOCH = "1970-01-01T00:00:00Z"  # GET /v1/models' created_at: the pool file records no release dates
 DROPPED_BLOCKS = {"thinking", "redacted_thinking"}  # the model's own reasoning: no chat field carries it
 # Tools Anthropic runs on its side: no pool model behind the gateway can run them, so they are not offered.
 SERVER_TOOL = re.compile(r"(web_search|web_fetch|code_execution|tool_search_tool_regex|tool_search_tool_bm25)_\d{8}")
@@ -290,7 +295,7 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 
 
 def message(reply: Reply) -> dict[str, Any]:
-    """The served answer as an Anthropic Message (data/pool_runner/apis: the replay server's Messages too)."""
+    """The served answer as an Anthropic Message (data/wire/: the replay server's Messages too)."""
     msg, finish = reply.choice()
     trace = reply.trace()
     if dropped := dropped_tools(reply.request):
@@ -309,4 +314,19 @@ def reply(r: Reply) -> Response:
     return event_stream(events(msg), r.headers) if r.stream else JSONResponse(msg, headers=r.headers)
 
 
-API = Api("/v1/messages", "messages", inbound=to_internal, reply=reply, error_body=error_body, key_header="x-api-key")
+def count_body(n: int) -> dict[str, Any]:
+    """POST /v1/messages/count_tokens's answer (serving/gateway/apis/tokens.py)."""
+    return {"input_tokens": n}
+
+
+def models_body(names: list[str]) -> dict[str, Any]:
+    """GET /v1/models in Anthropic's shape (the pool file records no release dates)."""
+    data = [{"type": "model", "id": n, "display_name": n, "created_at": EPOCH} for n in names]
+    return {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
+
+
+API = register(Api(name="anthropic_messages", path="/v1/messages", endpoint="messages", inbound=to_internal,
+                   reply=reply, error_body=error_body, key_header="x-api-key", aliased=True,
+                   count_path="/v1/messages/count_tokens", count_body=count_body,
+                   models_header="anthropic-version", models_body=models_body, session_user=True,
+                   session_cache_key=False))

@@ -15,7 +15,8 @@ APIs); Chat Completions callers name models exactly.
 
 GET /v1/models lists `router` and the pool's models (those the key may use):
 OpenAI's list `{object: "list", data: [{id, object: "model", created,
-owned_by}]}`, or with an `anthropic-version` header (what the Anthropic client
+owned_by}]}`, or, for a caller sending an API's `models_header`, that API's
+`models_body`: with an `anthropic-version` header (what the Anthropic client
 sends) Anthropic's `{data: [{type: "model", id, display_name, created_at}],
 has_more, first_id, last_id}`.
 """
@@ -31,14 +32,12 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from serving.gateway.admit import authenticate, request_id
-from serving.gateway.apis import Api, Inbound
-from serving.gateway.apis.anthropic_messages import error_body
+from serving.gateway.apis import Api, Inbound, registry
 from serving.core.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
 from serving.gateway.requests import ROUTER_MODEL
 
 ROUTER = "router"
-EPOCH = "1970-01-01T00:00:00Z"  # the pool file records no release dates
 
 
 @dataclass(frozen=True)
@@ -80,28 +79,24 @@ def models_endpoint(gw: Gateway):
     return endpoint
 
 
+def caller_api(request: Request) -> Api:
+    """The API whose `models_header` the request sends (Messages: `anthropic-version`), else Chat Completions."""
+    return next((api for api in registry.apis() if api.models_header and api.models_header in request.headers),
+                Api())
+
+
 async def list_models(gw: Gateway, request: Request) -> Response:
     """GET /v1/models in the caller's API: Anthropic's when it sends `anthropic-version`, else OpenAI's."""
     started, rid = time.perf_counter(), request_id(request)
-    anthropic = "anthropic-version" in request.headers
+    api = caller_api(request)
     ident = None
     try:
-        ident = await authenticate(gw, request, _key(request) if anthropic else None)
+        key = request.headers.get(api.key_header) if api.key_header else None
+        ident = await authenticate(gw, request, f"Bearer {key}" if key else None)
     except GatewayError as e:
         gw.finish("models", e.status, started, rid, ident, error=e.param)
-        return error_response(e, rid, shape=error_body if anthropic else GatewayError.body)
+        return error_response(e, rid, shape=api.error_body)
     keyed = ident.limits.models
     names = [ROUTER, *(m for m in gw.pool.names if keyed is None or m in keyed)]
     gw.finish("models", 200, started, rid, ident, n_models=len(names))
-    if anthropic:
-        data = [{"type": "model", "id": n, "display_name": n, "created_at": EPOCH} for n in names]
-        return JSONResponse({"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]},
-                            headers={"x-request-id": rid})
-    return JSONResponse({"object": "list", "data": [{"id": n, "object": "model", "created": 0,
-                                                     "owned_by": "switchcraft"} for n in names]},
-                        headers={"x-request-id": rid})
-
-
-def _key(request: Request) -> str | None:
-    key = request.headers.get("x-api-key")
-    return f"Bearer {key}" if key else None
+    return JSONResponse(api.models_body(names), headers={"x-request-id": rid})

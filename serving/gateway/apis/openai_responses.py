@@ -36,6 +36,7 @@ its deltas (response.output_text.delta with the content part events, or
 response.function_call_arguments.delta) and their done events,
 response.output_item.done, then response.completed (its response carries
 `switchcraft`). Errors are OpenAI's error object, naming the caller's field.
+Also: POST /v1/responses/input_tokens (tokens.py).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.pool_runner.apis.common import usage_numbers
-from data.pool_runner.apis.openai_responses import response_body, response_events
+from data.wire.common import usage_numbers
+from data.wire.openai_responses import response_body, response_events
 from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
                                   tool_fields)
+from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -288,7 +290,7 @@ def _text_format(text: Any) -> dict[str, Any]:
 
 
 def response(reply: Reply) -> dict[str, Any]:
-    """The served answer as a Response (data/pool_runner/apis: the replay server's Responses too)."""
+    """The served answer as a Response (data/wire/: the replay server's Responses too)."""
     msg, finish = reply.choice()
     done = response_body(msg, finish, usage_numbers(reply.body.get("usage")), reply.model, reply.request)
     tools = Tools.of(reply.request)
@@ -313,4 +315,11 @@ def reply(r: Reply) -> Response:
     return event_stream(events(done), r.headers) if r.stream else JSONResponse(done, headers=r.headers)
 
 
-API = Api("/v1/responses", "responses", inbound=to_internal, reply=reply, error_body=error_body)
+def count_body(n: int) -> dict[str, Any]:
+    """POST /v1/responses/input_tokens's answer (serving/gateway/apis/tokens.py)."""
+    return {"object": "response.input_tokens", "input_tokens": n}
+
+
+API = register(Api(name="openai_responses", path="/v1/responses", endpoint="responses", inbound=to_internal,
+                   reply=reply, error_body=error_body, aliased=True, count_path="/v1/responses/input_tokens",
+                   count_body=count_body))

@@ -3,7 +3,8 @@
     client.messages.count_tokens(model="router", messages=[…], tools=[…])   # {"input_tokens": N}
     client.responses.input_tokens.count(model="router", input=[…])        # {"object": "response.input_tokens", …}
 
-The body is translated as its API's POST would be (serving/gateway/apis/): the
+Each registered API with a `count_path` has one (serving/app.py), answering in
+its `count_body`. The body is translated as its API's POST would be: the
 system prompt, messages and tools of the chat request the gateway routes. The
 estimate is the gateway's own, the one its reservations use: that request's
 messages and tools as compact JSON, in bytes, divided by `state.chars_per_token`
@@ -22,14 +23,14 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from serving.gateway.admit import authenticate, read_body, request_id
-from serving.gateway.apis import Api, anthropic_messages, openai_responses
+from serving.gateway.apis import Api
 from serving.core.budget import payload_size, tokens_in
 from serving.core.errors import GatewayError, error_response
 from serving.gateway.parts import Gateway
 
 
-def counter(gw: Gateway, api: Api, shape):
-    """The endpoint counting `api`'s requests; `shape(n)` is the API's answer for n tokens."""
+def counter(gw: Gateway, api: Api):
+    """The endpoint counting `api`'s requests (at its `count_path`); `api.count_body(n)` answers n tokens."""
     endpoint = f"{api.endpoint}_count_tokens"
 
     async def count(request: Request) -> Response:
@@ -46,18 +47,7 @@ def counter(gw: Gateway, api: Api, shape):
         n = tokens_in(payload_size({k: chat[k] for k in ("messages", "tools") if k in chat}),
                       gw.cfg.state.chars_per_token)
         gw.finish(endpoint, 200, started, rid, ident, input_tokens=n)
-        return JSONResponse(shape(n), headers={"x-request-id": rid})
+        return JSONResponse(api.count_body(n), headers={"x-request-id": rid})
 
     return count
 
-
-def anthropic_count(n: int) -> dict:
-    return {"input_tokens": n}
-
-
-def openai_count(n: int) -> dict:
-    return {"object": "response.input_tokens", "input_tokens": n}
-
-
-COUNTS = (("/v1/messages/count_tokens", anthropic_messages.API, anthropic_count),
-          ("/v1/responses/input_tokens", openai_responses.API, openai_count))

@@ -18,7 +18,7 @@ import pytest
 
 from data.pool import Pool
 from data.pool_runner import run_pool
-from data.pool_runner.apis import StreamDecoder, sse_events
+from data.wire import StreamDecoder, sse_events
 from data.replay import ReplayState
 from data.replay.recordings import ExampleIndex, Recording
 from data.replay.serve import ReplayServer

@@ -32,8 +32,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from data.pool_runner.apis.anthropic_messages import message_body
-from data.pool_runner.apis.openai_responses import response_body
+from data.wire.anthropic_messages import message_body
+from data.wire.openai_responses import response_body
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.routers import REPO

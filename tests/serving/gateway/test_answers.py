@@ -14,7 +14,7 @@ import pytest
 
 from data.pool import PoolModel, Prices
 from data.pool_runner.request import PROMPT_SYSTEM
-from data.pool_runner.wire import WireError
+from data.wire.raw import WireError
 from data.schema import Call
 from serving.gateway.answers import read_answer, upstream_body
 from serving.core.errors import GatewayError

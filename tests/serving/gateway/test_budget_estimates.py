@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from data.pool import load_pool
-from data.pool_runner.apis import native_request
+from data.wire import native_request
 from data.pool_runner.request import cap_field, with_output_cap
 from serving.core.budget import IMAGE_INPUT_TOKENS, call_worst_case_usd, output_cap
 from tests.routers import REPO

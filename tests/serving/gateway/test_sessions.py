@@ -13,6 +13,7 @@ import time
 import pytest
 
 from data.pool import Pool
+from serving.gateway.apis import registry
 from serving.gateway.sessions import (CACHE_TTL_S, HEADER, Session, SessionState, SessionStore, keep_or_switch,
                                       session_name)
 from serving.core.state import RedisState, SQLiteState
@@ -25,6 +26,7 @@ POOL = Pool.model_validate({"models": [
     {"name": "small", "prices": {"input_per_mtok": 0.25, "output_per_mtok": 1.25}},
     {"name": "flat", "prices": {"usd_per_query": 0.001}}]})
 FIRST = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
+API = {a.endpoint: a for a in registry.apis()}  # chat, messages, responses
 TOOLS = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
 
 
@@ -40,16 +42,16 @@ def session(model: str | None, prefix: int, age_s: float = 1.0) -> Session:
 def test_a_session_is_named_by_header_then_user_id_then_its_first_turns():
     turn2 = {"messages": FIRST + [{"role": "assistant", "content": "Looking."}, {"role": "user", "content": "go"}],
              "tools": TOOLS}
-    assert session_name({HEADER: "abc"}, turn2, "chat") == ("abc", "header")
-    assert session_name({}, {**turn2, "user": "user_1"}, "messages") == ("user_1", "metadata.user_id")
-    name, how = session_name({}, turn2, "chat")
+    assert session_name({HEADER: "abc"}, turn2, API["chat"]) == ("abc", "header")
+    assert session_name({}, {**turn2, "user": "user_1"}, API["messages"]) == ("user_1", "metadata.user_id")
+    name, how = session_name({}, turn2, API["chat"])
     assert how == "first_turns" and len(name) == 32
     turn3 = {**turn2, "messages": turn2["messages"] + [{"role": "assistant", "content": "Done."},
                                                        {"role": "user", "content": "thanks"}]}
-    assert session_name({}, turn3, "responses")[0] == name  # later turns: the same session
+    assert session_name({}, turn3, API["responses"])[0] == name  # later turns: the same session
     other = {**turn2, "messages": [FIRST[0], {"role": "user", "content": "Other task."}] + turn2["messages"][2:]}
-    assert session_name({}, other, "chat")[0] != name
-    assert session_name({}, {"messages": FIRST, "tools": TOOLS}, "chat") is None  # a lone first turn: no session
+    assert session_name({}, other, API["chat"])[0] != name
+    assert session_name({}, {"messages": FIRST, "tools": TOOLS}, API["chat"]) is None  # a lone first turn: no session
 
 
 # What the real clients send on every turn (captured from Claude Code 2.1.332 and Codex CLI 0.171.0 through the
@@ -60,20 +62,21 @@ CLAUDE_USER_ID = ('{"device_id":"63c18a9bd90829bdc973ec09d7f3e79220cd76d5d044290
 CODEX_SESSION = "01a24269-54c0-7362-b1b1-adeef6387033"
 
 
-@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
-def test_the_agent_clients_own_session_ids_name_a_session_from_its_first_turn(api):
+@pytest.mark.parametrize("endpoint", ["chat", "messages", "responses"])
+def test_the_agent_clients_own_session_ids_name_a_session_from_its_first_turn(endpoint):
     first = {"messages": FIRST, "tools": TOOLS}
+    api = API[endpoint]
     assert session_name({"x-claude-code-session-id": CLAUDE_SESSION}, first, api) == (
         CLAUDE_SESSION, "x-claude-code-session-id")
     assert session_name({"session-id": CODEX_SESSION}, first, api) == (CODEX_SESSION, "session-id")
     assert session_name({HEADER: "mine", "session-id": CODEX_SESSION}, first, api) == ("mine", "header")
     # Without the headers: the ids in the bodies, each only where its client sends it.
     named = session_name({}, {**first, "user": CLAUDE_USER_ID}, api)
-    assert named == ((CLAUDE_SESSION, "metadata.user_id.session_id") if api == "messages" else None)
+    assert named == ((CLAUDE_SESSION, "metadata.user_id.session_id") if endpoint == "messages" else None)
     older = session_name({}, {**first, "user": f"user_ab12_account__session_{CLAUDE_SESSION}"}, api)
-    assert older == ((CLAUDE_SESSION, "metadata.user_id.session_id") if api == "messages" else None)
+    assert older == ((CLAUDE_SESSION, "metadata.user_id.session_id") if endpoint == "messages" else None)
     by_key = session_name({}, {"messages": FIRST}, api, {"prompt_cache_key": CODEX_SESSION})
-    assert by_key == (None if api == "messages" else (CODEX_SESSION, "prompt_cache_key"))
+    assert by_key == (None if endpoint == "messages" else (CODEX_SESSION, "prompt_cache_key"))
 
 
 def test_the_previous_model_is_kept_while_its_cache_makes_it_cheaper():
@@ -211,7 +214,7 @@ def test_a_slow_store_turns_the_session_off_without_stalling_the_request(monkeyp
 
     monkeypatch.setattr(SessionStore, "get", slow)
     t0 = time.monotonic()
-    assert asyncio.run(open_session(gw, {HEADER: "run-1"}, {}, "chat", "k")) is None
+    assert asyncio.run(open_session(gw, {HEADER: "run-1"}, {}, API["chat"], "k")) is None
     assert time.monotonic() - t0 < 1.0
 
 

@@ -18,8 +18,8 @@ import openai
 import pytest
 from fastapi import FastAPI, Request
 
-from data.pool_runner.apis.anthropic_messages import message_body
-from data.pool_runner.apis.openai_responses import response_body
+from data.wire.anthropic_messages import message_body
+from data.wire.openai_responses import response_body
 from data.pool_runner.request import PROMPT_SYSTEM
 from serving.app import create_app
 from serving.gateway.config import ServingConfig

@@ -15,7 +15,7 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
 def answer_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A chat message's text and calls in order: [{type: text, text} | {type: call, id, name, arguments}].
 
-    Content parts that point at a call (`{"type": "tool_call", "id"}`, data.pool_runner.wire) place it among the
+    Content parts that point at a call (`{"type": "tool_call", "id"}`, data.wire.raw) place it among the
     text; calls no part placed follow the text. Arguments are a JSON string."""
     calls = {}
     for i, tc in enumerate(message.get("tool_calls") or []):
@@ -68,7 +68,7 @@ def usage_numbers(usage: Any) -> dict[str, int]:
 
 def chat_content(parts: list[dict]) -> Any:
     """Decoded text / call parts as a chat message's content: text alone as a string, calls alone as null; text
-    after a call keeps its place as content parts (data.pool_runner.wire reads them back in order)."""
+    after a call keeps its place as content parts (data.wire.raw reads them back in order)."""
     texts = [p["text"] for p in parts if p["type"] == "text"]
     first_call = next((i for i, p in enumerate(parts) if p["type"] == "tool_call"), len(parts))
     if any(p["type"] == "text" for p in parts[first_call:]):

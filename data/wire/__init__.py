@@ -1,10 +1,15 @@
 """The provider APIs a pool model may speak (`api:` in the pool file), each to and from the internal chat shape.
 
-    from data.pool_runner import apis
-    url = apis.url(model.base_url, model.api)                # …/chat/completions, …/messages or …/responses
-    body = apis.native_request(model.api, chat_body)          # the Chat Completions request in that API
-    completion = apis.chat_completion(model.api, answer)      # its answer as a chat completion (usage included)
-    chunks = apis.StreamDecoder(model.api).feed(event, data)  # its stream events as chat.completion.chunk dicts
+    from data import wire
+    url = wire.url(model.base_url, model.api)                # …/chat/completions, …/messages or …/responses
+    body = wire.native_request(model.api, chat_body)          # the Chat Completions request in that API
+    completion = wire.chat_completion(model.api, answer)      # its answer as a chat completion (usage included)
+    chunks = wire.StreamDecoder(model.api).feed(event, data)  # its stream events as chat.completion.chunk dicts
+    wire.names()                                              # the registered APIs (registry.py)
+
+Each API is one module of this package that registers a `WireApi`
+(registry.py): openai_chat.py, anthropic_messages.py, openai_responses.py.
+The functions here look the API up by name, so no caller branches on one.
 
 The internal shape is OpenAI Chat Completions: system / user / assistant (with
 `tool_calls`) / tool messages, function `tools`, `tool_choice`, `max_tokens`,
@@ -17,7 +22,7 @@ Messages / Responses endpoints build their answers with the same functions
 (`anthropic_messages.message_body`, `openai_responses.response_body`), so each
 mapping exists once.
 
-    python -m pytest -q tests/data/pool_runner/test_apis.py
+    python -m pytest -q tests/data/wire/test_apis.py
 """
 
 from __future__ import annotations
@@ -26,54 +31,42 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis import anthropic_messages, openai_responses
-from data.pool_runner.apis.common import answer_blocks, arguments_object, sse, text_of, usage_numbers
-from data.pool_runner.wire import WireError, parse_completion, raw_from_message, usage_from_wire
+from data.wire.common import answer_blocks, arguments_object, sse, text_of, usage_numbers
+from data.wire.registry import WireApi, get, names, register
+from data.wire.raw import WireError, raw_from_message, usage_from_wire
 from data.schema import Usage
 
-__all__ = ["answer_blocks", "arguments_object", "sse", "text_of", "usage_numbers"]
-PATHS = {"openai_chat": "/chat/completions", "anthropic_messages": "/messages", "openai_responses": "/responses"}
-ANTHROPIC_VERSION = "2023-06-01"
+__all__ = ["WireApi", "answer_blocks", "arguments_object", "get", "names", "register", "sse", "text_of",
+           "usage_numbers"]
 
 
 def url(base_url: str, api: str) -> str:
     """Where a model of `api` at `base_url` is asked (base_url ends at the version: `…/v1`)."""
-    return base_url.rstrip("/") + PATHS[api]
+    return base_url.rstrip("/") + get(api).path
 
 
 def auth_headers(api: str, key: str | None) -> dict[str, str]:
-    """The key where the API expects it: `x-api-key` (and the version header) for Messages, else Bearer."""
-    if api == "anthropic_messages":
-        return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
-    return {"authorization": f"Bearer {key}"} if key else {}
+    """The key where the API expects it (Messages: `x-api-key` and the version header; else Bearer)."""
+    return get(api).auth_headers(key)
 
 
 def native_request(api: str, body: dict[str, Any]) -> dict[str, Any]:
     """The chat request `body` as `api` takes it (Chat Completions: unchanged)."""
-    if api == "anthropic_messages":
-        return anthropic_messages.request_from_chat(body)
-    if api == "openai_responses":
-        return openai_responses.request_from_chat(body)
-    return body
+    return get(api).request(body)
 
 
 def chat_completion(api: str, data: Any) -> dict[str, Any]:
     """`api`'s decoded answer as a chat completion; WireError when it is not an answer of that API."""
     if not isinstance(data, dict):
         raise WireError(f"response is {type(data).__name__}, not an object")
-    if api == "anthropic_messages":
-        return anthropic_messages.chat_from_message(data)
-    if api == "openai_responses":
-        return openai_responses.chat_from_response(data)
-    if not isinstance(data.get("choices"), list):
-        raise WireError("response has no choices")
-    return data
+    return get(api).answer(data)
 
 
 def parse_answer(api: str, body: bytes | str) -> tuple[Any, Usage, dict[str, Any]]:
-    """(raw, usage, the chat completion) from a response body of `api` (wire.parse_completion for chat)."""
-    if api == "openai_chat":
-        return parse_completion(body)
+    """(raw, usage, the chat completion) from a response body of `api`."""
+    wire = get(api)
+    if wire.parse is not None:
+        return wire.parse(body)
     try:
         data = json.loads(body)
     except json.JSONDecodeError as e:
@@ -84,22 +77,19 @@ def parse_answer(api: str, body: bytes | str) -> tuple[Any, Usage, dict[str, Any
 
 def match_view(api: str, body: dict[str, Any]) -> dict[str, Any]:
     """What the replay server matches a request of `api` by, in chat terms: metadata, user texts, tool names."""
-    if api == "anthropic_messages":
-        return anthropic_messages.match_view(body)
-    if api == "openai_responses":
-        return openai_responses.match_view(body)
-    return body
+    return get(api).match_view(body)
 
 
 class StreamDecoder:
     """A native stream's events as chat.completion.chunk dicts (the last one carries `usage`, no choices).
 
-    Feed each SSE event (its name and decoded data); `done` turns true at the stream's last event."""
+    Feed each SSE event (its name and decoded data); `done` turns true at the stream's last event. An API whose
+    stream is chat chunks already (no decoder) decodes to nothing."""
 
     def __init__(self, api: str) -> None:
         self.api = api
-        self.impl = (anthropic_messages.ChunkDecoder() if api == "anthropic_messages"
-                     else openai_responses.ChunkDecoder() if api == "openai_responses" else None)
+        make = get(api).stream
+        self.impl = make() if make is not None else None
         self.done = False
 
     def feed(self, event: str | None, data: Any) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ OpenAI-compatible endpoint sends:
   `{"type": "tool_call", "id": ...}` pointing into `tool_calls`, so the
   order of text and calls survives (Gemini's native response keeps it).
 
-    python -m pytest -q tests/data/pool_runner/test_wire.py
+    python -m pytest -q tests/data/wire/test_raw.py
 """
 
 from __future__ import annotations

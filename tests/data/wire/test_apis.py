@@ -1,6 +1,6 @@
 """The pool's provider APIs: a chat request in Messages and Responses, their answers back, the `api` field.
 
-.venv/bin/python -m pytest -q tests/data/pool_runner/test_apis.py
+.venv/bin/python -m pytest -q tests/data/wire/test_apis.py
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from data.errors import DataError
 from data.pool import Pool, Prices
-from data.pool_runner import apis
-from data.pool_runner.wire import WireError, usage_from_wire
+from data import wire
+from data.wire.raw import WireError, usage_from_wire
 from data.schema import Usage
 from data.yaml_config import load_yaml_model
 
@@ -30,7 +30,7 @@ CHAT = {"model": "m", "max_tokens": 300, "stream": True, "stop": "END", "paralle
 
 
 def test_a_chat_request_as_messages():
-    body = apis.native_request("anthropic_messages", CHAT)
+    body = wire.native_request("anthropic_messages", CHAT)
     assert body["system"] == "Be brief." and body["max_tokens"] == 300 and body["stop_sequences"] == ["END"]
     assert body["tools"] == [{"name": "get_weather", "description": "Weather now",
                               "input_schema": {"type": "object", "properties": {}}}]
@@ -42,12 +42,12 @@ def test_a_chat_request_as_messages():
     # the tool result and the next question are one user turn (Messages alternates roles)
     assert body["messages"][2]["content"] == [{"type": "tool_result", "tool_use_id": "call_1", "content": "18C"},
                                               {"type": "text", "text": "And Rome?"}]
-    assert body["stream"] is True and apis.native_request("anthropic_messages", {
+    assert body["stream"] is True and wire.native_request("anthropic_messages", {
         "messages": [{"role": "user", "content": "x"}]})["max_tokens"] == 4096
 
 
 def test_a_chat_request_as_responses():
-    body = apis.native_request("openai_responses", CHAT)
+    body = wire.native_request("openai_responses", CHAT)
     assert body["instructions"] == "Be brief." and body["max_output_tokens"] == 300 and body["store"] is False
     assert body["tools"] == [{"type": "function", "name": "get_weather", "description": "Weather now",
                               "parameters": {"type": "object", "properties": {}}}]
@@ -57,7 +57,7 @@ def test_a_chat_request_as_responses():
     assert body["input"][2] == {"type": "function_call", "call_id": "call_1", "name": "get_weather",
                                 "arguments": '{"city": "Paris"}'}
     assert body["input"][3] == {"type": "function_call_output", "call_id": "call_1", "output": "18C"}
-    assert body["parallel_tool_calls"] is False and apis.native_request("openai_chat", CHAT) is CHAT
+    assert body["parallel_tool_calls"] is False and wire.native_request("openai_chat", CHAT) is CHAT
 
 
 def test_answers_back_with_cache_counts():
@@ -66,7 +66,7 @@ def test_answers_back_with_cache_counts():
                        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Rome"}}],
            "usage": {"input_tokens": 50, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 100,
                      "output_tokens": 12}}
-    chat = apis.chat_completion("anthropic_messages", msg)
+    chat = wire.chat_completion("anthropic_messages", msg)
     m = chat["choices"][0]["message"]
     assert m["content"] == "On it." and m["tool_calls"][0]["function"] == {"name": "get_weather",
                                                                           "arguments": '{"city": "Rome"}'}
@@ -78,13 +78,13 @@ def test_answers_back_with_cache_counts():
             "output": [{"type": "reasoning", "summary": []},
                        {"type": "message", "content": [{"type": "output_text", "text": "Partial"}]}],
             "usage": {"input_tokens": 2000, "input_tokens_details": {"cached_tokens": 1536}, "output_tokens": 7}}
-    chat = apis.chat_completion("openai_responses", resp)
+    chat = wire.chat_completion("openai_responses", resp)
     assert chat["choices"][0] == {"index": 0, "message": {"role": "assistant", "content": "Partial"},
                                   "finish_reason": "length"}
     assert usage_from_wire(chat["usage"]).cached_input_tokens == 1536
     for api in ("anthropic_messages", "openai_responses"):
         with pytest.raises(WireError):
-            apis.chat_completion(api, {"choices": []})
+            wire.chat_completion(api, {"choices": []})
 
 
 def test_cache_prices_and_an_unknown_api_named_with_its_line(tmp_path):
@@ -95,7 +95,7 @@ def test_cache_prices_and_an_unknown_api_named_with_its_line(tmp_path):
     assert plain.cost_usd(usage) == plain.cost_usd(Usage(input_tokens=1050, output_tokens=12))
     f = tmp_path / "pool.yaml"
     f.write_text("models:\n  - name: a\n    api: anthropic\n    prices: {input_per_mtok: 1, output_per_mtok: 1}\n")
-    with pytest.raises(DataError, match=r"pool.yaml:3.*models.0.api.*not one of openai_chat, anthropic_messages"):
+    with pytest.raises(DataError, match=r"pool.yaml:3.*models.0.api.*not one of the wire APIs anthropic_messages, openai_chat, openai_responses"):
         load_yaml_model(f, Pool)
     assert Pool.model_validate({"models": [{"name": "a", "prices": {"usd_per_query": 1}}]}).models[0].api == \
         "openai_chat"
@@ -116,11 +116,11 @@ SHAPES = {"anthropic_messages": {"type": "message"}, "openai_responses": {"objec
                      "content_block", "delta", "message", "item", "output_index", "response"]), JSON))
 def test_a_malformed_native_answer_is_a_wire_error_never_a_crash(api, body):
     try:
-        chat = apis.chat_completion(api, {**body, **SHAPES[api]})
+        chat = wire.chat_completion(api, {**body, **SHAPES[api]})
     except WireError:
         return
     usage_from_wire(chat.get("usage"))
-    decoder = apis.StreamDecoder(api)
+    decoder = wire.StreamDecoder(api)
     for kind in ("message_start", "content_block_start", "content_block_delta", "message_delta", "message_stop",
                  "response.created", "response.output_item.added", "response.function_call_arguments.delta",
                  "response.completed"):
@@ -136,7 +136,7 @@ def test_a_malformed_native_answer_is_a_wire_error_never_a_crash(api, body):
      {"type": "function", "name": "get_weather"})])
 def test_tool_choice_and_parallel_calls_are_sent_in_every_api(choice, parallel, messages, responses):
     chat = {**CHAT, "tool_choice": choice, "parallel_tool_calls": parallel}
-    assert apis.native_request("openai_chat", chat)["tool_choice"] == choice
-    assert apis.native_request("anthropic_messages", chat)["tool_choice"] == messages
-    sent = apis.native_request("openai_responses", chat)
+    assert wire.native_request("openai_chat", chat)["tool_choice"] == choice
+    assert wire.native_request("anthropic_messages", chat)["tool_choice"] == messages
+    sent = wire.native_request("openai_responses", chat)
     assert sent["tool_choice"] == responses and sent.get("parallel_tool_calls") == parallel

@@ -1,6 +1,6 @@
 """Wire format <-> Output.raw: the round trip the replay guarantee rests on.
 
-.venv/bin/python -m pytest -q tests/data/pool_runner/test_wire.py
+.venv/bin/python -m pytest -q tests/data/wire/test_raw.py
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from data.pool_runner.wire import (
+from data.wire.raw import (
     WireError,
     message_from_raw,
     parse_completion,

@@ -32,8 +32,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import ChunkMaker, obj, word, answer_blocks, chat_answer, sse, text_of
-from data.pool_runner.wire import WireError
+from data.wire.common import ChunkMaker, answer_blocks, chat_answer, obj, sse, text_of, usage_numbers, word
+from data.wire.registry import WireApi, register
+from data.wire.raw import WireError
 
 KEPT = ("parallel_tool_calls", "temperature", "top_p", "user", "metadata", "stream")
 
@@ -252,3 +253,14 @@ def response_events(done: dict[str, Any], hidden: tuple[str, ...] = ()) -> Itera
                         arguments=item["arguments"])
         yield event("response.output_item.done", output_index=i, item=item)
     yield event(f"response.{done['status']}", response=done)
+
+
+def response_from_chat(chat: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion (a recorded output, data/replay) as a Response; `asked`: the request (echoed fields)."""
+    choice = chat["choices"][0]
+    return response_body(choice["message"], choice["finish_reason"], usage_numbers(chat.get("usage")), chat["model"],
+                         asked)
+
+
+WIRE = register(WireApi("openai_responses", "/responses", request_from_chat, chat_from_response, response_from_chat,
+                        match_view=match_view, stream=ChunkDecoder, events=response_events))

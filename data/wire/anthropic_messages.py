@@ -22,7 +22,7 @@ chunks (`ChunkDecoder`).
 
 `message_body` / `message_events` build a Message and its stream from a chat
 answer: the replay server's Messages answers and the gateway's POST /v1/messages
-replies.
+replies. The key travels in `x-api-key`, with `anthropic-version`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from data.pool_runner.apis.common import ChunkMaker, obj, word, answer_blocks, chat_answer, arguments_object, sse, text_of
-from data.pool_runner.wire import WireError
+from data.wire.common import (ChunkMaker, answer_blocks, arguments_object, chat_answer, obj, sse, text_of,
+                                          usage_numbers, word)
+from data.wire.registry import WireApi, register
+from data.wire.raw import WireError
 
+ANTHROPIC_VERSION = "2023-06-01"  # the `anthropic-version` header every request carries
 DEFAULT_MAX_TOKENS = 4096
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal", "stop": "end_turn"}
 FINISH_REASONS = {"tool_use": "tool_calls", "max_tokens": "length", "refusal": "content_filter",
@@ -248,3 +251,14 @@ def message_events(msg: dict[str, Any], last: dict[str, Any] | None = None) -> I
     yield sse("message_delta", {"type": "message_delta", **({"usage": msg["usage"]} if "usage" in msg else {}),
                                 "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None}})
     yield sse("message_stop", {"type": "message_stop", **(last or {})})
+
+
+def message_from_chat(chat: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion (a recorded output, data/replay) as a Message."""
+    choice = chat["choices"][0]
+    return message_body(choice["message"], choice["finish_reason"], usage_numbers(chat.get("usage")), chat["model"])
+
+
+WIRE = register(WireApi("anthropic_messages", "/messages", request_from_chat, chat_from_message, message_from_chat,
+                        match_view=match_view, stream=ChunkDecoder, events=message_events, key_header="x-api-key",
+                        headers={"anthropic-version": ANTHROPIC_VERSION}))
