@@ -46,7 +46,15 @@ class DataConfig(BaseModel):
         return self.resolve(src.path) if src else None
 
     def output_path(self, name: str) -> str | None:
-        return self.resolve(self.outputs.get(name))
+        """`outputs.<name>`; for a benchmark not given there, its recordings' folder under the data root
+        (`data.benchmarks`)."""
+        template = self.outputs.get(name)
+        if template is None:
+            from data.benchmarks import get, names
+
+            if name in names():
+                template = "{data_root}/" + get(name).recordings
+        return self.resolve(template)
 
 
 def package_path(spec: str) -> Path:

@@ -3,7 +3,8 @@
     switchcraft label --pool configs/pool.yaml [--outputs PATH] [--run-dir runs/default]
     switchcraft label --pool configs/pools/nexusbench_2025.yaml --outputs ../shared/data/nexusbench_pool_outputs_2025-08/parquets
 
-A folder of NexusBench recordings is labelled by its harness's verdict per episode (`data.nexusbench`).
+A folder of recordings of a benchmark whose harness judged the answers (NexusBench: its verdict per episode) is
+labelled by that harness (`data.benchmarks`: the benchmark's `harness_labels`), not by our verifier.
 
 For each (example, pool model): `correct` and `reason` from the verifier,
 `cost_usd` from the pool's price of that model and the output: recorded token
@@ -138,7 +139,7 @@ def load_outputs(path: str | Path, examples: dict[str, Example], pool: Pool) -> 
         raise DataError(
             "no such outputs file or folder",
             path=path,
-            hint="pass --outputs, or see outputs.bfcl_v1 in configs/data.yaml",
+            hint="pass --outputs (a benchmark's recordings: data/benchmarks/)",
         )
     from data.recorded import import_recorded
 
@@ -167,10 +168,11 @@ def run_labels(
     fix suggested when a model cannot be costed."""
     t0 = time.perf_counter()
     pool = load_pool(pool_path)
-    from data.nexusbench import folder_labels, is_recordings_folder
+    from data.benchmarks import find
 
-    if is_recordings_folder(outputs_path):  # NexusBench: the harness's verdict per episode, not our verifier's
-        labels, examples_path = folder_labels(outputs_path, pool, pool_path=pool_path), outputs_path
+    bench = find(outputs_path)
+    if bench is not None and bench.harness:  # its harness's verdicts (NexusBench's per episode), not our verifier's
+        labels, examples_path = bench.harness_labels(Path(outputs_path), pool, pool_path=pool_path), outputs_path
     else:
         check_costable(pool, outputs_path, pool_path=pool_path, price_file=price_file)
         examples = load_examples(examples_path)

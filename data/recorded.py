@@ -1,168 +1,60 @@
-"""Import recorded model outputs (BFCL result files) as decoded `Output`s.
+"""Import recorded model outputs as decoded `Output`s, whichever benchmark's recordings a folder holds.
 
     switchcraft import-outputs --source bfcl_v1            # 71 models × 1,630 queries
     .venv/bin/python -m pytest -q tests/data/test_recorded.py
 
-Layouts:
-
-- `bfcl_v1`: `<root>/<model>/<category>.jsonl` (the Aug-2024 leaderboard run);
-  example ids `bfcl_v1:<id>`.
-- `bfcl_v4` (also v3): `BFCL_v{3,4}_<category>_result.json` files anywhere below
-  `<root>`, in `<model>/[non_live|live|…]/`; the model is the folder above those
-  (`multiple_4models/<model>/non_live/…`, `<run>/result/<model>/live/…`); example
-  ids `bfcl_v4:<id>`.
-- `bfcl_v3`: `<root>/<model>/BFCL_v3_<category>.json` (the 2025 prompt-mode run of
-  15 models, `bfcl_v3_pool_outputs_2025-08/outputs`); example ids `bfcl_v3:<id>`.
-- `nexusbench`: `<root>/<Benchmark>_<stamp>_<model>-OpenAIFC.parquet`, one Output per
-  episode (`data.nexusbench`); example ids `nexusbench:<Benchmark>:<hash>`.
-
-Each line: `{id, result, input_token_count?, output_token_count?, latency?}`.
-`raw` keeps `result` exactly as recorded. Token counts become `Usage`; a count
-that is absent, or recorded as 0 for both input and output (how BFCL writes
-"not measured" for open-weight models: no real request has 0 input tokens), is
-None, never zero. Lists of counts (multi-turn) are summed. A line that is the
-runner's inference error (a `traceback` field, or a result "Error during inference:
-…") is no answer: `decode_error` "no_answer: …" (`data.decoders.is_no_answer`), never
-decoded, counted per model in `ImportReport.no_answer`. A malformed line raises
-`DataError` naming file, line and field. Rows not imported are counted by
-reason in the report (no example for the id, a duplicate of an earlier row).
-
-Speed: decoding is most of the cost (~115k outputs), so with 16+ files the files
-are decoded in 2 forked workers that send back plain tuples (pydantic models
-pickle slowly); the parent builds the Outputs, in file order.
+Each benchmark's adapter in `data/benchmarks/` knows its layout (where its result files lie, how one is named)
+and how its files are read: BFCL v1, v3 and v4 as BFCL-style result lines (`data.benchmarks.lines`: usage,
+inference errors, malformed lines), NexusBench as one Output per episode (`data.benchmarks.nexusbench`). A
+folder's benchmark is detected (`data.benchmarks.detect`) or named (`layout=`); example ids are
+`<benchmark>:<id>`. Rows not imported are counted by reason in the `ImportReport`.
 """
 
 from __future__ import annotations
 
-import gc
-import multiprocessing as mp
-import os
-import re
 import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from data.decoders import DecodeResult, decode, is_no_answer, no_answer_error
+from data.benchmarks import detect, get, names
+from data.benchmarks.base import Benchmark, ImportReport, ResultFile
+from data.benchmarks.lines import is_inference_error, language_of, row_usage
 from data.errors import DataError
-from data.io import iter_jsonl
-from data.schema import Call, Example, Output, Usage
+from data.schema import Example, Output
 
-LAYOUTS = ("bfcl_v1", "bfcl_v3", "bfcl_v4", "nexusbench")
-SOURCE_PREFIX = {"bfcl_v1": "bfcl_v1", "bfcl_v3": "bfcl_v3", "bfcl_v4": "bfcl_v4"}
-V4_FILE = re.compile(r"^BFCL_v[34]_(?P<category>\w+?)_result\.json$")
-V3_FILE = re.compile(r"^BFCL_v3_(?P<category>\w+)\.json$")
-INFERENCE_ERROR = "Error during inference"  # how BFCL's runner records a failed request in `result`
-# Folders between a model's folder and its result files in the v3/v4 layout.
-V4_GROUPS = {"non_live", "live", "multi_turn", "agentic", "result", "memory", "web_search"}
-
-
-@dataclass
-class ImportReport:
-    """What was imported, per model, and what was not, by reason."""
-
-    outputs: Counter = field(default_factory=Counter)  # model -> outputs
-    decoded: Counter = field(default_factory=Counter)  # model -> outputs with calls
-    by_decoder: Counter = field(default_factory=Counter)  # decoder (or error kind) -> outputs
-    no_answer: Counter = field(default_factory=Counter)  # model -> outputs that are inference errors
-    skipped: Counter = field(default_factory=Counter)  # (model, reason) -> rows
-    files: int = 0
-    seconds: float = 0.0
-
-    def add(self, out: Output) -> None:
-        self.outputs[out.model] += 1
-        if out.calls is not None:
-            self.decoded[out.model] += 1
-            self.by_decoder[out.decoder] += 1
-        else:
-            self.by_decoder[(out.decode_error or "").split(":", 1)[0]] += 1
-            if is_no_answer(out.decode_error):
-                self.no_answer[out.model] += 1
-
-    def total(self) -> int:
-        return sum(self.outputs.values())
-
-    def decode_rate(self, model: str | None = None) -> float:
-        n = self.outputs[model] if model else self.total()
-        d = self.decoded[model] if model else sum(self.decoded.values())
-        return d / n if n else 0.0
+__all__ = ["ImportReport", "check_recorded", "detect_layout", "import_recorded", "is_inference_error",
+           "language_of", "result_files", "row_usage"]
 
 
 def detect_layout(root: str | Path) -> str:
-    """`bfcl_v4` when BFCL_v3/v4 result files are below `root`, `bfcl_v3` when model folders of
-    `BFCL_v3_<category>.json` are, `bfcl_v1` when model folders of `<category>.jsonl` are; else a
-    DataError saying what was expected."""
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError("not a folder of recorded outputs", path=root)
-    if any(root.glob("*-OpenAIFC.parquet")):
-        return "nexusbench"
-    if any(V4_FILE.match(p.name) for p in root.rglob("BFCL_v*_result.json")):
-        return "bfcl_v4"
-    if any(d.is_dir() and any(V3_FILE.match(f.name) for f in d.glob("BFCL_v3_*.json")) for d in root.iterdir()):
-        return "bfcl_v3"
-    if any(d.is_dir() and any(d.glob("*.jsonl")) for d in root.iterdir()):
-        return "bfcl_v1"
-    raise DataError(
-        "no recorded outputs found",
-        path=root,
-        hint="expected <model>/<category>.jsonl (BFCL v1), <model>/BFCL_v3_<category>.json (BFCL v3) "
-        "or <model>/…/BFCL_v4_<category>_result.json",
-    )
+    """The name of the benchmark whose recordings are below `root`; else a DataError saying what was expected."""
+    return detect(root).name
 
 
-def result_files(root: str | Path, layout: str) -> list[tuple[str, str, Path]]:
+def benchmark_of(root: str | Path, layout: str) -> Benchmark:
+    """The benchmark named `layout`, or the one `root` holds for "auto"."""
+    if layout == "auto":
+        return detect(root)
+    if layout not in names():
+        raise DataError(f"unknown layout {layout!r}; known: auto, {', '.join(names())}",
+                        hint="each benchmark is a module of data/benchmarks/")
+    return get(layout)
+
+
+def result_files(root: str | Path, layout: str) -> list[ResultFile]:
     """(model, category, file) for every result file of the layout, sorted."""
-    root = Path(root)
-    out: list[tuple[str, str, Path]] = []
-    if layout == "bfcl_v1":
-        for d in sorted(p for p in root.iterdir() if p.is_dir()):
-            out.extend((d.name, f.stem, f) for f in sorted(d.glob("*.jsonl")))
-    elif layout == "bfcl_v3":
-        for d in sorted(p for p in root.iterdir() if p.is_dir()):
-            out.extend((d.name, m["category"], f) for f in sorted(d.glob("BFCL_v3_*.json")) if (m := V3_FILE.match(f.name)))
-    elif layout == "nexusbench":
-        from data.sources.nexusbench import recording_files
-
-        out.extend((model, benchmark, f) for benchmark, model, f in recording_files(root))
-    elif layout == "bfcl_v4":
-        for f in sorted(root.rglob("BFCL_v*_result.json")):
-            m = V4_FILE.match(f.name)
-            if not m:
-                continue
-            model_dir = f.parent
-            while model_dir.name in V4_GROUPS and model_dir != root:
-                model_dir = model_dir.parent
-            if model_dir == root:
-                raise DataError("result file not inside a model folder", path=f)
-            out.append((model_dir.name, m["category"], f))
-    else:
-        raise DataError(f"unknown layout {layout!r}; known: auto, {', '.join(LAYOUTS)}")
-    return out
+    return benchmark_of(root, layout).result_files(Path(root))
 
 
 def check_recorded(recordings: list[str], root: str | Path, *, pool_path: str | Path | None = None) -> None:
     """Refuse, before any work, a pool whose models (`recordings`: each pool model's recording name) have no
     result files under `root`: naming them, the folder, and how to record them."""
-    have = {m for m, _, _ in result_files(root, detect_layout(root))}
+    have = {m for m, _, _ in result_files(root, "auto")}
     missing = [r for r in recordings if r not in have]
     if missing:
         where = f" --pool {pool_path}" if pool_path else ""
         raise DataError(f"no recorded outputs for pool model(s) {missing} ({len(have)} models are recorded under {root})",
                         path=pool_path or root,
                         hint=f"record them with `switchcraft pool run{where}`, or leave them out of the pool")
-
-
-def language_of(category: str) -> str | None:
-    """BFCL's Java/JavaScript categories (`java`, `simple_java`, …) are answered in that language."""
-    if category.endswith("javascript"):
-        return "javascript"
-    if category.endswith("java"):
-        return "java"
-    return None
 
 
 def import_recorded(
@@ -177,234 +69,16 @@ def import_recorded(
 ) -> list[Output]:
     """Read every result file under `path` into decoded Outputs (see the module docstring).
 
-    With `examples` (id → Example), each output is decoded with its example's tools
-    (so rewritten names map back) and rows whose id has no example are skipped and
-    counted; `models` keeps only those models' folders. `workers` > 1 decodes files
-    in that many forked processes (default: 2 on a machine with 2+ cores and 16+
-    files; the result is the same, in the same order).
+    `layout`: the benchmark's name, or "auto" to detect it. With `examples` (id → Example), each output is
+    decoded with its example's tools (so rewritten names map back) and rows whose id has no example are
+    skipped and counted; `models` keeps only those models' recordings. `workers` > 1 decodes files in that
+    many forked processes (BFCL-style result lines; default: 2 on a machine with 2+ cores and 16+ files; the
+    result is the same, in the same order).
     """
     t0 = time.perf_counter()
     report = report if report is not None else ImportReport()
-    layout = detect_layout(path) if layout == "auto" else layout
-    if layout == "nexusbench":
-        return _import_nexusbench(path, examples, models, report, t0)
-    files = result_files(path, layout)
-    if models:
-        wanted = set(models)
-        missing = wanted - {m for m, _, _ in files}
-        if missing:
-            known = ", ".join(sorted({m for m, _, _ in files}))
-            raise DataError(f"no outputs for model(s) {sorted(missing)}; known: {known}", path=path)
-        files = [f for f in files if f[0] in wanted]
-    tasks = [(model, category, file, SOURCE_PREFIX[layout]) for model, category, file in files]
-    # Decoding builds ~10 objects per row and keeps them all: the cyclic GC would
-    # rescan the growing heap again and again for nothing (no cycles are made).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with _results(tasks, examples, workers) as results:
-            outputs = _collect(tasks, _progress(results, tasks, progress), report)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    bench = benchmark_of(path, layout)
+    outputs = bench.read_outputs(Path(path), examples=examples, models=models, report=report, progress=progress,
+                                 workers=workers)
     report.seconds += time.perf_counter() - t0
     return outputs
-
-
-def _import_nexusbench(path: str | Path, examples: dict[str, Example] | None, models: list[str] | None,
-                       report: ImportReport, t0: float) -> list[Output]:
-    from data.nexusbench import EpisodeReport, read_episodes
-
-    outputs = []
-    episodes = EpisodeReport()
-    for ep in read_episodes(path, models=models, examples=examples, report=episodes):
-        if examples is not None and ep.output.example_id not in examples:
-            report.skipped[(ep.output.model, "no example for id")] += 1
-            continue
-        report.add(ep.output)
-        outputs.append(ep.output)
-    report.files += episodes.files
-    report.seconds += time.perf_counter() - t0
-    return outputs
-
-
-def _collect(tasks: list[tuple], results: Iterator[tuple[list[Row], Counter]], report: ImportReport) -> list[Output]:
-    outputs: list[Output] = []
-    seen: set[tuple[str, str]] = set()
-    for (model, _, _, _), (rows, skipped) in zip(tasks, results):
-        report.files += 1
-        report.skipped.update({(model, reason): n for reason, n in skipped.items()})
-        for row in rows:
-            key = (model, row[0])
-            if key in seen:
-                report.skipped[(model, "duplicate (model, id)")] += 1
-                continue
-            seen.add(key)
-            out = _output(model, row)
-            report.add(out)
-            outputs.append(out)
-    return outputs
-
-
-# A decoded row as it travels between processes: plain values pickle fast, models do not.
-Row = tuple  # (example_id, raw, [(name, args)] | None, error, decoder, input_tokens, output_tokens, latency_s)
-
-_EXAMPLES: dict[str, Example] | None = None  # what forked workers read (inherited, not pickled)
-
-
-@contextmanager
-def _results(tasks: list[tuple], examples: dict[str, Example] | None, workers: int | None) -> Iterator[Iterator[tuple[list[Row], Counter]]]:
-    """(rows, skipped reasons) per task, in task order, from this process or from forked
-    workers. The pool is started here, before any progress-bar thread exists."""
-    n = workers if workers is not None else (min(2, os.cpu_count() or 1) if len(tasks) >= 16 else 1)
-    if n <= 1 or "fork" not in mp.get_all_start_methods():
-        yield (_rows_of_file(*task, examples=examples) for task in tasks)
-        return
-    global _EXAMPLES
-    _EXAMPLES = examples
-    try:
-        with mp.get_context("fork").Pool(n) as pool:
-            yield (_raise_error(r) for r in pool.imap(_worker, tasks, chunksize=2))
-    finally:
-        _EXAMPLES = None
-
-
-def _raise_error(result: tuple[list[Row], Counter] | DataErrorArgs) -> tuple[list[Row], Counter]:
-    if isinstance(result, DataErrorArgs):
-        raise result.error()
-    return result
-
-
-@dataclass
-class DataErrorArgs:
-    """A DataError's fields: its own __init__ does not survive pickling back from a worker."""
-
-    message: str
-    path: str | None
-    line: int | None
-    field: str | None
-    hint: str | None
-
-    def error(self) -> DataError:
-        return DataError(self.message, path=self.path, line=self.line, field=self.field, hint=self.hint)
-
-
-def _worker(task: tuple) -> tuple[list[Row], Counter] | DataErrorArgs:
-    gc.disable()  # as in the parent: nothing here makes cycles
-    try:
-        return _rows_of_file(*task, examples=_EXAMPLES)
-    except DataError as e:
-        return DataErrorArgs(e.message, e.path, e.line, e.field, e.hint)
-
-
-def _output(model: str, row: Row) -> Output:
-    example_id, raw, calls, error, decoder, tin, tout, latency = row
-    return Output(
-        example_id=example_id,
-        model=model,
-        raw=raw,
-        calls=None if calls is None else [Call(name=n, arguments=a) for n, a in calls],
-        decode_error=error,
-        decoder=decoder,
-        usage=Usage(input_tokens=tin, output_tokens=tout),
-        latency_s=latency,
-    )
-
-
-def _rows_of_file(
-    model: str, category: str, file: Path, prefix: str, *, examples: dict[str, Example] | None
-) -> tuple[list[Row], Counter]:
-    language = language_of(category)
-    rows: list[Row] = []
-    skipped: Counter = Counter()
-    for lineno, row in iter_jsonl(file):
-        qid = row.get("id")
-        if isinstance(qid, int) and not isinstance(qid, bool) and qid >= 0:
-            # BFCL's older runs number lines 0, 1, … in question order (its `idx`): the id is <category>_<n>.
-            qid = f"{category}_{qid}"
-        if not isinstance(qid, str) or not qid:
-            raise DataError("missing id (a string like 'simple_0', or the 0-based question index)", path=file,
-                            line=lineno, field="id")
-        if "result" not in row:
-            raise DataError("missing result", path=file, line=lineno, field="result")
-        example_id = f"{prefix}:{qid}"
-        tools = None
-        if examples is not None:
-            ex = examples.get(example_id)
-            if ex is None:
-                skipped["no example for id"] += 1
-                continue
-            tools = ex.tools
-        raw = row["result"]
-        res = DecodeResult(None, no_answer_error(str(raw))) if is_inference_error(row) else decode(raw, tools, language=language)
-        tin, tout = row_usage(row, file, lineno)
-        rows.append((
-            example_id,
-            raw,
-            None if res.calls is None else [(c.name, c.arguments) for c in res.calls],
-            res.error,
-            res.decoder,
-            tin,
-            tout,
-            _number(row.get("latency"), file, lineno, "latency", float),
-        ))
-    return rows, skipped
-
-
-def is_inference_error(row: dict[str, Any]) -> bool:
-    """Whether a result line records the runner's failed request rather than the model's answer."""
-    raw = row.get("result")
-    return "traceback" in row or isinstance(raw, str) and raw.startswith(INFERENCE_ERROR)
-
-
-def row_usage(row: dict[str, Any], file: Path, line: int) -> tuple[int | None, int | None]:
-    """(input, output) tokens of one result line: per-turn lists summed, 0/0 read as "not measured"."""
-    tin = _number(row.get("input_token_count"), file, line, "input_token_count", int)
-    tout = _number(row.get("output_token_count"), file, line, "output_token_count", int)
-    if tin == 0 and not tout:  # BFCL's "not measured" (open-weight models)
-        tin = tout = None
-    return tin, tout
-
-
-def _number(value: Any, file: Path, line: int, field: str, kind: type) -> Any:
-    """A non-negative count or duration; lists (one entry per turn) are summed."""
-    if value is None:
-        return None
-    if type(value) is kind and value >= 0:  # the common case, checked first (115k rows)
-        return value
-    if isinstance(value, list):
-        flat = _flatten(value)
-        value = sum(_number(v, file, line, field, kind) or 0 for v in flat) if flat else None
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(f"expected a number, got {value!r}", path=file, line=line, field=field)
-    if value < 0:
-        raise DataError(f"negative value {value}", path=file, line=line, field=field)
-    if kind is int:
-        if value != int(value):
-            raise DataError(f"expected a whole number of tokens, got {value}", path=file, line=line, field=field)
-        return int(value)
-    return float(value)
-
-
-def _flatten(values: list[Any]) -> list[Any]:
-    out: list[Any] = []
-    for v in values:
-        out.extend(_flatten(v) if isinstance(v, list) else [v])
-    return out
-
-
-def _progress(results: Iterator[Any], tasks: list[tuple], enabled: bool) -> Iterator[Any]:
-    """`results` (one per task), with a progress bar over the tasks' files."""
-    if not enabled:
-        yield from results
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=True) as bar:
-        task = bar.add_task("importing outputs", total=len(tasks))
-        for (model, category, *_), result in zip(tasks, results):
-            bar.update(task, description=f"{model[:32]} / {category}")
-            yield result
-            bar.advance(task)

@@ -16,13 +16,11 @@ from rich.table import Table
 
 from switchcraft.console import console, err, fail
 
-SOURCES = ("bfcl_v1", "bfcl_v4")  # what --source all imports
-NAMED_SOURCES = ("bfcl_v3", "nexusbench")  # the 2025 pools: imported by name only
-
 
 def import_outputs(
-    source: str = typer.Option("all", "--source", "-s", help="bfcl_v1, bfcl_v4, bfcl_v3, nexusbench or all (bfcl_v1 + bfcl_v4)."),
-    path: str = typer.Option(None, "--path", "-p", help="Folder of result files (default: configs/data.yaml outputs:)."),
+    source: str = typer.Option("all", "--source", "-s", help="A benchmark with recordings (a module of data/benchmarks/; "
+                               "a wrong name lists them), or all: those not imported by name only."),
+    path: str = typer.Option(None, "--path", "-p", help="Folder of result files (default: the benchmark's recordings)."),
     examples: Path = typer.Option(None, help="examples.parquet, for the tools in scope (default: <out_dir>/examples.parquet)."),
     out: Path = typer.Option(None, help="Output parquet (default: <out_dir>/outputs.parquet)."),
     models: str = typer.Option(None, help="Comma-separated model folder names to keep."),
@@ -31,15 +29,17 @@ def import_outputs(
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Import recorded outputs, decode them, and write outputs.parquet; print counts and decode rates."""
+    from data.benchmarks import get, names
     from data.config import load_data_config
     from data.errors import DataError
     from data.recorded import ImportReport, import_recorded
     from data.schema import read_examples, write_outputs
 
-    if source not in (*SOURCES, *NAMED_SOURCES, "all"):
-        fail(f"--source {source!r}: choose one of {', '.join((*SOURCES, *NAMED_SOURCES))}, all")
+    if source not in (*names(), "all"):
+        fail(f"--source {source!r}: choose one of {', '.join(names())}, all")
     if path and source == "all":
-        fail(f"--path needs one --source ({', '.join((*SOURCES, *NAMED_SOURCES))})")
+        fail(f"--path needs one --source ({', '.join(names())})")
+    in_all = [n for n in names() if get(n).in_all]  # what --source all imports; the others by name only
     try:
         cfg = load_data_config(config, data_root=data_root)
         out = out or Path(cfg.out_dir) / "outputs.parquet"
@@ -47,7 +47,7 @@ def import_outputs(
         by_id = None
         if examples.exists():
             by_id = {e.id: e for e in read_examples(examples)}
-        elif source not in NAMED_SOURCES:
+        elif source == "all" or get(source).in_all:
             err.print(
                 f"[yellow]note:[/] {examples} not found: decoding without the tools in scope "
                 "(rewritten names are not mapped back; run `switchcraft ingest --all` first)",
@@ -55,8 +55,9 @@ def import_outputs(
             )
         wanted = [m.strip() for m in models.split(",") if m.strip()] if models else None
         outputs, report = [], ImportReport()
-        for src in SOURCES if source == "all" else (source,):
-            where = path or cfg.output_path(src)
+        for src in in_all if source == "all" else (source,):
+            bench = get(src)
+            where = path or bench.recordings_path(cfg)
             if not where or not Path(where).exists():
                 if source == "all":
                     err.print(f"[yellow]skipped[/] {src}: no folder at {where}", highlight=False)
@@ -64,19 +65,19 @@ def import_outputs(
                 fail(f"{src}: no folder of outputs at {where}")
             keep = wanted
             if wanted and source == "all":  # with --source all, a model may live in either source
-                from data.recorded import detect_layout, result_files
+                from data.recorded import result_files
 
-                present = {m for m, _, _ in result_files(where, detect_layout(where))}
+                present = {m for m, _, _ in result_files(where, "auto")}
                 keep = [m for m in wanted if m in present]
                 if not keep:
                     continue
             src_examples = by_id
-            if src in NAMED_SOURCES and not any(k.startswith(src + ":") for k in by_id or {}):
-                src_examples = _source_examples(cfg, src)  # the questions these outputs answer, from the config
+            if not bench.in_all and not any(k.startswith(src + ":") for k in by_id or {}):
+                src_examples = _source_examples(cfg, bench)  # the questions these outputs answer, from the config
             elif by_id is not None and not any(k.startswith(src + ":") for k in by_id):
                 err.print(
                     f"[yellow]note:[/] {examples} has no {src} examples: decoding {src} without the tools in scope "
-                    f"(run `switchcraft ingest --source {src}` to map names back)",
+                    f"(run `switchcraft ingest --source {bench.source}` to map names back)",
                     highlight=False,
                 )
                 src_examples = None
@@ -93,15 +94,15 @@ def import_outputs(
     )
 
 
-def _source_examples(cfg, src: str) -> dict:
-    """The examples of a by-name source, read from the data config's `sources.<src>` (seconds)."""
-    from data.sources import read_source
-
-    where = cfg.source_path(src)
+def _source_examples(cfg, bench) -> dict:
+    """The examples of a benchmark imported by name only, read by its source from the data config's
+    `sources.<source>` (seconds)."""
+    where = cfg.source_path(bench.source)
     if not where or not Path(where).exists():
-        fail(f"{src}: its questions are needed to decode its outputs, and sources.{src} in the data config is {where}")
-    err.print(f"[yellow]note:[/] decoding {src} with the tools of its questions, read from {where}", highlight=False)
-    return {e.id: e for e in read_source(src, where)}
+        fail(f"{bench.name}: its questions are needed to decode its outputs, and sources.{bench.source} in the data "
+             f"config is {where}")
+    err.print(f"[yellow]note:[/] decoding {bench.name} with the tools of its questions, read from {where}", highlight=False)
+    return {e.id: e for e in bench.examples(cfg)}
 
 
 def _print_import(report) -> None:

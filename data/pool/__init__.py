@@ -204,17 +204,23 @@ class PoolModel(BaseModel):
         return self.recorded_as or self.name
 
 
-# The benchmarks a pool's recordings can be of: each names a source (`sources.<name>`) and its recordings
-# (`outputs.<name>`) in configs/data.yaml, which `switchcraft reproduce` ingests, imports and labels
-# (NexusBench by its harness's verdicts, `data.nexusbench`).
-Benchmark = Literal["bfcl_v1", "bfcl_v3", "nexusbench"]
-
-
 class Pool(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    benchmark: Benchmark = Field(default="bfcl_v1", description="What the pool's recordings answered (reproduce's data).")
+    benchmark: str = Field(default="bfcl_v1", description="What the pool's recordings answered (reproduce's data): "
+                           "a benchmark of data/benchmarks/, whose questions and recordings `switchcraft reproduce` "
+                           "ingests, imports and labels.")
     models: list[PoolModel] = Field(min_length=1)
+
+    @field_validator("benchmark")
+    @classmethod
+    def _known_benchmark(cls, v: str) -> str:
+        from data.benchmarks import names
+
+        if v not in names():
+            raise ValueError(f"unknown benchmark {v[:60]!r}; known: {', '.join(names())} (each a module of "
+                             "data/benchmarks/)")
+        return v
 
     @model_validator(mode="after")
     def _unique(self) -> Pool:
@@ -361,21 +367,6 @@ def _recorded_rows(recordings: Path, models: set[str], done: set[str]) -> Iterat
                 u = json.loads(usage) if isinstance(usage, str) else (usage or {})
                 yield model, u.get("input_tokens") is not None and u.get("output_tokens") is not None, latency is not None
         return
-    from data.io import iter_jsonl
-    from data.recorded import detect_layout, result_files, row_usage
+    from data.benchmarks import detect
 
-    layout = detect_layout(recordings)
-    if layout == "nexusbench":  # Parquet episodes (data.nexusbench): usage summed over turns, no latency
-        from data.nexusbench import read_episodes
-
-        for ep in read_episodes(recordings, models=sorted(models & {m for m, _, _ in result_files(recordings, layout)})):
-            yield ep.output.model, ep.output.usage.known, False
-        return
-    for model, _, f in result_files(recordings, layout):
-        if model not in models or model in done:
-            continue
-        for lineno, row in iter_jsonl(f):
-            tin, tout = row_usage(row, f, lineno)
-            yield model, tin is not None and tout is not None, row.get("latency") is not None
-            if model in done:
-                break
+    yield from detect(recordings).recorded_usage(recordings, models, done)

@@ -6,8 +6,10 @@
     switchcraft reproduce --run-dir runs/tiny --max-examples 120 --folds 3   # a quick slice
     switchcraft reproduce --labels consensus   # also fit everything on consensus labels (no ground truth)
 
-The benchmark is the pool file's `benchmark:` (bfcl_v1 when it has none): its source (`sources.<benchmark>`) is
-ingested and its recordings (`outputs.<benchmark>`) imported, as configs/data.yaml places them.
+The benchmark is the pool file's `benchmark:` (bfcl_v1 when it has none), an adapter of `data/benchmarks/`: its
+questions' source (`sources.<source>` in configs/data.yaml) is ingested and its recordings (its folder under the
+data root, or `outputs.<benchmark>`) imported; a benchmark whose harness judged the answers (NexusBench) is
+labelled by that harness.
 
 Steps (each writes into the run dir, each timed):
 ingest the benchmark → import its recordings (BFCL v1: 71 models; v3: the 2025 run's) → label with our
@@ -32,6 +34,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from data.benchmarks import get as get_benchmark
 from data.config import load_data_config
 from data.errors import DataError
 from data.ingest import ingest
@@ -90,23 +93,21 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     data_cfg = load_data_config(opts.data_config)
     pool = load_pool(opts.pool)
     bench = pool.benchmark
-    recordings = data_cfg.output_path(bench)
-    if recordings is None:
-        raise DataError(f"no recordings for benchmark {bench!r} (the pool's benchmark:)", path=opts.data_config,
-                        field=f"outputs.{bench}", hint=f"give outputs.{bench} in {opts.data_config}")
-    # BFCL v1's price file suggests GPU-second prices for its open-weight models.
-    price_file = data_cfg.output_path("prices") if bench == "bfcl_v1" else None
+    benchmark = get_benchmark(bench)
+    recordings = benchmark.recordings_path(data_cfg)
+    # A benchmark's price file (BFCL v1's) suggests GPU-second prices for its open-weight models.
+    price_file = data_cfg.output_path(benchmark.price_file) if benchmark.price_file else None
     check_costable(pool, recordings, pool_path=opts.pool, price_file=price_file)
     check_recorded([m.recording for m in pool.models], recordings, pool_path=opts.pool)
     if opts.labels not in ("truth", "consensus"):
         raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
-    # NexusBench is labelled by its harness's verdict per episode (data.nexusbench), read from the recordings;
-    # its other recorded models are not imported: as training targets they would carry our verifier's labels.
-    harness = bench == "nexusbench"
+    # A benchmark its harness labels (NexusBench, per episode) is labelled from the recordings; its other
+    # recorded models are not imported: as training targets they would carry our verifier's labels.
+    harness = benchmark.harness
 
     def _ingest():
-        res = ingest(data_cfg, [bench], out=examples_path)
+        res = ingest(data_cfg, [benchmark.source], out=examples_path)
         console.print(f"{res.report.total():,} {bench} queries")
         return res
 
@@ -178,7 +179,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                       "max_examples": train_cfg.max_examples, "macro_auc": train_metrics.get("macro_auc"),
                       "macro_ece": train_metrics.get("macro_ece")},
             "target": opts.target,
-            **({"labels": HARNESS_LABELS} if harness else {}),
+            **({"labels": harness} if harness else {}),
             "timings_s": timings,
         }
         if consensus is not None:
@@ -190,14 +191,14 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     ev, context = step("evaluate", _evaluate)
 
     def _retest():
-        if bench != "bfcl_v1":
+        if benchmark.earlier_run is None:
             context["retest_skipped"] = (f"test–retest needs two recorded runs of the same queries; {bench} has one "
                                          "(BFCL v1 has the 2024-07-25 and 2024-08-11 runs)")
             console.print(context["retest_skipped"], highlight=False)
             return None
-        earlier = data_cfg.output_path("bfcl_v1_earlier")
+        earlier = data_cfg.output_path(benchmark.earlier_run)
         if earlier is None or not Path(earlier).exists():
-            console.print("test–retest skipped: no earlier run (outputs.bfcl_v1_earlier in configs/data.yaml)")
+            console.print(f"test–retest skipped: no earlier run (outputs.{benchmark.earlier_run} in configs/data.yaml)")
             return None
         from evaluation.offline.retest import earlier_models, retest
 
@@ -219,7 +220,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
         more_metrics, more_markdown = _companions(opts, run, console)
         extra_metrics, extra_markdown = {**extra_metrics, **more_metrics}, [*extra_markdown, *more_markdown]
     if harness:
-        extra_markdown = ["## Labels", "", f"Every label here is {HARNESS_LABELS}.", "", *extra_markdown]
+        extra_markdown = ["## Labels", "", f"Every label here is {harness}.", "", *extra_markdown]
     report = write_report(ev, run / "report", context=context, retest=retest_result, extra_metrics=extra_metrics,
                           extra_markdown=extra_markdown)
     (run / "reproduce.json").write_text(json.dumps({"timings_s": timings, "report": str(report), "pool": str(opts.pool),
@@ -239,6 +240,7 @@ def _companions(opts: ReproduceOptions, run: Path, console: Console) -> tuple[di
     lines: list[str] = []
     for path in opts.with_pools:
         bench = load_pool(path).benchmark
+        harness = get_benchmark(bench).harness
         console.rule(f"[bold]second benchmark: {bench} ({path})")
         sub = reproduce(replace(opts, pool=Path(path), run_dir=run / bench, with_pools=[], labels="truth"), console)
         rel = sub.report.relative_to(run) if sub.report.is_relative_to(run) else sub.report
@@ -246,7 +248,7 @@ def _companions(opts: ReproduceOptions, run: Path, console: Console) -> tuple[di
                                                "headline": sub.headline.to_dict(orient="records"),
                                                "timings_s": sub.timings}
         lines += [f"## Second benchmark: {bench} (pool {path})", "",
-                  *([f"Labels: {HARNESS_LABELS}.", ""] if bench == "nexusbench" else []),
+                  *([f"Labels: {harness}.", ""] if harness else []),
                   f"Its own run, held out the same way; every table in [its report]({rel}).", "",
                   headline_markdown(sub.headline), ""]
         if opts.transfer:
@@ -280,11 +282,6 @@ def _transfer_both_ways(main: Path, second: Path, console: Console) -> tuple[dic
         out_metrics[name] = result.table().to_dict(orient="records")
         lines += [f"### {a.name} → {b.name}", "", transfer_markdown(result), ""]
     return out_metrics, lines
-
-
-HARNESS_LABELS = ("the NexusBench harness's verdict of the whole episode (`Final Accuracy`), not switchcraft's "
-                  "verifier; an episode whose first request, or a later one the harness then failed, got no answer "
-                  "is `no_answer`; cost: every turn's tokens at the pool's prices")
 
 
 def router_dir(cfg) -> Path:

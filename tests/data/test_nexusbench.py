@@ -14,7 +14,7 @@ import pytest
 
 from data.decoders import is_no_answer
 from data.labels import run_labels
-from data.nexusbench import EpisodeReport, harness_labels, read_episodes, turn_usage
+from data.benchmarks.nexusbench import EpisodeReport, harness_labels, read_episodes, turn_usage
 from data.pool import Pool
 from data.recorded import ImportReport, import_recorded
 from data.schema import read_labels

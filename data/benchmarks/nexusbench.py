@@ -1,11 +1,15 @@
-"""NexusBench recordings → one `Output` and one harness `Label` per (episode, model).
+"""NexusBench (2025): 8 LLMs on 1,124 multi-step episodes; recordings → one `Output` and one harness `Label` per
+(episode, model).
 
-    switchcraft import-outputs --source nexusbench          # → outputs.parquet (configs/data.yaml outputs.nexusbench)
-    from data.nexusbench import read_episodes, harness_labels
+    switchcraft import-outputs --source nexusbench          # → outputs.parquet
+    switchcraft label --pool configs/pools/nexusbench_2025.yaml --outputs ../shared/data/nexusbench_pool_outputs_2025-08/parquets
+    from data.benchmarks.nexusbench import read_episodes, harness_labels
     episodes = read_episodes("../shared/data/nexusbench_pool_outputs_2025-08/parquets")
     labels = harness_labels(episodes, load_pool("configs/pools/nexusbench_2025.yaml"))
 
-An episode is one routing decision (`data.sources.nexusbench`): the model runs every turn of it, so
+Recordings: `<root>/<Benchmark>_<stamp>_<model>-OpenAIFC.parquet` (`nexusbench_pool_outputs_2025-08/parquets/` under
+the data root), one file per benchmark and model; example ids `nexusbench:<Benchmark>:<hash>`; imported by name
+only. An episode is one routing decision (`data.sources.nexusbench`): the model runs every turn of it, so
 
 - `usage` is the sum over every turn's `usage=CompletionUsage(…)`: prompt tokens as input, completion tokens
   as output (reasoning included, as the APIs count it), reasoning tokens apart where recorded; `latency_s`
@@ -30,18 +34,24 @@ import ast
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data.benchmarks import register
+from data.benchmarks.base import Benchmark, ImportReport, ResultFile
 from data.decoders import NATIVE_TEXT, decode, is_no_answer, no_answer_error
 from data.errors import DataError
-from data.schema import Label, Output, Usage
+from data.schema import Example, Label, Output, Usage
 from data.sources.nexusbench import episode_ids, recording_files
 
 _TURN = re.compile(r"^response_(\d+)$")
 _USAGE = re.compile(r"\b(completion_tokens|prompt_tokens|reasoning_tokens)=(\d+)")
 EPISODE_FAILED = "episode_failed"
+HARNESS_LABELS = ("the NexusBench harness's verdict of the whole episode (`Final Accuracy`), not switchcraft's "
+                  "verifier; an episode whose first request, or a later one the harness then failed, got no answer "
+                  "is `no_answer`; cost: every turn's tokens at the pool's prices")
 
 
 @dataclass
@@ -217,11 +227,6 @@ def harness_labels(episodes: list[Episode], pool) -> list[Label]:
     return labels
 
 
-def is_recordings_folder(path: str | Path) -> bool:
-    """Whether `path` is a folder of NexusBench recordings (`*-OpenAIFC.parquet`)."""
-    return Path(path).is_dir() and any(Path(path).glob("*-OpenAIFC.parquet"))
-
-
 def folder_labels(path: str | Path, pool, *, pool_path: str | Path | None = None) -> list[Label]:
     """Harness labels of every pool model's episodes under `path` (what `switchcraft label` writes for a
     NexusBench folder). Refused, naming the models, when a pool model has no recordings there or none of its
@@ -239,3 +244,39 @@ def folder_labels(path: str | Path, pool, *, pool_path: str | Path | None = None
         raise DataError(f"no episode of {uncosted} could be costed from its recordings", path=pool_path or path,
                         hint="NexusBench records token usage, not latency: price these models per token")
     return labels
+
+
+@register
+class NexusBench(Benchmark):
+    name = "nexusbench"
+    source = "nexusbench"
+    recordings = "nexusbench_pool_outputs_2025-08/parquets"
+    layout = "<Benchmark>_<stamp>_<model>-OpenAIFC.parquet"
+    harness = HARNESS_LABELS
+
+    def holds(self, root: Path) -> bool:
+        return any(root.glob("*-OpenAIFC.parquet"))
+
+    def result_files(self, root: Path) -> list[ResultFile]:
+        return [(model, benchmark, f) for benchmark, model, f in recording_files(root)]
+
+    def read_outputs(self, root: Path, *, examples: dict[str, Example] | None, models: list[str] | None,
+                     report: ImportReport, progress: bool = False, workers: int | None = None) -> list[Output]:
+        outputs = []
+        episodes = EpisodeReport()
+        for ep in read_episodes(root, models=models, examples=examples, report=episodes):
+            if examples is not None and ep.output.example_id not in examples:
+                report.skipped[(ep.output.model, "no example for id")] += 1
+                continue
+            report.add(ep.output)
+            outputs.append(ep.output)
+        report.files += episodes.files
+        return outputs
+
+    def recorded_usage(self, root: Path, models: set[str], done: set[str]) -> Iterator[tuple[str, bool, bool]]:
+        # Usage summed over an episode's turns; the harness recorded no latency.
+        for ep in read_episodes(root, models=sorted(models & {m for _, m, _ in recording_files(root)})):
+            yield ep.output.model, ep.output.usage.known, False
+
+    def harness_labels(self, root: Path, pool: Any, *, pool_path: str | Path | None = None) -> list[Label]:
+        return folder_labels(root, pool, pool_path=pool_path)
