@@ -21,8 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 
 def _child(target: Callable[..., Any], args: tuple, env: dict[str, str] | None, log: str | None) -> None:
     if env is not None:
@@ -95,6 +93,8 @@ async def closed_loop(n: int, concurrency: int, send: Callable[[int], Awaitable[
 
 def percentiles(xs, qs=(50, 99), key: str = "p{}_ms", ndigits: int | None = None) -> dict[str, float]:
     """{key.format(q): the q-th percentile of xs}, numpy's linear interpolation."""
+    import numpy as np
+
     values = np.percentile(np.asarray(xs, dtype=float), qs)
     return {key.format(q): float(v) if ndigits is None else round(float(v), ndigits) for q, v in zip(qs, values)}
 
@@ -118,7 +118,7 @@ def write_outputs(out: Path, markdown: str, record: dict, indent: int = 1) -> No
 
 
 def _plain(x: Any) -> Any:
-    return x.item() if isinstance(x, np.generic) else str(x)
+    return x.item() if hasattr(x, "item") else str(x)  # a numpy scalar, else its text
 
 
 def serve_gateway(config: Path, overrides: list[str]) -> None:
