@@ -3,14 +3,10 @@
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md]
     switchcraft bench console --requests 20000 --screenshots docs/img     # + PNGs of Savings and Quality
 
-The log is written by the gateway's own writer (serving/core/decision_log.py), in its schema, with what
-`log.requests: false` keeps. Traffic over the last `--days`: five keys, a router reload two thirds of the way,
-80% single-model requests (cheaper models more often), 20% agreement cascades (a disagreement escalates), 1.5%
-upstream errors, per-model tokens and latencies, the pool's prices, `--explore` of the answered requests explored
-(each model right with its own probability); the same `--seed` writes the same log. Then the real gateway app
-serves the console (an admin session, Starlette's TestClient) and every view's page is timed for each range: the
-median of `--repeat` GETs (the slowest in the .json). `--screenshots DIR` keeps `console_savings.png` and
-`console_quality.png` taken in headless Chromium (evaluation/harness.py).
+The log is written by the gateway's own writer (serving/core/decision_log.py) from `synthetic_records` (the same
+`--seed`, the same log); the real gateway app serves the console and every view's page is timed for each range,
+the median of `--repeat` GETs. `--screenshots DIR` keeps the Savings and Quality pages taken in headless Chromium.
+Method and figures: docs/console.md ("Large logs").
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
-"""Load test of the whole gateway stack on loopback, optionally with an upstream endpoint killed mid-run.
+"""Load test of the whole gateway stack on loopback, optionally with upstream endpoints killed mid-run.
 
     switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
     switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
 
-One replay server per upstream endpoint of the pool (recorded BFCL v1 answers; a killed endpoint's server stops
-and comes back on the same port), the gateway as `switchcraft serve` in its own process (no GIL shared with the
-load), optionally Triton for the router; then OpenAI-compatible chat requests (`model: "router"`) at a fixed
-concurrency: at most `requests`, none started after `max_seconds`, each with a client timeout. Reported: ok,
-failed by status, lost (a 5xx or no answer), fallbacks, abandoned calls, latency P50/P95/P99, the 503s' latency,
-throughput. `--processes N` round-robins over N gateway processes; `--state` keeps their limits and ledger in
-memory (each its own), one SQLite file or a real redis-server started here. With a shared store the bench key
-gets limits too high to bite, so every request admits, reserves and settles there, and the table adds what the
-store costs one request (admit + reserve + settle, timed alone).
+A replay server per pool endpoint (recorded BFCL v1 answers; a killed one comes back on its port), the gateway as
+`switchcraft serve` in its own process(es), optionally Triton for the router; chat requests (`model: "router"`) at
+a fixed concurrency, bounded in count and time. With a shared store (`--state sqlite|redis`) the key's limits
+never bite, so every request admits, reserves and settles there, and the table adds that cost, timed alone.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations

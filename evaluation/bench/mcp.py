@@ -3,12 +3,9 @@
     switchcraft bench mcp                                  # 10 upstream servers, 1,000 tools → runs/mcp/bench.json
     switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp
 
-Three processes on loopback: the upstream fleet (evaluation/bench/_mcp.py, the tools split evenly), the gateway
-(`switchcraft mcp serve`, keys off, the call log on as in service) and this client, one request at a time on a
-kept-alive connection, direct and through alternated so that drift hits both alike. The tools are the first
-distinct BFCL function docs (thousand_tools). Timed: `tools/list` of one server (direct) against `/mcp/<server>`
-(through), `tools/call` of one tool both ways (added = through − direct); through only, `/mcp`'s list and
-`find_tools` over every tool (queries: descriptions' first sentences, shuffled); and the gateway's start.
+The upstream fleet (_mcp.py), the gateway (`switchcraft mcp serve`, the call log on) and this client, one request
+at a time, direct and through alternated: `tools/list` and `tools/call` both ways (added = through − direct);
+through only, `/mcp`'s list and `find_tools` over every tool. Figures: docs/mcp.md.
 """
 
 from __future__ import annotations

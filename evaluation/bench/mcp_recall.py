@@ -1,17 +1,13 @@
 """find_tools through the MCP gateway against the in-process tool router: Recall@K on a held-out tool-retrieval set.
 
     switchcraft bench mcp-recall                                  # MetaTool, 2,000 held-out queries
-    switchcraft bench mcp-recall --bench seal_tools --limit 0     # every held-out query
-    → runs/mcp/recall_<bench>.json
+    switchcraft bench mcp-recall --bench seal_tools --limit 0     # every held-out query → runs/mcp/recall_<bench>.json
 
-The benchmark's catalog (evaluation/tools/data.py) is served as one upstream MCP server named after the benchmark
-(the bench fleet, evaluation/bench/_mcp.py, its own process); the gateway (keys off, the base MiniLM encoder, its
-default `retrieval:`) runs in front of it on loopback, and every query is a `find_tools(query, k=10)` over HTTP.
-Three rankings per query, the same encoder and retrieval settings in all three: `in_process` (the tool router over
-the benchmark's own catalog, as `switchcraft tools eval` ranks), `find_tools` (what the gateway answered), and
-`in_process_gateway_catalog` (the tool router over the cards the gateway made of the listing, each name under the
-server's namespace). The same top 10 as the third for every query means serving through MCP changes nothing;
-against the first, the difference is what the namespace alone does.
+The benchmark's catalog is one upstream MCP server (the bench fleet, _mcp.py) behind the gateway (keys off, base
+MiniLM), each query a `find_tools(query, k=10)` over HTTP. Three rankings: `in_process` (the tool router over the
+benchmark's catalog), `find_tools`, and `in_process_gateway_catalog` (the tool router over the gateway's cards,
+names under the server's namespace): the same top 10 as the third means serving through MCP changes nothing.
+Figures: docs/mcp.md.
 """
 
 from __future__ import annotations

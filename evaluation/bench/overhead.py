@@ -2,15 +2,11 @@
 
     switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
 
-One replay server per pool endpoint answers with the recorded BFCL v1 outputs (no model latency: what remains is
-HTTP, JSON and whatever sits in between). For each concurrency and each state store (memory, SQLite, Redis: the
-gateway restarted per store) the same requests go **direct** (to the replay server, with the exact body the gateway
-would send the pool's cheapest native model), **named** (through the gateway, `model: <that model>`: routing off)
-and **routed** (`model: "router"` with the strategy pinned to that model: the router runs in process, the upstream
-work equals the direct call's). Per row: P50/P99, throughput, the P50 the gateway adds and its share of direct
-throughput, against the goals (≤ 5 ms added at P50 routed, ≥ 80% of direct throughput at c = 64). Load generator,
-replay servers and gateway share this machine's cores. Bounded: a fixed number of requests a cell, each with a
-timeout.
+Per concurrency and state store, the same requests go **direct** to a replay server (the body the gateway would
+send the pool's cheapest native model), **named** through the gateway (routing off) and **routed** (the router in
+process, the strategy pinned to that model, so the upstream work equals the direct call's). Per row: P50/P99,
+throughput, the added P50 and the share of direct throughput, against the goals (≤ 5 ms added at P50 routed, ≥ 80%
+of direct throughput at the top concurrency). Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -3,10 +3,8 @@
     switchcraft bench pool                                # concurrency 8 and 64, 1,630 calls each
     switchcraft bench pool --concurrency 8 --concurrency 64 --calls 800 --data-root ../shared/data
 
-The replay server runs in its own process (no injected faults or latency), so the figure is what the runner
-sustains: request building, HTTP, response parsing, fsynced store commits, and the final export with decoding.
-Each level gets one model (`gpt-4o-2024-08-06-FC`, native tool calls) with that many workers and a fresh store. On
-a 2-core machine the server shares the CPUs with the runner: a lower bound.
+The replay server in its own process; per level one model with that many workers and a fresh store: request
+building, HTTP, parsing, fsynced commits and the final export. The server shares the CPUs: a lower bound.
 """
 
 from __future__ import annotations

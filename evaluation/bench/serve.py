@@ -2,13 +2,10 @@
 
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router --out runs/default/bench_serve.md
 
-Every row times one whole routing call at batch 1: packing + metadata (client-side), the router graph, the policy.
-Engines: PyTorch eager, in-process ONNX Runtime fp32 and INT8, Triton over HTTP and gRPC (a real tritonserver, CPU
-repository variant). Throughput: requests/s with 8 and 32 callers, each call alone and through the gateway's
-routing micro-batcher (serving/gateway/batcher.py). Levers, each alone against ORT fp32: padding to 512, no ORT
-graph optimisation, one thread, half the encoder layers (speed only: it would need retraining). Engines take turns
-request by request, so load drifting on a shared machine hits them alike, and no engine's workers busy-wait
-between calls (ORT spinning off, OpenMP passive). Writes a markdown table and the same numbers as JSON.
+Every row times one whole routing call at batch 1 (packing + metadata, the graph, the policy): PyTorch eager, ORT
+fp32 and INT8 in process, Triton HTTP and gRPC; throughput with 8 and 32 callers, alone and through the gateway's
+micro-batcher; levers, each alone against ORT fp32. Engines take turns request by request, and none busy-waits
+between calls (ORT spinning off, OpenMP passive), so a drifting load hits them alike. Figures: docs/performance.md.
 """
 
 from __future__ import annotations

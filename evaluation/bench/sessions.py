@@ -4,20 +4,13 @@
         --outputs runs/v3/outputs.parquet --threshold 0.5 --threshold 0.8 --threshold 0.85 --threshold 0.9 \\
         --out runs/bench_sessions/v3.json              # CPU only, about 5 minutes on two busy cores
 
-The traffic is BFCL v4's `multi_turn_*` categories (`switchcraft ingest --source bfcl_v4`: one example per user
-turn, earlier turns and their ground-truth calls as history), grouped back into conversations. Each turn is routed
-(the router's single-model decision at each `--threshold` τ, the gateway's `router-<τ>`; none: the router's own)
-and priced three ways: **per call** (the router's choice, every input token at the full price); **per call
-cached** (the same choices billed as the session rows are: a turn that stays on its model reads its cache);
-**session** (serving/gateway/sessions.py `keep_or_switch` keeps the previous model unless switching is cheaper
-after paying its cached prefix again; a turn on the previous turn's model with the same tools reads that prefix at
-the cached-input price and writes the rest at the cache-write price). Input tokens are the gateway's estimate
-from a request's size; a turn's prefix is its input plus its answer (the ground-truth calls). Output is priced at
-each model's mean recorded output tokens (`--outputs`), else at the answer's size; a model priced per GPU-second
-or per query costs its profiled cost. Turns are `--turn-gap-s` apart. Not priced: tool results (none recorded),
-the extra calls of a multi-call turn, and correctness. Figures: $ per million conversations with 95% bootstrap
-intervals over conversations (evaluation/offline/stats.py; its accuracy slot carries each conversation's share of
-turns that switch), and the share of turns served by a model the router puts below τ.
+BFCL v4's `multi_turn_*` conversations, each turn routed (the single-model decision at each `--threshold` τ, the
+gateway's `router-<τ>`) and priced three ways: **per call** (every input token at full price), **per call cached**
+(the same choices, a turn that stays on its model reading its provider's cache) and **session** (the gateway's
+`keep_or_switch` keeping the previous model unless switching is cheaper after paying its prefix again). Input
+tokens are the gateway's size estimate; output at each model's mean recorded output (`--outputs`), else the
+answer's size. Not priced: tool results, extra calls of a multi-call turn, correctness. $ per million
+conversations with 95% bootstrap intervals over conversations (evaluation/offline/stats.py). Method: docs/agents.md.
 """
 
 from __future__ import annotations

@@ -2,18 +2,12 @@
 
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
 
-The stack of `switchcraft bench gateway` (replay upstreams with recorded BFCL v1 outputs and usage, `switchcraft
-serve` in its own process, limits and ledger in a real Redis) under a fixed mix at a fixed concurrency: routed
-chat, a named model, streams read to the end or left at once, hostile bodies (lone surrogates, NaN, wrong types,
-unknown fields, deep nesting), multi-turn agent sessions, console logins with wrong keys (some past the body
-limit), and `find_tools` / `call_tool` (real and hostile) to an MCP gateway in front of a fleet of MCP servers
-(evaluation/bench/_soak_traffic.py); a router reload every `--reload-every` s, a Redis restart at half time.
-
-Reported: the gateway's RSS over time (flat within 10% after warm-up), 5xx answers to input (target 0), lost
-requests (no answer, or a 5xx that is neither the store outage's 503 nor a refusal), and the ledger against what
-the replay upstreams would have billed (completions served × recorded usage × the pool's price): never below it,
-above it by at most the worst cases charged for abandoned streams plus one reservation. Bounded: `--minutes` ≤ 120,
-every request with a timeout.
+The stack of `switchcraft bench gateway` on a real Redis under a fixed mix (`MIX`: routed, named, streamed,
+abandoned and hostile chat, agent sessions, wrong-key console logins, MCP meta-tool calls: _soak_traffic.py), a
+router reload every `--reload-every` s and a Redis restart at half time. Checked: the gateway's RSS flat within
+10% after warm-up, no 5xx to input, nothing lost (no answer, or a 5xx that is neither the outage's 503 nor a
+refusal), and the ledger never below what the replay upstreams billed (completions × recorded usage × price) nor
+above it by more than the abandoned streams' worst cases plus one reservation. Figures: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Latency of routing one request over a 5,000-tool catalog, query embedding included.
 
-    switchcraft bench tools                     # → runs/tools/bench.json and a printed record
-    switchcraft bench tools --tools 5000 --queries 1000 --run-dir runs/tools
-    switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=64 --out bench_fast.json
+    switchcraft bench tools                     # → runs/tools/bench.json and the printed record
+    switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
     switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
 
-Retrieval settings come from `--config` (configs/tools.yaml) with `--set key=value` overrides; the record says
-which. The catalog is real: BFCL's 3,453 tools topped up with Seal-Tools tools to the requested size; the queries
-are distinct real BFCL and Seal-Tools questions, so no embedding is reused. Tool embeddings come from the cached
-per-benchmark indexes (built on first use: minutes). A fifth of the tools need a permission the caller lacks, so
-the filter does real work; the per-caller filter result is cached after the first request, as in serving (the
-cold figure is reported).
+Retrieval settings: `--config` with `--set key=value` overrides. The catalog: BFCL's 3,453 tools topped up with
+Seal-Tools' to `--tools`, a fifth needing a permission the caller lacks; the queries: distinct real questions of
+both. Tool embeddings come from the cached per-benchmark indexes (built on first use: minutes). Figures:
+docs/tool_routing.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """Training benchmark: wall-clock and held-out quality of the router's training modes on this machine.
 
     switchcraft bench train                        # frozen MiniLM, 5-fold, cold feature cache
-    switchcraft bench train --only finetune --steps 40
+    switchcraft bench train --only finetune,distilbert --steps 40
     switchcraft bench train --only frozen,add_model
 
-Cases: `frozen` (the default config, 5-fold grouped CV + the final router, the feature cache emptied first so
-extraction counts); `finetune` (MiniLM fine-tuned on one fold at 128 tokens, `--steps` steps of one epoch: a
-timing run); `distilbert` (DistilBERT from its config, random weights, `--steps` steps: speed only); `add_model` (a
-frozen router trained without the pool's last model, then `--add-model` of it, against the `frozen` case's full
-retrain). Writes `<run_dir>/bench_train.json` with the machine's load (a shared machine gives upper bounds).
+Cases (`CASES`): `frozen` (the config as is, feature cache emptied first), `finetune` and `distilbert` (one fold
+at 128 tokens, `--steps` steps: timing runs; DistilBERT has random weights), `add_model` (a router without the
+pool's last model, then `--add-model` of it, against `frozen`'s full retrain). Merged into
+`<run_dir>/bench_train.json` with the machine's load.
 """
 
 from __future__ import annotations
