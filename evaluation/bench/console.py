@@ -15,7 +15,6 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -259,22 +258,3 @@ def to_markdown(result: dict[str, Any]) -> str:
 def write_results(result: dict[str, Any], out: Path) -> None:
     write_outputs(out, to_markdown(result), result)
 
-
-def main(requests: int = 1_000_000, days: float = 30.0, out: Path = Path("runs/bench_console.md"),
-         log_dir: Path | None = None, router: Path = Path("runs/bfcl_v1/router_onnx"),
-         pool: Path = Path("configs/pool.yaml"), explore: float = 0.01, repeat: int = 3, seed: int = 0,
-         screenshots: Path | None = None, note: list[str] = []) -> None:  # noqa: B006
-    """The console's page render times over a synthetic decision log of --requests requests (written through the
-    gateway's log writer, to --log-dir, default <out>_log/): each view for 24h, 7d and all, markdown + .json;
-    --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
-    try:
-        result = run_console_bench(ConsoleBenchConfig(requests, days, out, log_dir, router, pool, explore, repeat, seed,
-                                                      screenshots, notes=list(note)))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from e
-    write_results(result, out)
-    print(to_markdown(result))
-    if shots := result.get("screenshots"):
-        print(f"no screenshots: {shots}" if isinstance(shots, str) else "screenshots: " + ", ".join(shots))
-    print(f"wrote {out} and {out.with_suffix('.json')}")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaluation.bench._support import config_record, md_table
 
-if TYPE_CHECKING:  # the CLI imports this module to register it: the heavy imports wait for a run
+if TYPE_CHECKING:  # the heavy imports wait for a run
     from data.pool import Pool
     from serving.policy import Decision
 
@@ -292,16 +292,3 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join([f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers "
                       "not replayed)", "", *md_table(head, rows), "", *notes])
 
-
-def main(router: Path = Path("runs/v3/router"), pool: Path = Path("configs/pools/bfcl_v3_2025.yaml"),
-         outputs: Path | None = None, category: list[str] = list(SessionBenchConfig.categories),  # noqa: B006
-         limit: int | None = None, threshold: list[float] = [],  # noqa: B006
-         turn_gap_s: float = 20.0, data: str = SessionBenchConfig.source_path,
-         out: Path | None = None) -> None:
-    """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
-    bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
-    set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
-    result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
-                                          limit=limit, thresholds=tuple(threshold) or (None,), outputs=outputs,
-                                          turn_gap_s=turn_gap_s, out=out))
-    print(to_markdown(result))
