@@ -155,19 +155,13 @@ def replay(conv: Conversation, decisions: list[Decision], pool: Pool, bill: Bill
             total += bill(model, turn, prev.input_tokens + prev.answer_tokens if warm else 0, cache)
         return total
 
-    def switches(models: list[str]) -> int:
-        return sum(a != b for a, b in zip(models, models[1:]))
-
-    def unsure(models: list[str]) -> int:  # turns served by a model the router's P(correct) puts below τ
-        return sum(d.probabilities.get(m, 0.0) < d.threshold for d, m in zip(decisions, models))
-
+    rows = {"per_call": (per_call, False), "per_call_cached": (per_call, True), "session": (served, True)}
     return {"id": conv.id, "turns": len(conv.turns), "rules": rules,
-            "usd": {"per_call": billed(per_call, False), "per_call_cached": billed(per_call, True),
-                    "session": billed(served, True)},
-            "switches": {"per_call": switches(per_call), "per_call_cached": switches(per_call),
-                         "session": switches(served)},
-            "below_threshold": {"per_call": unsure(per_call), "per_call_cached": unsure(per_call),
-                                "session": unsure(served)},
+            "usd": {row: billed(models, cache) for row, (models, cache) in rows.items()},
+            "switches": {row: sum(a != b for a, b in zip(models, models[1:])) for row, (models, _) in rows.items()},
+            # turns served by a model the router's P(correct) puts below τ
+            "below_threshold": {row: sum(d.probabilities.get(m, 0.0) < d.threshold for d, m in zip(decisions, models))
+                                for row, (models, _) in rows.items()},
             "models": {"per_call": per_call, "session": served}}
 
 

@@ -13,6 +13,7 @@ above it by more than the abandoned streams' worst cases plus one reservation. F
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import tempfile
@@ -40,11 +41,7 @@ def hostile_variants(model: str) -> list:
     """What a careless or hostile caller does to a real request (which keeps its `metadata.example_id`, so the
     replay upstream can answer whatever the gateway accepts): each is a 4xx naming what is wrong, or answered —
     never a 5xx."""
-    deep: dict = {}
-    node = deep
-    for _ in range(200):
-        node["x"] = {}
-        node = node["x"]
+    deep = functools.reduce(lambda inner, _: {"x": inner}, range(200), {})  # nested 200 deep
 
     def surrogate_history(body: dict) -> dict:  # escaped inside earlier tool-call arguments: cleaned, answered
         call = {"role": "assistant", "content": None, "tool_calls": [
@@ -52,20 +49,12 @@ def hostile_variants(model: str) -> list:
         return {**body, "messages": [*body["messages"], call, {"role": "tool", "tool_call_id": "c0", "content": "ok"},
                                      body["messages"][0]]}
 
-    def nan(body: dict) -> bytes:
-        return json.dumps({**body, "temperature": float("nan")}).encode()
-
-    return [
-        surrogate_history,
-        nan,
-        lambda b: {**b, "messages": "hi"},
-        lambda b: {**b, "messages": [{"role": "wizard", "content": "hi"}]},
-        lambda b: {**b, "tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
-        lambda b: {**b, "model": "no-such-model"},
-        lambda b: {**b, "max_tokens": -5},
-        lambda b: {**b, "model": model, "tools": "all of them"},
-        lambda b: {**b, "switchcraft": {"allowed_models": ["gpt-5"]}},
-    ]
+    return [surrogate_history, lambda b: json.dumps({**b, "temperature": float("nan")}).encode(),
+            lambda b: {**b, "messages": "hi"}, lambda b: {**b, "messages": [{"role": "wizard", "content": "hi"}]},
+            lambda b: {**b, "tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
+            lambda b: {**b, "model": "no-such-model"}, lambda b: {**b, "max_tokens": -5},
+            lambda b: {**b, "model": model, "tools": "all of them"},
+            lambda b: {**b, "switchcraft": {"allowed_models": ["gpt-5"]}}]
 
 
 @dataclass
@@ -116,17 +105,13 @@ async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally
     try:
         if kind in ("stream", "stream_left"):
             async with http.stream("POST", req.url, json=req.json, headers=req.headers) as r:
-                status = r.status_code
                 if kind == "stream":
                     async for _ in r.aiter_bytes():
                         pass
-        elif req.content is not None:
-            r = await http.post(req.url, content=req.content,
-                                headers={"content-type": "application/json", **req.headers})
-            status = r.status_code
-        else:
-            r = await http.post(req.url, json=req.json, headers=req.headers)
-            status = r.status_code
+        else:  # raw content is JSON unless the request says otherwise
+            r = await http.post(req.url, json=req.json, content=req.content, headers={
+                **({"content-type": "application/json"} if req.content is not None else {}), **req.headers})
+        status = r.status_code
         if req.rpc and status == 200 and "error" in _json(r):
             tally.rpc_errors += 1
         if kind == "session" and status == 200 and _json(r).get("switchcraft", {}).get("session", {}).get("turn", 0) > 1:
