@@ -1,7 +1,7 @@
 """MCP for the benches: a fleet of upstream servers, the JSON-RPC envelope, and a fleet with an MCP gateway in front.
 
     with McpStack(work, defs, servers=10) as mcp:       # two processes on loopback; mcp.url is the gateway's /mcp
-        ms, result = Rpc()(mcp.direct(0), "tools/list")
+        ms, result = Rpc()(mcp.direct("s0"), "tools/list")
 
 Fleet server <name> answers Streamable HTTP (stateless, JSON responses) at `/<name>/mcp`, lists its tool
 definitions (name, description, inputSchema) and answers every tools/call at once with one short text block, so
