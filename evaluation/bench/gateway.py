@@ -78,7 +78,6 @@ class Outcome:
     latency_ms: float
     fallback: bool = False
     abandoned: int = 0
-    answered_by: str | None = None
     retry_after: bool = False  # a 429 or 503 that said when to come back (Retry-After and retry-after-ms)
 
 
@@ -256,7 +255,7 @@ async def drive(stack: Stack, cfg: GatewayBenchConfig, targets: list[str]) -> tu
             meta = (r.json() if r.headers.get("content-type", "").startswith("application/json") else {}).get(
                 "switchcraft") or {}
             outcomes.append(Outcome(r.status_code, (time.perf_counter() - t0) * 1e3, bool(meta.get("fallback")),
-                                    (meta.get("abandoned") or {}).get("calls", 0), meta.get("answered_by"),
+                                    (meta.get("abandoned") or {}).get("calls", 0),
                                     "retry-after" in r.headers and "retry-after-ms" in r.headers))
         except httpx.HTTPError as e:
             outcomes.append(Outcome(f"error:{type(e).__name__}", (time.perf_counter() - t0) * 1e3))
