@@ -206,7 +206,10 @@ def bench_train(
     """Wall-clock and held-out quality of the router's training modes on this machine."""
     from evaluation.bench.train import main
 
-    main(config, run_dir, only, steps, list(overrides or []))
+    try:
+        main(config, run_dir, only, steps, list(overrides or []))
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
 
 
 def bench_long_input(
