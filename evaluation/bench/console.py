@@ -3,20 +3,10 @@
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md]
     switchcraft bench console --requests 20000 --screenshots docs/img     # + PNGs of Savings and Quality
 
-The log is written by the gateway's own writer (serving/core/decision_log.py `DecisionLog.write`: the rows and
-the per-hour summary, in batches), in the schema the gateway writes, with what `log.requests: false` keeps (no
-request text). Traffic: `--requests` requests spread evenly over the last `--days` days, five keys, a router
-reload two thirds of the way through, 80% single-model requests (cheaper models more often), 20% agreement
-cascades (the two first answers compared; a disagreement escalates), 1.5% upstream errors, token counts and latencies drawn per model,
-costs at the pool's prices, and `--explore` of the answered requests explored (every other pool model answers;
-each model right with its own probability, wrong answers drawn from a few spellings, so consensus has something
-to do). The same `--seed` writes the same log.
-
-Then the console is served by the real gateway app (serving/app.py `create_app`, an admin key's session
-cookie, pages fetched over HTTP in process with Starlette's TestClient) and every view's page is timed for each
-range: the median of `--repeat` GETs (the slowest is in the .json). Writes a markdown table and the same numbers
-as .json. `--screenshots DIR` also opens the Savings and Quality pages in headless Chromium
-(evaluation/harness.py) and keeps `console_savings.png` and `console_quality.png` there.
+The log is written by the gateway's own writer (serving/core/decision_log.py) from `synthetic_records` (the same
+`--seed`, the same log); the real gateway app serves the console and every view's page is timed for each range,
+the median of `--repeat` GETs. `--screenshots DIR` keeps the Savings and Quality pages taken in headless Chromium.
+Method and figures: docs/console.md ("Large logs").
 """
 
 from __future__ import annotations
@@ -25,12 +15,13 @@ import json
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from evaluation.bench._support import config_record, md_table, write_outputs
 
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
 RANGES = ("24h", "7d", "all")
@@ -139,7 +130,7 @@ def synthetic_records(pool, n: int, days: float, *, now: float, explore: float =
 def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: float, seed: int,
               progress: bool = True) -> dict[str, int]:
     """A synthetic log of `n` requests in `folder` (emptied first), through the gateway's writer."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import track
 
     from serving.core.decision_log import DecisionLog
 
@@ -148,23 +139,17 @@ def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: f
         old.unlink()
     log = DecisionLog(folder, max_mb=1e9)  # one file: the bench times the queries, not rotation
     log.db.execute("PRAGMA cache_size = -262144")  # 256 MiB: random request ids make index inserts page-bound
-    written = 0
-    with Progress(TextColumn("writing the log"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  disable=not progress) as bar:
-        task = bar.add_task("log", total=n)
-        for batch in synthetic_records(pool, n, days, now=now, explore=explore, seed=seed):
-            log.write(batch)
-            step = sum(1 for kind, _, _ in batch if kind == "request")
-            written += step
-            bar.advance(task, step)
+    batches = synthetic_records(pool, n, days, now=now, explore=explore, seed=seed)
+    for batch in track(batches, "writing the log", disable=not progress):
+        log.write(batch)
     counts = {t: log.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("requests", "answers", "summary")}
     log.db.close()
     return counts
 
 
 def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
-    from serving.client import RouterClient
     from serving.app import create_app
+    from serving.client import RouterClient
     from serving.core.auth import KeyStore
     from serving.gateway.config import ServingConfig
 
@@ -174,8 +159,7 @@ def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
                          explore={"rate": cfg.explore, "usd_per_day": 50.0})
     keys = KeyStore.from_settings(scfg.auth, pool.names, environ={
         scfg.auth.keys_env: json.dumps([{"id": "bench-admin", "key": ADMIN_KEY, "role": "admin"}])})
-    client = RouterClient.from_dir(cfg.router_dir, threads=1)
-    return create_app(scfg, client=client, pool=pool, keys=keys)
+    return create_app(scfg, client=RouterClient.from_dir(cfg.router_dir, threads=1), pool=pool, keys=keys)
 
 
 def time_pages(app, ranges: tuple[str, ...], repeat: int) -> list[dict[str, Any]]:
@@ -202,45 +186,29 @@ def time_pages(app, ranges: tuple[str, ...], repeat: int) -> list[dict[str, Any]
     return rows
 
 
-def range_requests(log_dir: Path, ranges: tuple[str, ...], now: float) -> dict[str, int]:
-    from serving.console.logdb import open_log, since_of
-
-    out = {}
-    for r in ranges:
-        with open_log(log_dir, since_of(r, now)) as db:
-            out[r] = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
-    return out
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[str, Any]:
     from data.pool import load_pool
+    from serving.console.logdb import open_log, since_of
 
     pool = load_pool(cfg.pool)
     if not (cfg.router_dir / "router.json").exists():
         raise FileNotFoundError(f"{cfg.router_dir}: no router.json; export one first: switchcraft export "
                                 f"runs/bfcl_v1/router --out {cfg.router_dir}")
     log_dir = cfg.log_dir or cfg.out.with_name(cfg.out.stem + "_log")
-    now = time.time()
-    t0 = time.perf_counter()
+    state_dir = log_dir.parent / (log_dir.name + "_state")
+    now, t0 = time.time(), time.perf_counter()
     counts = write_log(log_dir, pool, cfg.requests, cfg.days, now=now, explore=cfg.explore, seed=cfg.seed,
                        progress=progress)
-    written_s = time.perf_counter() - t0
-    state_dir = log_dir.parent / (log_dir.name + "_state")
-    app = _gateway_app(cfg, pool, log_dir, state_dir)
-    load_before = load_average()
-    rows = time_pages(app, cfg.ranges, cfg.repeat)
-    result = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    written_s, load_before = time.perf_counter() - t0, " ".join(f"{v:.2f}" for v in os.getloadavg())
+    rows = time_pages(_gateway_app(cfg, pool, log_dir, state_dir), cfg.ranges, cfg.repeat)
+    in_range = {}
+    for r in cfg.ranges:
+        with open_log(log_dir, since_of(r, now)) as db:
+            in_range[r] = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    result = {"config": config_record(cfg), "in_range": in_range, "rows": rows, "cpus": os.cpu_count(),
               "log": {**counts, "dir": str(log_dir), "write_s": round(written_s, 1),
                       "bytes": sum(p.stat().st_size for p in log_dir.glob("decisions*.sqlite*"))},
-              "in_range": range_requests(log_dir, cfg.ranges, now), "rows": rows,
-              "load_average": {"before": load_before, "after": load_average()}, "cpus": os.cpu_count()}
+              "load_average": {"before": load_before, "after": " ".join(f"{v:.2f}" for v in os.getloadavg())}}
     if cfg.screenshots is not None:
         # a fresh app: the timed one's lifespan ended with its test client, closing its state store
         result["screenshots"] = screenshots(_gateway_app(cfg, pool, log_dir, state_dir), cfg.screenshots)
@@ -248,9 +216,9 @@ def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[st
 
 
 def screenshots(app, folder: Path) -> list[str] | str:
-    """PNGs of the Savings and Quality pages (7 days) in headless Chromium, 1440 px wide; a message where there is none."""
-    from evaluation.harness import Browser, browser_missing
-    from evaluation.harness import Loopback
+    """PNGs of the Savings and Quality pages (7 days) in headless Chromium, 1440 px wide; a message where there is
+    no browser."""
+    from evaluation.harness import Browser, Loopback, browser_missing
 
     missing = browser_missing()
     if missing:
@@ -266,58 +234,27 @@ def screenshots(app, folder: Path) -> list[str] | str:
             browser.wait_url(url + "/console/savings")
             for view in ("savings", "quality"):
                 browser.open(f"{url}/console/{view}?range=7d")
-                path = folder / f"console_{view}.png"
-                browser.screenshot(path)
-                written.append(str(path))
+                browser.screenshot(folder / f"console_{view}.png")
+                written.append(str(folder / f"console_{view}.png"))
         finally:
             browser.close()
     return written
 
 
 def to_markdown(result: dict[str, Any]) -> str:
-    ranges = list(dict.fromkeys(r["range"] for r in result["rows"]))
     cell = {(r["range"], r["view"]): r["median_s"] for r in result["rows"]}
-    log = result["log"]
-    lines = [f"Console page render, {log['requests']:,} logged requests ({log['answers']:,} answers, "
-             f"{log['summary']:,} summary rows) over {result['config']['days']:g} days; median of "
-             f"{result['config']['repeat']} GETs per page, seconds:", "",
-             "| range (requests in it) | " + " | ".join(v.capitalize() for v in VIEWS) + " |",
-             "|---|" + "---:|" * len(VIEWS)]
-    for r in ranges:
-        lines.append(f"| {r} ({result['in_range'][r]:,}) | " + " | ".join(f"{cell[(r, v)]:.2f}" for v in VIEWS)
-                     + " |")
-    load = result["load_average"]
-    lines += ["", f"Load average (1, 5, 15 min) before timing: {load['before']}, after: {load['after']}; "
-              f"{result['cpus']} CPUs. Log written in {log['write_s']} s ({log['bytes'] / 2**20:,.0f} MiB)."]
-    lines += [f"Note: {n}" for n in result["config"].get("notes") or []]
-    return "\n".join(lines) + "\n"
+    log, load = result["log"], result["load_average"]
+    rows = [[f"{r} ({result['in_range'][r]:,})", *(f"{cell[(r, v)]:.2f}" for v in VIEWS)]
+            for r in dict.fromkeys(r["range"] for r in result["rows"])]
+    return "\n".join([
+        f"Console page render, {log['requests']:,} logged requests ({log['answers']:,} answers, {log['summary']:,} "
+        f"summary rows) over {result['config']['days']:g} days; median of {result['config']['repeat']} GETs per page, "
+        "seconds:", "", *md_table(["range (requests in it)", *(v.capitalize() for v in VIEWS)], rows, "l" + "r" * len(VIEWS)),
+        "", f"Load average (1, 5, 15 min) before timing: {load['before']}, after: {load['after']}; {result['cpus']} "
+        f"CPUs. Log written in {log['write_s']} s ({log['bytes'] / 2**20:,.0f} MiB).",
+        *(f"Note: {n}" for n in result["config"].get("notes") or [])]) + "\n"
 
 
 def write_results(result: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_markdown(result))
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1, default=str))
+    write_outputs(out, to_markdown(result), result)
 
-
-def main(requests: int = 1_000_000, days: float = 30.0, out: Path = Path("runs/bench_console.md"),
-         log_dir: Path | None = None, router: Path = Path("runs/bfcl_v1/router_onnx"),
-         pool: Path = Path("configs/pool.yaml"), explore: float = 0.01, repeat: int = 3, seed: int = 0,
-         screenshots: Path | None = None, note: list[str] = []) -> None:  # noqa: B006
-    """The console's page render times over a synthetic decision log of --requests requests (written through the
-    gateway's log writer, to --log-dir, default <out>_log/): each view for 24h, 7d and all, markdown + .json;
-    --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
-    cfg = ConsoleBenchConfig(requests=requests, days=days, out=out, log_dir=log_dir, router_dir=router, pool=pool,
-                             explore=explore, repeat=repeat, seed=seed, screenshots=screenshots, notes=list(note))
-    try:
-        result = run_console_bench(cfg)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(1) from e
-    write_results(result, out)
-    print(to_markdown(result))
-    shots = result.get("screenshots")
-    if isinstance(shots, str):
-        print(f"no screenshots: {shots}")
-    elif shots:
-        print("screenshots: " + ", ".join(shots))
-    print(f"wrote {out} and {out.with_suffix('.json')}")

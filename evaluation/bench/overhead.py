@@ -2,34 +2,24 @@
 
     switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
 
-One replay server per pool endpoint answers with the recorded BFCL v1 outputs (no model latency: what remains is
-HTTP, JSON and whatever sits in between). For each concurrency and each state store (memory, SQLite, Redis: the
-gateway is restarted per store), the same requests go
-
-- **direct**: to the replay server, with the exact body the gateway would send the model (one native model of
-  the pool, the cheapest), over a fresh keep-alive connection pool;
-- **named**: through the gateway, `model: <that model>` (routing off: auth, limits, reserve/settle, decode);
-- **routed**: through the gateway, `model: "router"` with the strategy pinned to that one model
-  (`switchcraft.strategy.first`), so the router runs in process and the upstream work equals the direct call's.
-
-Reported per row: P50/P99 latency, throughput, the P50 the gateway adds (gateway − direct) and its throughput as
-a share of direct. Goals: ≤ 5 ms added at P50 with the router in process, ≥ 80% of direct throughput at c = 64.
-Everything runs on this machine's cores at once (load generator, replay servers, gateway), so the ratios are
-what one box gives, not a datacenter's. Bounded: a fixed number of requests per cell, each with a timeout.
+Per concurrency and state store, the same requests go **direct** to a replay server (the body the gateway would
+send the pool's cheapest native model), **named** through the gateway (routing off) and **routed** (the router in
+process, the strategy pinned to that model, so the upstream work equals the direct call's). Per row: P50/P99,
+throughput, the added P50 and the share of direct throughput, against the goals (≤ 5 ms added at P50 routed, ≥ 80%
+of direct throughput at the top concurrency). Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import numpy as np
 
 from data.pool import PoolModel
+from evaluation.bench._support import closed_loop, config_record, md_table, percentiles, write_outputs
 from evaluation.bench.gateway import PROVIDER_KEY, GatewayBenchConfig, Stack, chat_body
 from serving.gateway.breaker import endpoint_of
 
@@ -59,32 +49,6 @@ class OverheadConfig:
             raise ValueError("--requests must be within [10, 10000] (the bench is bounded)")
 
 
-@dataclass
-class Cell:
-    mode: str  # direct | named | routed
-    state: str | None  # None for direct
-    concurrency: int
-    latencies_ms: list[float]
-    failed: int
-    wall_s: float
-
-    @property
-    def p50(self) -> float:
-        return float(np.percentile(self.latencies_ms, 50)) if self.latencies_ms else float("nan")
-
-    @property
-    def p99(self) -> float:
-        return float(np.percentile(self.latencies_ms, 99)) if self.latencies_ms else float("nan")
-
-    @property
-    def rps(self) -> float:
-        return len(self.latencies_ms) / self.wall_s if self.wall_s else 0.0
-
-    def to_dict(self) -> dict:
-        return {"mode": self.mode, "state": self.state, "concurrency": self.concurrency, "ok": len(self.latencies_ms),
-                "failed": self.failed, "p50_ms": self.p50, "p99_ms": self.p99, "rps": self.rps}
-
-
 def measured_model(stack: Stack) -> PoolModel:
     """The pool's cheapest native model: one upstream call whose body the gateway passes nearly as it came."""
     native = [m for m in stack.pool.models if m.prompt_style == "native"]
@@ -93,129 +57,109 @@ def measured_model(stack: Stack) -> PoolModel:
     return min(native, key=lambda m: (m.prices.input_per_mtok or 0.0) + (m.prices.output_per_mtok or 0.0))
 
 
-def bodies_for(stack: Stack, model: PoolModel) -> dict[str, list[tuple[str, dict]]]:
-    """(url path, body) per mode, one per bench example, in the same order."""
+def bodies_for(stack: Stack, model: PoolModel) -> dict[str, list[dict]]:
+    """The body per mode, one per bench example, in the same order."""
     from serving.gateway.answers import upstream_body
     from serving.gateway.requests import to_schema
 
-    direct, named, routed = [], [], []
+    out: dict[str, list[dict]] = {"direct": [], "named": [], "routed": []}
     for ex in stack.examples:
         body = chat_body(ex)
-        _, tools = to_schema(body["messages"], body["tools"])
-        direct.append(upstream_body({**body, "model": model.name}, tools, model))
-        named.append({**body, "model": model.name})
-        routed.append({**body, "model": "router", "switchcraft": {"strategy": {"first": [model.name]}}})
-    return {"direct": direct, "named": named, "routed": routed}
+        out["direct"].append(upstream_body({**body, "model": model.name}, to_schema(body["messages"], body["tools"])[1],
+                                           model))
+        out["named"].append({**body, "model": model.name})
+        out["routed"].append({**body, "model": "router", "switchcraft": {"strategy": {"first": [model.name]}}})
+    return out
 
 
 async def drive(url: str, bodies: list[dict], concurrency: int, headers: dict, timeout_s: float,
                 warmup: int) -> tuple[list[float], int, float]:
     """Send `bodies` at `concurrency` (after `warmup` unmeasured ones): (latencies of 200s, failures, wall)."""
+    latencies: list[float] = []
+    failed: list[int] = []
+
+    async def send(i: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            ok = (await http.post(url, json=bodies[warmup + i])).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if ok:
+            latencies.append((time.perf_counter() - t0) * 1e3)
+        else:
+            failed.append(i)
+
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits) as http:
         for body in bodies[:warmup]:
             await http.post(url, json=body)
-        latencies: list[float] = []
-        failed, next_i = 0, warmup
-
-        async def worker() -> None:
-            nonlocal failed, next_i
-            while next_i < len(bodies):
-                i, next_i = next_i, next_i + 1
-                t0 = time.perf_counter()
-                try:
-                    r = await http.post(url, json=bodies[i])
-                    ok = r.status_code == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok:
-                    latencies.append((time.perf_counter() - t0) * 1e3)
-                else:
-                    failed += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return latencies, failed, time.perf_counter() - started
+        wall = await closed_loop(len(bodies) - warmup, concurrency, send)
+    return latencies, len(failed), wall
 
 
 def run_overhead(cfg: OverheadConfig, progress=None) -> dict:
-    cells: list[Cell] = []
-    n_max = cfg.requests + cfg.warmup
-    model_name = None
+    cells, model = [], None
     for state in cfg.states:
-        stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool,
-                                       requests=n_max, concurrency=max(cfg.concurrency), state=state,
-                                       request_timeout_s=cfg.request_timeout_s)
-        with Stack(stack_cfg) as stack:
+        with Stack(GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool,
+                                      requests=cfg.requests + cfg.warmup, concurrency=max(cfg.concurrency),
+                                      state=state, request_timeout_s=cfg.request_timeout_s)) as stack:
             model = measured_model(stack)
-            model_name = model.name
             bodies = bodies_for(stack, model)
             upstream = stack.servers[endpoint_of(model.base_url)].base_url.rstrip("/") + "/chat/completions"
+            gateway = (stack.url + "/v1/chat/completions", {"authorization": f"Bearer {stack.key}"})
+            modes = {"named": gateway, "routed": gateway}
+            if state == cfg.states[0]:  # direct does not depend on the gateway's store: measured once
+                modes = {"direct": (upstream, {"authorization": f"Bearer {PROVIDER_KEY}"}), **modes}
             for c in cfg.concurrency:
                 n = cfg.warmup + (cfg.requests if c > 1 else max(10, cfg.requests // 3))
-                modes = [("named", stack.url + "/v1/chat/completions", {"authorization": f"Bearer {stack.key}"}),
-                         ("routed", stack.url + "/v1/chat/completions", {"authorization": f"Bearer {stack.key}"})]
-                if state == cfg.states[0]:  # direct does not depend on the gateway's store: measured once
-                    modes.insert(0, ("direct", upstream, {"authorization": f"Bearer {PROVIDER_KEY}"}))
-                for mode, url, headers in modes:
+                for mode, (url, headers) in modes.items():
                     if progress is not None:
                         progress(f"{state:6s} c={c:<3d} {mode}")
                     lat, failed, wall = asyncio.run(drive(url, bodies[mode][:n], c, headers, cfg.request_timeout_s,
                                                           cfg.warmup))
-                    cells.append(Cell(mode, None if mode == "direct" else state, c, lat, failed, wall))
-    return {"model": model_name, "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(cfg).items()},
-            "cells": [c.to_dict() for c in cells], "rows": compare(cells)}
+                    cells.append({"mode": mode, "state": None if mode == "direct" else state, "concurrency": c,
+                                  "ok": len(lat), "failed": failed, **(percentiles(lat) if lat else {
+                                      "p50_ms": float("nan"), "p99_ms": float("nan")}),
+                                  "rps": len(lat) / wall if wall else 0.0})
+    return {"model": model.name, "config": config_record(cfg), "cells": cells, "rows": compare(cells)}
 
 
-def compare(cells: list[Cell]) -> list[dict]:
+def compare(cells: list[dict]) -> list[dict]:
     """One row per (concurrency, state, gateway mode): what the gateway adds against the direct call."""
-    direct = {c.concurrency: c for c in cells if c.mode == "direct"}
-    rows = []
-    for c in cells:
-        if c.mode == "direct":
-            continue
-        d = direct[c.concurrency]
-        rows.append({"concurrency": c.concurrency, "state": c.state, "mode": c.mode, "ok": len(c.latencies_ms),
-                     "failed": c.failed, "direct_p50_ms": d.p50, "p50_ms": c.p50, "p99_ms": c.p99,
-                     "added_p50_ms": c.p50 - d.p50, "direct_rps": d.rps, "rps": c.rps,
-                     "throughput_share": c.rps / d.rps if d.rps else float("nan")})
+    direct, rows = {c["concurrency"]: c for c in cells if c["mode"] == "direct"}, []
+    for c in (c for c in cells if c["mode"] != "direct"):
+        d = direct[c["concurrency"]]
+        rows.append({**c, "direct_p50_ms": d["p50_ms"], "added_p50_ms": c["p50_ms"] - d["p50_ms"],
+                     "direct_rps": d["rps"], "throughput_share": c["rps"] / d["rps"] if d["rps"] else float("nan")})
     return rows
 
 
 def verdict(rows: list[dict]) -> list[str]:
     """The two goals, each met or not, read on the rows that state them."""
-    out = []
-    routed_c1 = [r for r in rows if r["mode"] == "routed" and r["concurrency"] == min(x["concurrency"] for x in rows)]
-    if routed_c1:
-        worst = max(r["added_p50_ms"] for r in routed_c1)
-        out.append(f"added P50 with the router in process (c = {routed_c1[0]['concurrency']}, every store): at most "
-                   f"{worst:.1f} ms — goal ≤ {GOAL_ADDED_P50_MS:g} ms {'met' if worst <= GOAL_ADDED_P50_MS else 'not met'}")
-    top = max(r["concurrency"] for r in rows)
-    at_top = [r for r in rows if r["concurrency"] == top]
+    out, low_c, top = [], min(r["concurrency"] for r in rows), max(r["concurrency"] for r in rows)
+    routed_low = [r["added_p50_ms"] for r in rows if r["mode"] == "routed" and r["concurrency"] == low_c]
+    if routed_low:
+        worst = max(routed_low)
+        out.append(f"added P50 with the router in process (c = {low_c}, every store): at most {worst:.1f} ms — goal "
+                   f"≤ {GOAL_ADDED_P50_MS:g} ms {'met' if worst <= GOAL_ADDED_P50_MS else 'not met'}")
     for mode in ("named", "routed"):
-        share = [r["throughput_share"] for r in at_top if r["mode"] == mode]
+        share = [r["throughput_share"] for r in rows if r["concurrency"] == top and r["mode"] == mode]
         if share:
-            low = min(share)
-            out.append(f"throughput at c = {top}, {mode}: at least {low:.0%} of direct — goal ≥ "
-                       f"{GOAL_THROUGHPUT_SHARE:.0%} {'met' if low >= GOAL_THROUGHPUT_SHARE else 'not met'}")
+            out.append(f"throughput at c = {top}, {mode}: at least {min(share):.0%} of direct — goal ≥ "
+                       f"{GOAL_THROUGHPUT_SHARE:.0%} {'met' if min(share) >= GOAL_THROUGHPUT_SHARE else 'not met'}")
     return out
 
 
 def to_markdown(result: dict) -> str:
-    lines = [f"`switchcraft bench overhead` — upstream: replay server answering as {result['model']}; "
-             f"{result['config']['requests']} requests a cell (c = 1: a third)", "",
-             "| c | state | mode | direct P50 ms | gateway P50 / P99 ms | added P50 ms | direct req/s | gateway req/s "
-             "| share of direct | failed |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['concurrency']} | {r['state']} | {r['mode']} | {r['direct_p50_ms']:.1f} | "
-                     f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f} | {r['added_p50_ms']:+.1f} | {r['direct_rps']:.0f} | "
-                     f"{r['rps']:.0f} | {r['throughput_share']:.0%} | {r['failed']} |")
-    lines += ["", *(f"- {v}" for v in verdict(result["rows"]))]
-    return "\n".join(lines)
+    head = ["c", "state", "mode", "direct P50 ms", "gateway P50 / P99 ms", "added P50 ms", "direct req/s",
+            "gateway req/s", "share of direct", "failed"]
+    rows = [[r["concurrency"], r["state"], r["mode"], f"{r['direct_p50_ms']:.1f}", f"{r['p50_ms']:.1f} / "
+             f"{r['p99_ms']:.1f}", f"{r['added_p50_ms']:+.1f}", f"{r['direct_rps']:.0f}", f"{r['rps']:.0f}",
+             f"{r['throughput_share']:.0%}", r["failed"]] for r in result["rows"]]
+    return "\n".join([f"`switchcraft bench overhead` — upstream: replay server answering as {result['model']}; "
+                      f"{result['config']['requests']} requests a cell (c = 1: a third)", "",
+                      *md_table(head, rows, "rllrrrrrrr"), "", *(f"- {v}" for v in verdict(result["rows"]))])
 
 
 def write_results(result: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_markdown(result) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    write_outputs(out, to_markdown(result), result)

@@ -2,18 +2,18 @@
 
     switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300] [--data-root ../shared/data]
 
-On a shared machine the load changes from second to second; timing A then B would compare the load, not the
-routers. Here each request is routed by A, then by B, so both see the same load. Packing and metadata are
-included (`RouterClient.probabilities`), one ONNX Runtime thread each. A relative check, not the README's
-absolute figures (`switchcraft bench serve` on an idle machine).
+Timing A then B would compare the load of a shared machine, not the routers: here they take turns on every
+request (bench serve's `interleaved_latency`), packing and metadata included (`RouterClient.probabilities`), one
+ONNX Runtime thread each. A relative check, not the README's absolute figures (`switchcraft bench serve`).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
+
+from evaluation.bench.serve import interleaved_latency
 
 
 def interleaved(a: str, b: str, n: int, data_root: Path) -> dict[str, dict[str, float]]:
@@ -21,23 +21,15 @@ def interleaved(a: str, b: str, n: int, data_root: Path) -> dict[str, dict[str, 
     from serving.client import RouterClient
 
     examples = read_source("bfcl_v1", str(data_root / "bfcl_v1"))
-    pick = np.linspace(0, len(examples) - 1, n).astype(int)  # an even spread over the categories' blocks
-    requests = [(examples[i].messages, examples[i].tools) for i in pick]
-    clients = {a: RouterClient.from_dir(a, threads=1), b: RouterClient.from_dir(b, threads=1)}
-    times: dict[str, list[float]] = {a: [], b: []}
+    requests = [(examples[i].messages, examples[i].tools)  # an even spread over the categories' blocks
+                for i in np.linspace(0, len(examples) - 1, n).astype(int)]
+    clients = {name: RouterClient.from_dir(name, threads=1) for name in (a, b)}
     try:
-        for c in clients.values():
-            c.probabilities(requests[:5])  # warm-up
-        for r in requests:
-            for name, c in clients.items():
-                t0 = time.perf_counter()
-                c.probabilities([r])
-                times[name].append((time.perf_counter() - t0) * 1e3)
+        return interleaved_latency([(name, lambda r, c=c: c.probabilities([r])) for name, c in clients.items()],
+                                   requests, warmup=5)
     finally:
         for c in clients.values():
             c.close()
-    return {k: {"p50_ms": float(np.percentile(v, 50)), "p99_ms": float(np.percentile(v, 99)), "n": len(v)}
-            for k, v in times.items()}
 
 
 def main(a: str, b: str, n: int = 300, data_root: Path = Path("../shared/data")) -> None:

@@ -2,37 +2,32 @@
 
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router --out runs/default/bench_serve.md
 
-Every row times one whole routing call at batch 1: packing + metadata
-(client-side), the router graph, and the policy. Engines: PyTorch eager,
-in-process ONNX Runtime fp32 and INT8, Triton over HTTP and gRPC (a real
-tritonserver with the CPU repository variant). Throughput: requests/s with 8
-and 32 callers in flight, each call alone, and again through the gateway's
-routing micro-batcher (serving/gateway/batcher.py: concurrent calls merged
-into one inference call, each decided alone). Levers, each measured alone against ORT fp32: padding
-to 512 instead of the packed length, no ORT graph optimisation, one thread, a
-3-layer encoder (speed only: it would need retraining). Engines take turns request by
-request, so load drifting on a shared machine hits them alike; no engine's
-workers busy-wait between calls (ORT spinning off, OpenMP passive), so one
-cannot slow the next. Writes a
-markdown table and the same numbers as JSON.
+Every row times one whole routing call at batch 1 (packing + metadata, the graph, the policy): PyTorch eager, ORT
+fp32 and INT8 in process, Triton HTTP and gRPC; throughput with 8 and 32 callers, alone and through the gateway's
+micro-batcher; levers, each alone against ORT fp32. Engines take turns request by request, and none busy-waits
+between calls (ORT spinning off, OpenMP passive), so a drifting load hits them alike. Figures: docs/performance.md.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import platform
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from evaluation.bench._support import md_table, percentiles, write_outputs
+
 Route = Callable[[tuple], Any]
+FP32 = "ORT fp32 (in-process)"
 
 
 @dataclass
@@ -56,21 +51,22 @@ def bench_requests(data_root: Path, n: int) -> list[tuple]:
     from data.sources import read_source
 
     examples = read_source("bfcl_v1", str(Path(data_root) / "bfcl_v1"))
-    step = max(1, len(examples) // n)
-    return [(e.messages, e.tools) for e in examples[::step][:n]]
+    return [(e.messages, e.tools) for e in examples[::max(1, len(examples) // n)][:n]]
 
 
-def latency(route: Route, requests: Sequence[tuple], warmup: int) -> dict[str, float]:
-    for r in requests[:warmup]:
-        route(r)
-    times = []
-    for r in requests:
-        t0 = time.perf_counter()
-        route(r)
-        times.append((time.perf_counter() - t0) * 1e3)
-    t = np.array(times)
-    return {"p50_ms": float(np.percentile(t, 50)), "p99_ms": float(np.percentile(t, 99)), "mean_ms": float(t.mean()),
-            "n": len(t)}
+def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tuple], warmup: int) -> dict[str, dict]:
+    """Batch-1 latency of every engine, taking turns request by request (no engine always first): on a shared
+    machine the load drifts, and taking turns gives every engine the same conditions."""
+    for _, route in engines:
+        for r in requests[:warmup]:
+            route(r)
+    times: dict[str, list[float]] = {name: [] for name, _ in engines}
+    for k, r in enumerate(requests):
+        for name, route in engines[k % len(engines):] + engines[: k % len(engines)]:
+            t0 = time.perf_counter()
+            route(r)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: {**percentiles(t), "mean_ms": float(np.mean(t)), "n": len(t)} for name, t in times.items()}
 
 
 def throughput(route: Route, requests: Sequence[tuple], concurrency: int, total: int) -> float:
@@ -84,35 +80,22 @@ def throughput(route: Route, requests: Sequence[tuple], concurrency: int, total:
 
 def batched_throughput(client, requests: Sequence[tuple], concurrency: int, total: int) -> float:
     """Requests/s of `concurrency` callers routing through the gateway's micro-batcher (its default delay)."""
-    import asyncio
-
-    from serving.gateway.batcher import RoutingBatcher
+    from evaluation.bench._support import closed_loop
     from serving.core.metrics import GatewayMetrics
-
-    items = [requests[i % len(requests)] for i in range(total)]
-
-    async def callers(batch: list[tuple]) -> None:
-        queue = iter(batch)
-
-        async def caller() -> None:
-            for r in queue:
-                await batcher.route(*r)
-
-        await asyncio.gather(*(caller() for _ in range(concurrency)))
+    from serving.gateway.batcher import RoutingBatcher
 
     async def run() -> float:
-        await callers(items[:concurrency])  # warm the threads and connections
-        t0 = time.perf_counter()
-        await callers(items)
-        seconds = time.perf_counter() - t0
+        batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=client.max_batch_size, max_queue=concurrency)
+        route = lambda i: batcher.route(*requests[i % len(requests)])  # noqa: E731
+        await closed_loop(concurrency, concurrency, route)  # warm the threads and connections
+        seconds = await closed_loop(total, concurrency, route)
         await batcher.aclose()
         return total / seconds
 
-    batcher = RoutingBatcher(client, GatewayMetrics(), max_batch_size=client.max_batch_size, max_queue=concurrency)
     return asyncio.run(run())
 
 
-def torch_route(router_dir: Path, threads: int | None):
+def torch_route(router_dir: Path, threads: int | None) -> Route:
     """PyTorch eager on the same packed inputs, then the same policy."""
     import torch
 
@@ -123,130 +106,98 @@ def torch_route(router_dir: Path, threads: int | None):
     if threads:
         torch.set_num_threads(threads)
     router = load_router(router_dir)
-    encoder = RequestEncoder(router.tokenizer, router.info)
-    policy = policy_from_info(router.info)
+    encoder, policy = RequestEncoder(router.tokenizer, router.info), policy_from_info(router.info)
 
     @torch.no_grad()
     def route(request):
         feed = encoder.batch([request])
         z = router.model(torch.from_numpy(feed["metadata"]), input_ids=torch.from_numpy(feed["input_ids"]),
                          attention_mask=torch.from_numpy(feed["attention_mask"]))
-        p = 1.0 / (1.0 + np.exp(-(z[0].double().numpy() / router.temperatures)))
-        return policy.decide(p)
+        return policy.decide(1.0 / (1.0 + np.exp(-(z[0].double().numpy() / router.temperatures))))
 
     return route
 
 
-def lever_graphs(router_dir: Path, work: Path) -> dict[str, Path]:
-    """The raw (unfused) export and a fused 3-layer export, for the levers."""
+def lever_graphs(router_dir: Path, work: Path) -> list[tuple[str, Path, bool]]:
+    """(name, graph, ORT optimisation on) of the levers that re-export: the raw (unfused) export, and a fused
+    export with half the encoder layers, fp32 and INT8."""
     from training.export import export_onnx, optimize_onnx, quantize_int8
     from training.router import load_router
 
     router = load_router(router_dir)
     raw = export_onnx(router, work / "raw.onnx")
-    layers = router.model.encoder.encoder.layer
-    router.model.encoder.encoder.layer = layers[: max(1, len(layers) // 2)]
-    router.model.encoder.config.num_hidden_layers = len(router.model.encoder.encoder.layer)
-    half_raw = export_onnx(router, work / "half_raw.onnx")
-    optimize_onnx(half_raw, work / "half.onnx", router.model.encoder.config)
+    encoder = router.model.encoder
+    layers = len(encoder.encoder.layer)
+    encoder.encoder.layer = encoder.encoder.layer[: max(1, layers // 2)]
+    encoder.config.num_hidden_layers = half = len(encoder.encoder.layer)
+    optimize_onnx(export_onnx(router, work / "half_raw.onnx"), work / "half.onnx", encoder.config)
     quantize_int8(work / "half.onnx", work / "half.int8.onnx")
-    return {"raw": raw, "half": work / "half.onnx", "half_int8": work / "half.int8.onnx",
-            "half_layers": len(router.model.encoder.encoder.layer), "layers": len(layers)}
+    return [("fp32, no graph optimisation (raw export, ORT_DISABLE_ALL)", raw, False),
+            ("fp32, raw export, online ORT_ENABLE_ALL only", raw, True),
+            (f"fp32, {half} of {layers} encoder layers (fused)", work / "half.onnx", True),
+            (f"INT8, {half} of {layers} encoder layers", work / "half.int8.onnx", True)]
 
 
-def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tuple], warmup: int) -> dict[str, dict]:
-    """Batch-1 latency of every engine, taking turns request by request.
-
-    On a shared machine the load drifts during a run; taking turns gives every
-    engine the same conditions, so the ratios stay fair even when the absolute
-    numbers do not.
-    """
-    for _, route in engines:
-        for r in requests[:warmup]:
-            route(r)
-    times: dict[str, list[float]] = {name: [] for name, _ in engines}
-    for k, r in enumerate(requests):
-        turn = engines[k % len(engines):] + engines[: k % len(engines)]  # no engine always goes first
-        for name, route in turn:
-            t0 = time.perf_counter()
-            route(r)
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    out = {}
-    for name, t in times.items():
-        a = np.array(t)
-        out[name] = {"p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
-                     "mean_ms": float(a.mean()), "n": len(a)}
-    return out
-
-
-def run_bench(cfg: BenchConfig) -> dict[str, Any]:
-    from contextlib import ExitStack
-
-    # Read by OpenMP when torch first loads: its workers then sleep between calls instead of
-    # spinning, which would slow whichever engine takes the next turn.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
+def engines_of(cfg: BenchConfig, fp32, stack: ExitStack) -> list[tuple[str, Route, Any, bool, str]]:
+    """(name, route, its RouterClient or None, throughput too?, note) of every row."""
     from serving.backends import OrtBackend
     from serving.client import RouterClient
     from serving.triton import TritonServer, write_model_repository
 
+    int8 = bool(fp32.info["onnx"].get("int8"))
+    row = lambda name, client, conc=False, note="": (name, lambda r: client.route(*r), client, conc, note)  # noqa: E731
+    engines = [("PyTorch eager", torch_route(cfg.router_dir, cfg.threads), None, False, "")] if cfg.router_dir else []
+    engines.append(row(FP32, fp32, True))
+    if int8:
+        engines.append(row("ORT INT8 (in-process)", RouterClient.from_dir(cfg.onnx_dir, int8=True, threads=cfg.threads),
+                           True))
+    if cfg.triton:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        repo = write_model_repository(cfg.onnx_dir, tmp / "repo", threads=cfg.threads or 0)
+        server = stack.enter_context(TritonServer(repo / "cpu"))
+        for proto, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+            client = RouterClient.from_dir(repo, backend=f"triton-{proto}", url=url, timeout_s=30)
+            stack.callback(client.close)
+            engines.append(row(f"Triton {proto.upper()} (CPU, Python backend + ORT)", client, True))
+    if not cfg.levers:
+        return engines
+    engines += [row("lever: ORT fp32 padded to 512", RouterClient.from_dir(cfg.onnx_dir, threads=cfg.threads,
+                                                                           pad_multiple=512)),
+                row("lever: ORT fp32, 1 thread", RouterClient.from_dir(cfg.onnx_dir, threads=1))]
+    if int8:
+        engines.append(row("lever: ORT INT8, 1 thread", RouterClient.from_dir(cfg.onnx_dir, threads=1, int8=True)))
+    if cfg.router_dir:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for name, path, optimize in lever_graphs(cfg.router_dir, tmp):
+            client = RouterClient(fp32.encoder, OrtBackend(path, threads=cfg.threads, optimize=optimize), fp32.info,
+                                  version=fp32.version)
+            engines.append(row(f"lever: ORT {name}", client, note="speed only: needs retraining" if "layers" in name
+                               else ""))
+    return engines
+
+
+def run_bench(cfg: BenchConfig) -> dict[str, Any]:
+    # Read by OpenMP when torch first loads: its workers then sleep between calls instead of spinning, which would
+    # slow whichever engine takes the next turn.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from serving.client import RouterClient
+
     requests = bench_requests(cfg.data_root, cfg.n_requests)
     fp32 = RouterClient.from_dir(cfg.onnx_dir, threads=cfg.threads)
     lengths = np.array([len(fp32.encoder.encode(m, t)[0]) for m, t in requests])
-    engines: list[tuple[str, Route, bool, str]] = []  # name, route, throughput too?, note
-    clients = {"ORT fp32 (in-process)": fp32}  # engines whose sweep also runs through the gateway's batcher
-    load_start = os.getloadavg()
-    t0 = time.perf_counter()
+    load_start, t0 = os.getloadavg(), time.perf_counter()
     with ExitStack() as stack:
-        if cfg.router_dir:
-            engines.append(("PyTorch eager", torch_route(cfg.router_dir, cfg.threads), False, ""))
-        engines.append(("ORT fp32 (in-process)", lambda r: fp32.route(*r), True, ""))
-        if fp32.info["onnx"].get("int8"):
-            int8 = RouterClient.from_dir(cfg.onnx_dir, int8=True, threads=cfg.threads)
-            engines.append(("ORT INT8 (in-process)", lambda r: int8.route(*r), True, ""))
-            clients["ORT INT8 (in-process)"] = int8
-        if cfg.triton:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            repo = write_model_repository(cfg.onnx_dir, tmp / "repo", threads=cfg.threads or 0)
-            server = stack.enter_context(TritonServer(repo / "cpu"))
-            for proto, url in (("http", server.http_url), ("grpc", server.grpc_url)):
-                client = RouterClient.from_dir(repo, backend=f"triton-{proto}", url=url, timeout_s=30)
-                stack.callback(client.close)
-                engines.append((f"Triton {proto.upper()} (CPU, Python backend + ORT)",
-                                lambda r, c=client: c.route(*r), True, ""))
-                clients[engines[-1][0]] = client
-        if cfg.levers:
-            padded = RouterClient.from_dir(cfg.onnx_dir, threads=cfg.threads, pad_multiple=512)
-            engines.append(("lever: ORT fp32 padded to 512", lambda r: padded.route(*r), False, ""))
-            one = RouterClient.from_dir(cfg.onnx_dir, threads=1)
-            engines.append(("lever: ORT fp32, 1 thread", lambda r: one.route(*r), False, ""))
-            one8 = RouterClient.from_dir(cfg.onnx_dir, threads=1, int8=True) if fp32.info["onnx"].get("int8") else None
-            if one8 is not None:
-                engines.append(("lever: ORT INT8, 1 thread", lambda r: one8.route(*r), False, ""))
-            if cfg.router_dir:
-                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-                graphs = lever_graphs(cfg.router_dir, tmp)
-                for name, path, optimize in (("fp32, no graph optimisation (raw export, ORT_DISABLE_ALL)", graphs["raw"], False),
-                                             ("fp32, raw export, online ORT_ENABLE_ALL only", graphs["raw"], True),
-                                             (f"fp32, {graphs['half_layers']} of {graphs['layers']} encoder layers (fused)",
-                                              graphs["half"], True),
-                                             (f"INT8, {graphs['half_layers']} of {graphs['layers']} encoder layers",
-                                              graphs["half_int8"], True)):
-                    client = RouterClient(fp32.encoder, OrtBackend(path, threads=cfg.threads, optimize=optimize),
-                                          fp32.info, version=fp32.version)
-                    engines.append((f"lever: ORT {name}", lambda r, c=client: c.route(*r), False,
-                                    "speed only: needs retraining" if "layers" in name else ""))
+        engines = engines_of(cfg, fp32, stack)
         print(f"timing {len(engines)} engines in turn on {len(requests)} requests", flush=True)
-        lat = interleaved_latency([(n, r) for n, r, _, _ in engines], requests, cfg.warmup)
-        encode = latency(lambda r: fp32.encoder.encode(*r), requests, cfg.warmup)
+        lat = interleaved_latency([(name, route) for name, route, *_ in engines], requests, cfg.warmup)
+        encode = interleaved_latency([("encode", lambda r: fp32.encoder.encode(*r))], requests, cfg.warmup)["encode"]
         rows = []
-        for name, route, conc, note in engines:
+        for name, route, client, conc, note in engines:
             row = {"engine": name, **lat[name], "note": note}
-            if conc:
-                for c in cfg.concurrency:
-                    row[f"rps_c{c}"] = throughput(route, requests, c, cfg.throughput_requests)
-                    if cfg.batched and name in clients:
-                        row[f"batched_rps_c{c}"] = batched_throughput(clients[name], requests, c, cfg.throughput_requests)
+            for c in cfg.concurrency if conc else ():
+                row[f"rps_c{c}"] = throughput(route, requests, c, cfg.throughput_requests)
+                if cfg.batched and client is not None:
+                    row[f"batched_rps_c{c}"] = batched_throughput(client, requests, c, cfg.throughput_requests)
             rows.append(row)
             print(f"  {name}: p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms", flush=True)
     return {
@@ -260,51 +211,48 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
     }
 
 
-def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) -> str:
-    rows = result["rows"]
+def targets(rows: list[dict]) -> list[str]:
+    """The targets, each met or not: in-process P99 ≤ 14 ms, ORT ≥ 2× PyTorch, INT8 ≥ 1.5× fp32, Triton P99 ≤ 25."""
     by = {r["engine"]: r for r in rows}
-    fp32 = by.get("ORT fp32 (in-process)")
-    batched = [c for c in concurrency if any(f"batched_rps_c{c}" in r for r in rows)]
-    head = ["engine", "P50 ms", "P99 ms", "× vs fp32 P50", *[f"req/s @{c}" for c in concurrency],
-            *[f"req/s @{c} batched" for c in batched], "note"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        ratio = f"{fp32['p50_ms'] / r['p50_ms']:.2f}" if fp32 else ""
-        rps = [f"{r[f'rps_c{c}']:.1f}" if f"rps_c{c}" in r else "" for c in concurrency]
-        rps += [f"{r[f'batched_rps_c{c}']:.1f}" if f"batched_rps_c{c}" in r else "" for c in batched]
-        lines.append(f"| {r['engine']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {ratio} | " + " | ".join(rps)
-                     + f" | {r.get('note', '')} |")
-    tok, enc, m = result["packed_tokens"], result["encode"], result["machine"]
-    lines += ["", (f"{result['requests']} BFCL v1 requests at batch 1; packed length mean {tok['mean']:.0f}, "
-                   f"P50 {tok['p50']:.0f}, P99 {tok['p99']:.0f}, max {tok['max']} tokens (budget {tok['budget']}). "
-                   f"Packing + metadata alone: P50 {enc['p50_ms']:.1f} ms, P99 {enc['p99_ms']:.1f} ms "
-                   "(inside every row)."),
-              (f"Machine: {m['cpus']} CPUs, 1-min load average {m['load_avg_start'][0]:.1f} at start, "
-               f"{m['load_avg_end'][0]:.1f} at end; engines timed in turn, request by request; "
-               f"router {result['router_version']}."),
-              *(["'batched': the same callers through the gateway's routing micro-batcher (one inference call "
-                 "per gathered batch, each request decided alone)."] if batched else [])]
-    checks = []
-    torch_row = by.get("PyTorch eager")
-    int8 = by.get("ORT INT8 (in-process)")
-    if fp32:
-        checks.append(f"in-process P99 {fp32['p99_ms']:.1f} ms (target ≤ 14): {'met' if fp32['p99_ms'] <= 14 else 'not met'}")
-    if torch_row and fp32:
-        x = torch_row["p50_ms"] / fp32["p50_ms"]
-        checks.append(f"ORT fp32 vs PyTorch eager {x:.2f}× (target ≥ 2): {'met' if x >= 2 else 'not met'}")
+    fp32, eager, int8 = by.get(FP32), by.get("PyTorch eager"), by.get("ORT INT8 (in-process)")
+    met = lambda ok: "met" if ok else "not met"  # noqa: E731
+    out = [f"in-process P99 {fp32['p99_ms']:.1f} ms (target ≤ 14): {met(fp32['p99_ms'] <= 14)}"] if fp32 else []
+    if eager and fp32:
+        x = eager["p50_ms"] / fp32["p50_ms"]
+        out.append(f"ORT fp32 vs PyTorch eager {x:.2f}× (target ≥ 2): {met(x >= 2)}")
     if int8 and fp32:
         x = fp32["p50_ms"] / int8["p50_ms"]
-        checks.append(f"INT8 vs fp32 {x:.2f}× (target ≥ 1.5): {'met' if x >= 1.5 else 'not met'}")
+        out.append(f"INT8 vs fp32 {x:.2f}× (target ≥ 1.5): {met(x >= 1.5)}")
     for proto in ("HTTP", "GRPC"):
         t = next((r for r in rows if r["engine"].startswith(f"Triton {proto}")), None)
         if t:
-            checks.append(f"Triton {proto} P99 {t['p99_ms']:.1f} ms (target ≤ 25): {'met' if t['p99_ms'] <= 25 else 'not met'}")
-    lines += ["", "Targets: " + "; ".join(checks) + "."] + [f"Note: {n}" for n in result.get("notes", [])]
+            out.append(f"Triton {proto} P99 {t['p99_ms']:.1f} ms (target ≤ 25): {met(t['p99_ms'] <= 25)}")
+    return out
+
+
+def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) -> str:
+    rows, fp32 = result["rows"], next((r for r in result["rows"] if r["engine"] == FP32), None)
+    batched = [c for c in concurrency if any(f"batched_rps_c{c}" in r for r in rows)]
+    cols = [f"rps_c{c}" for c in concurrency] + [f"batched_rps_c{c}" for c in batched]
+    head = ["engine", "P50 ms", "P99 ms", "× vs fp32 P50", *[f"req/s @{c}" for c in concurrency],
+            *[f"req/s @{c} batched" for c in batched], "note"]
+    table = md_table(head, [[r["engine"], f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                             f"{fp32['p50_ms'] / r['p50_ms']:.2f}" if fp32 else "",
+                             *(f"{r[k]:.1f}" if k in r else "" for k in cols), r.get("note", "")] for r in rows])
+    tok, enc, m = result["packed_tokens"], result["encode"], result["machine"]
+    lines = [*table, "", (f"{result['requests']} BFCL v1 requests at batch 1; packed length mean {tok['mean']:.0f}, "
+                          f"P50 {tok['p50']:.0f}, P99 {tok['p99']:.0f}, max {tok['max']} tokens (budget "
+                          f"{tok['budget']}). Packing + metadata alone: P50 {enc['p50_ms']:.1f} ms, P99 "
+                          f"{enc['p99_ms']:.1f} ms (inside every row)."),
+             (f"Machine: {m['cpus']} CPUs, 1-min load average {m['load_avg_start'][0]:.1f} at start, "
+              f"{m['load_avg_end'][0]:.1f} at end; engines timed in turn, request by request; "
+              f"router {result['router_version']}."),
+             *(["'batched': the same callers through the gateway's routing micro-batcher (one inference call "
+                "per gathered batch, each request decided alone)."] if batched else []),
+             "", "Targets: " + "; ".join(targets(rows)) + ".", *(f"Note: {n}" for n in result.get("notes", []))]
     return "\n".join(lines) + "\n"
 
 
 def write_results(result: dict[str, Any], out: Path, concurrency: Sequence[int] = (8, 32)) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_markdown(result, concurrency))
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2, default=float))
+    write_outputs(out, to_markdown(result, concurrency), result, indent=2)
     return out

@@ -4,30 +4,13 @@
         --outputs runs/v3/outputs.parquet --threshold 0.5 --threshold 0.8 --threshold 0.85 --threshold 0.9 \\
         --out runs/bench_sessions/v3.json              # CPU only, about 5 minutes on two busy cores
 
-The traffic is BFCL v4's `multi_turn_*` categories as `switchcraft ingest --source bfcl_v4` reads them: one
-example per user turn (`bfcl_v4:<entry>:turn<k>`, the earlier turns and their ground-truth calls as history),
-grouped back into conversations by entry. Each turn is routed by the router (its single-model decision by
-serving.policy at each `--threshold` τ, the gateway's `router-<τ>`; none: the router's own; cascades off), then
-priced two ways:
-
-- per call: the router's choice every turn, every turn's whole input at the full input price;
-- session-aware: the gateway's own rule (serving/gateway/sessions.py `keep_or_switch`) keeps the previous turn's
-  model unless switching is cheaper after paying its cached prefix again; a turn on the model that served the
-  previous one, with the same tools, reads that prefix from the provider's cache (cached-input price) and writes
-  the rest (cache-write price); any other turn writes its whole input.
-
-A third row, per call with the cache, bills the per-call choices the way the session rows are billed (a turn that
-happens to stay on one model reads its cache), so what keeping a model adds beyond the cache itself shows.
-
-Input tokens are what the gateway estimates from a request's size (`state.chars_per_token`); the prefix a turn
-leaves is its input plus its answer (the ground-truth calls, what the next turn sends again). Output is priced at
-each model's mean recorded output tokens per query (`--outputs`, reasoning included), else at the answer's size;
-a model priced per GPU-second or per query costs its profiled cost per query. Turns are `--turn-gap-s` apart
-(inside the cache lifetime unless set past it). Not recorded, so not priced: BFCL's tool results (its backends
-run the calls; the data has none), the extra calls of a turn that needs several, and whether answers are right.
-The figures are $ per million conversations with 95% bootstrap intervals over conversations
-(evaluation/offline/stats.py; its accuracy slot carries each conversation's share of turns that switch model),
-and the share of turns served by a model the router puts below τ (the rule weighs cost, not confidence).
+BFCL v4's `multi_turn_*` conversations, each turn routed (the single-model decision at each `--threshold` τ, the
+gateway's `router-<τ>`) and priced three ways: **per call** (every input token at full price), **per call cached**
+(the same choices, a turn that stays on its model reading its provider's cache) and **session** (the gateway's
+`keep_or_switch` keeping the previous model unless switching is cheaper after paying its prefix again). Input
+tokens are the gateway's size estimate; output at each model's mean recorded output (`--outputs`), else the
+answer's size. Not priced: tool results, extra calls of a multi-call turn, correctness. $ per million
+conversations with 95% bootstrap intervals over conversations (evaluation/offline/stats.py). Method: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -35,12 +18,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the CLI imports this module to register it: the heavy imports wait for a run
+from evaluation.bench._support import config_record, md_table
+
+if TYPE_CHECKING:  # the heavy imports wait for a run
     from data.pool import Pool
     from serving.policy import Decision
 
@@ -170,19 +155,13 @@ def replay(conv: Conversation, decisions: list[Decision], pool: Pool, bill: Bill
             total += bill(model, turn, prev.input_tokens + prev.answer_tokens if warm else 0, cache)
         return total
 
-    def switches(models: list[str]) -> int:
-        return sum(a != b for a, b in zip(models, models[1:]))
-
-    def unsure(models: list[str]) -> int:  # turns served by a model the router's P(correct) puts below τ
-        return sum(d.probabilities.get(m, 0.0) < d.threshold for d, m in zip(decisions, models))
-
+    rows = {"per_call": (per_call, False), "per_call_cached": (per_call, True), "session": (served, True)}
     return {"id": conv.id, "turns": len(conv.turns), "rules": rules,
-            "usd": {"per_call": billed(per_call, False), "per_call_cached": billed(per_call, True),
-                    "session": billed(served, True)},
-            "switches": {"per_call": switches(per_call), "per_call_cached": switches(per_call),
-                         "session": switches(served)},
-            "below_threshold": {"per_call": unsure(per_call), "per_call_cached": unsure(per_call),
-                                "session": unsure(served)},
+            "usd": {row: billed(models, cache) for row, (models, cache) in rows.items()},
+            "switches": {row: sum(a != b for a, b in zip(models, models[1:])) for row, (models, _) in rows.items()},
+            # turns served by a model the router's P(correct) puts below τ
+            "below_threshold": {row: sum(d.probabilities.get(m, 0.0) < d.threshold for d, m in zip(decisions, models))
+                                for row, (models, _) in rows.items()},
             "models": {"per_call": per_call, "session": served}}
 
 
@@ -193,40 +172,23 @@ def summarize(replays: list[dict[str, Any]], resamples: int = 2000) -> dict[str,
     from evaluation.offline.stats import paired_bootstrap
 
     transitions = np.array([max(r["turns"] - 1, 0) for r in replays], dtype=float)
-    rows = {}
-    for row in ROWS:
-        sw = np.array([r["switches"][row] for r in replays], dtype=float)
-        rows[row] = (np.divide(sw, transitions, out=np.zeros_like(sw), where=transitions > 0),
-                     np.array([r["usd"][row] for r in replays]))
-    ci = paired_bootstrap(rows, reference="per_call", resamples=resamples)
-    out: dict[str, Any] = {"rows": {}}
-    for row in ROWS:
-        sw = np.array([r["switches"][row] for r in replays])
-        c = ci[row]
-        out["rows"][row] = {
-            "usd_per_million_conversations": float(rows[row][1].mean() * 1e6),
-            "usd_ci": [c.usd_per_million.low, c.usd_per_million.high],
-            "delta_vs_per_call": float((rows[row][1] - rows["per_call"][1]).mean() * 1e6),
-            "delta_ci": [c.delta_usd_per_million.low, c.delta_usd_per_million.high],
-            # The mean of each conversation's share of its turn transitions that switched: the estimand of the
-            # interval beside it (bootstrapped over conversations).
-            "switches_per_transition": float(rows[row][0].mean()),
-            "switch_rate_ci": [c.accuracy.low, c.accuracy.high],
-            "conversations_with_a_switch": float((sw > 0).mean()),
-            "turns_below_threshold": float(sum(r["below_threshold"][row] for r in replays)
-                                           / max(sum(r["turns"] for r in replays), 1)),
-        }
-    rules: dict[str, int] = defaultdict(int)
-    for r in replays:
-        for rule in r["rules"]:
-            rules[str(rule)] += 1
-    out["session_rules"] = dict(sorted(rules.items()))
+    switches = {row: np.array([r["switches"][row] for r in replays], dtype=float) for row in ROWS}
+    # per conversation: its share of turn transitions that switched (the estimand of the interval beside it), its $
+    rows = {row: (np.divide(sw, transitions, out=np.zeros_like(sw), where=transitions > 0),
+                  np.array([r["usd"][row] for r in replays])) for row, sw in switches.items()}
+    ci, turns = paired_bootstrap(rows, reference="per_call", resamples=resamples), sum(r["turns"] for r in replays)
+    out: dict[str, Any] = {"rows": {row: {
+        "usd_per_million_conversations": float(usd.mean() * 1e6),
+        "usd_ci": [ci[row].usd_per_million.low, ci[row].usd_per_million.high],
+        "delta_vs_per_call": float((usd - rows["per_call"][1]).mean() * 1e6),
+        "delta_ci": [ci[row].delta_usd_per_million.low, ci[row].delta_usd_per_million.high],
+        "switches_per_transition": float(share.mean()), "switch_rate_ci": [ci[row].accuracy.low, ci[row].accuracy.high],
+        "conversations_with_a_switch": float((switches[row] > 0).mean()),
+        "turns_below_threshold": float(sum(r["below_threshold"][row] for r in replays) / max(turns, 1)),
+    } for row, (share, usd) in rows.items()}}
+    out["session_rules"] = dict(sorted(Counter(str(rule) for r in replays for rule in r["rules"]).items()))
     for row in ("per_call", "session"):
-        served: dict[str, int] = defaultdict(int)
-        for r in replays:
-            for m in r["models"][row]:
-                served[m] += 1
-        out["rows"][row]["turns_per_model"] = dict(sorted(served.items(), key=lambda kv: -kv[1]))
+        out["rows"][row]["turns_per_model"] = dict(Counter(m for r in replays for m in r["models"][row]).most_common())
     return out
 
 
@@ -276,9 +238,6 @@ class SessionBenchConfig:
     thresholds: tuple[float | None, ...] = (None,)  # None: the router's own
     outputs: Path | None = None
     turn_gap_s: float = 20.0
-    cache_ttl_s: float | None = None  # default: the gateway's
-    chars_per_token: float = 3.0
-    resamples: int = 2000
     out: Path | None = None
 
 
@@ -293,21 +252,19 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
     if location.startswith("package:"):
         location = str(package_path(location.removeprefix("package:")))
     examples = read_source("bfcl_v4", location, IngestReport(), categories=list(cfg.categories))
-    convs, grouped = conversations(examples, cfg.chars_per_token)
+    convs, grouped = conversations(examples)
     if cfg.limit is not None:
         convs, grouped = convs[:cfg.limit], grouped[:cfg.limit]
     if not convs:
         raise ValueError(f"{cfg.source_path}: no multi-turn conversations in categories {list(cfg.categories)}")
     by_tau, costs = route_turns(cfg.router, grouped, pool, cfg.thresholds)
-    output_tokens = recorded_output_tokens(cfg.outputs, pool) if cfg.outputs else None
-    bill = Biller(pool, costs, output_tokens)
-    ttl = cfg.cache_ttl_s if cfg.cache_ttl_s is not None else CACHE_TTL_S
-    result = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+    bill = Biller(pool, costs, recorded_output_tokens(cfg.outputs, pool) if cfg.outputs else None)
+    result = {"config": config_record(cfg),
               "cache_prices": {m: CACHE_PRICES[m] for m in pool.names if m in CACHE_PRICES},
               "conversations": len(convs), "turns": sum(len(c.turns) for c in convs), "thresholds": {}}
     for tau, decisions in by_tau.items():
-        replays = [replay(c, d, pool, bill, cfg.turn_gap_s, ttl) for c, d in zip(convs, decisions)]
-        result["thresholds"][f"{tau:g}"] = summarize(replays, cfg.resamples)
+        replays = [replay(c, d, pool, bill, cfg.turn_gap_s, CACHE_TTL_S) for c, d in zip(convs, decisions)]
+        result["thresholds"][f"{tau:g}"] = summarize(replays)
     if cfg.out is not None:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         cfg.out.write_text(json.dumps(result, indent=2))
@@ -315,31 +272,17 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
-    lines = [f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers not "
-             "replayed)", "", "| τ | routing | $ / M conversations [95% CI] | vs per call [95% CI] | switches / turn "
-             "| conversations with a switch | turns on a model below τ |", "|---|---|---|---|---|---|---|"]
-    notes = []
+    rows, notes = [], []
     for tau, summary in result["thresholds"].items():
-        for row, r in summary["rows"].items():
-            lines.append(f"| {tau} | {row} | {r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, "
-                         f"{r['usd_ci'][1]:,.0f}] | {r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, "
-                         f"{r['delta_ci'][1]:+,.0f}] | {r['switches_per_transition']:.3f} | "
-                         f"{r['conversations_with_a_switch']:.1%} | {r['turns_below_threshold']:.1%} |")
-        notes.append(f"τ {tau}: session rules {summary['session_rules']}")
-        notes += [f"τ {tau}: turns per model, {row}: {summary['rows'][row]['turns_per_model']}"
-                  for row in ("per_call", "session")]
-    return "\n".join(lines + [""] + notes)
+        rows += [[tau, row, f"{r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, {r['usd_ci'][1]:,.0f}]",
+                  f"{r['delta_vs_per_call']:+,.0f} [{r['delta_ci'][0]:+,.0f}, {r['delta_ci'][1]:+,.0f}]",
+                  f"{r['switches_per_transition']:.3f}", f"{r['conversations_with_a_switch']:.1%}",
+                  f"{r['turns_below_threshold']:.1%}"] for row, r in summary["rows"].items()]
+        notes += [f"τ {tau}: session rules {summary['session_rules']}",
+                  *(f"τ {tau}: turns per model, {row}: {summary['rows'][row]['turns_per_model']}"
+                    for row in ("per_call", "session"))]
+    head = ["τ", "routing", "$ / M conversations [95% CI]", "vs per call [95% CI]", "switches / turn",
+            "conversations with a switch", "turns on a model below τ"]
+    return "\n".join([f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers "
+                      "not replayed)", "", *md_table(head, rows), "", *notes])
 
-
-def main(router: Path = Path("runs/v3/router"), pool: Path = Path("configs/pools/bfcl_v3_2025.yaml"),
-         outputs: Path | None = None, category: list[str] = list(SessionBenchConfig.categories),  # noqa: B006
-         limit: int | None = None, threshold: list[float] = [],  # noqa: B006
-         turn_gap_s: float = 20.0, data: str = SessionBenchConfig.source_path,
-         out: Path | None = None) -> None:
-    """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
-    bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
-    set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
-    result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
-                                          limit=limit, thresholds=tuple(threshold) or (None,), outputs=outputs,
-                                          turn_gap_s=turn_gap_s, out=out))
-    print(to_markdown(result))

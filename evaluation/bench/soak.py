@@ -2,34 +2,21 @@
 
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
 
-The stack of `switchcraft bench gateway` (replay upstreams answering with recorded BFCL v1 outputs and usage,
-`switchcraft serve` in its own process, its limits and ledger in a real Redis) under a fixed mix, at a fixed
-concurrency, until the time is up:
-
-- routed chat (`model: "router"`), a named pool model, a stream read to its end, a stream the client leaves at
-  once, and hostile bodies (lone surrogates in tool-call arguments, NaN, wrong types, unknown fields, deep
-  nesting) that must never get a 5xx (most are a 4xx naming the field; a lone surrogate is cleaned and answered);
-- agent sessions (multi-turn conversations under one `x-switchcraft-session`, a few turns each), console login
-  attempts with wrong keys (now and then a body past the body limit), and an MCP gateway's `find_tools` and
-  `call_tool` (real and hostile: unknown tools, bad arguments, bodies that are not JSON) against an MCP gateway
-  the soak starts in front of a fleet of upstream MCP servers (evaluation/bench/_soak_traffic.py); hostile input
-  there may get a 4xx (413, 429 included), never a 5xx;
-- a router reload every `--reload-every` seconds (the same directory: a swap under load), and a Redis restart at
-  half time (the store is down for a second; keys with limits fail closed with a 503 meanwhile).
-
-Reported: the gateway's RSS over time (flat within 10% after warm-up is the target), 5xx answers to input (target
-0), lost requests (no answer, or a 5xx that is neither the store's outage 503 nor a refusal), and the ledger
-against what the replay upstreams would have billed (each completion they served × its recorded usage × the
-pool's price): the ledger must never be below it, and above it by no more than the worst cases charged for
-streams the client left plus one reservation. Bounded: at most `--minutes` (≤ 120), every request with a
-timeout.
+The stack of `switchcraft bench gateway` on a real Redis under a fixed mix (`MIX`: routed, named, streamed,
+abandoned and hostile chat, agent sessions, wrong-key console logins, MCP meta-tool calls: _soak_traffic.py), a
+router reload every `--reload-every` s and a Redis restart at half time. Checked: the gateway's RSS flat within
+10% after warm-up, no 5xx to input, nothing lost (no answer, or a 5xx that is neither the outage's 503 nor a
+refusal), and the ledger never below what the replay upstreams billed (completions × recorded usage × price) nor
+above it by more than the abandoned streams' worst cases plus one reservation. Figures: docs/performance.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,9 +25,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from evaluation.bench._mcp import McpStack, fleet_tools
+from evaluation.bench._soak_traffic import Conversation, Req, console_login, mcp_request
+from evaluation.bench._support import config_record, md_table, write_outputs
 from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
 from evaluation.bench.overhead import measured_model
-from evaluation.bench._soak_traffic import Conversation, McpStack, Req, console_login, mcp_request
 
 MIX = {"routed": 0.40, "named": 0.10, "stream": 0.08, "stream_left": 0.04, "hostile": 0.12, "session": 0.12,
        "console_login": 0.04, "mcp_find": 0.05, "mcp_call": 0.03, "mcp_hostile": 0.02}
@@ -52,11 +41,7 @@ def hostile_variants(model: str) -> list:
     """What a careless or hostile caller does to a real request (which keeps its `metadata.example_id`, so the
     replay upstream can answer whatever the gateway accepts): each is a 4xx naming what is wrong, or answered —
     never a 5xx."""
-    deep: dict = {}
-    node = deep
-    for _ in range(200):
-        node["x"] = {}
-        node = node["x"]
+    deep = functools.reduce(lambda inner, _: {"x": inner}, range(200), {})  # nested 200 deep
 
     def surrogate_history(body: dict) -> dict:  # escaped inside earlier tool-call arguments: cleaned, answered
         call = {"role": "assistant", "content": None, "tool_calls": [
@@ -64,20 +49,12 @@ def hostile_variants(model: str) -> list:
         return {**body, "messages": [*body["messages"], call, {"role": "tool", "tool_call_id": "c0", "content": "ok"},
                                      body["messages"][0]]}
 
-    def nan(body: dict) -> bytes:
-        return json.dumps({**body, "temperature": float("nan")}).encode()
-
-    return [
-        surrogate_history,
-        nan,
-        lambda b: {**b, "messages": "hi"},
-        lambda b: {**b, "messages": [{"role": "wizard", "content": "hi"}]},
-        lambda b: {**b, "tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
-        lambda b: {**b, "model": "no-such-model"},
-        lambda b: {**b, "max_tokens": -5},
-        lambda b: {**b, "model": model, "tools": "all of them"},
-        lambda b: {**b, "switchcraft": {"allowed_models": ["gpt-5"]}},
-    ]
+    return [surrogate_history, lambda b: json.dumps({**b, "temperature": float("nan")}).encode(),
+            lambda b: {**b, "messages": "hi"}, lambda b: {**b, "messages": [{"role": "wizard", "content": "hi"}]},
+            lambda b: {**b, "tools": [{"type": "function", "function": {"name": "f", "parameters": deep}}]},
+            lambda b: {**b, "model": "no-such-model"}, lambda b: {**b, "max_tokens": -5},
+            lambda b: {**b, "model": model, "tools": "all of them"},
+            lambda b: {**b, "switchcraft": {"allowed_models": ["gpt-5"]}}]
 
 
 @dataclass
@@ -128,17 +105,13 @@ async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally
     try:
         if kind in ("stream", "stream_left"):
             async with http.stream("POST", req.url, json=req.json, headers=req.headers) as r:
-                status = r.status_code
                 if kind == "stream":
                     async for _ in r.aiter_bytes():
                         pass
-        elif req.content is not None:
-            r = await http.post(req.url, content=req.content,
-                                headers={"content-type": "application/json", **req.headers})
-            status = r.status_code
-        else:
-            r = await http.post(req.url, json=req.json, headers=req.headers)
-            status = r.status_code
+        else:  # raw content is JSON unless the request says otherwise
+            r = await http.post(req.url, json=req.json, content=req.content, headers={
+                **({"content-type": "application/json"} if req.content is not None else {}), **req.headers})
+        status = r.status_code
         if req.rpc and status == 200 and "error" in _json(r):
             tally.rpc_errors += 1
         if kind == "session" and status == 200 and _json(r).get("switchcraft", {}).get("session", {}).get("turn", 0) > 1:
@@ -266,7 +239,8 @@ def run_soak(cfg: SoakConfig, progress=None) -> dict:
     stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool, requests=200,
                                    concurrency=cfg.concurrency, state="redis",
                                    request_timeout_s=cfg.request_timeout_s)
-    with McpStack(cfg.data_root, tools=cfg.mcp_tools) as mcp, Stack(stack_cfg) as stack:
+    with tempfile.TemporaryDirectory(prefix="soak-mcp-") as work, \
+            McpStack(Path(work), fleet_tools(cfg.mcp_tools, cfg.data_root)) as mcp, Stack(stack_cfg) as stack:
         tally = asyncio.run(soak(stack, cfg, progress, mcp))
         time.sleep(1.0)  # the last streams' background settlement
         spent, (billed, unpriced) = ledger(stack), billed_usd(stack)
@@ -293,7 +267,7 @@ def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unprice
     abandoned = spent["by_kind"].get("abandoned", 0.0)
     over = spent["usd"] - billed
     return {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(cfg).items()},
+        "config": config_record(cfg),
         "requests": sum(tally.sent.values()), "sent": dict(tally.sent), "statuses": dict(tally.statuses),
         "input_5xx": tally.input_5xx, "lost": tally.lost, "outage_503": tally.outage_503,
         "mcp_rpc_errors": tally.rpc_errors, "sessions_continued": tally.sessions_continued,
@@ -315,40 +289,29 @@ def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unprice
 def to_markdown(s: dict) -> str:
     rss = s["rss_after_warmup_mb"]
     checks = ", ".join(f"{k} {'✓' if v else '✗'}" for k, v in s["checks"].items())
+    head = ["RSS after warm-up, first → peak MB", "5xx to input", "lost", "503 in the store outage", "ledger $",
+            "billed $", "ledger − billed $ (abandoned streams' worst cases $)"]
+    row = [f"{rss['first']:.0f} → {rss['peak']:.0f} ({(rss['growth'] or 0):+.1%})", s["input_5xx"], s["lost"],
+           s["outage_503"], f"{s['ledger_usd']:.4f}", f"{s['billed_usd']:.4f}",
+           f"{s['ledger_minus_billed_usd']:+.4f} ({s['abandoned_usd']:.4f})"]
     return "\n".join([
         f"`switchcraft bench soak` — {s['config']['minutes']:g} min at concurrency {s['config']['concurrency']}: "
         f"{s['requests']} requests ({', '.join(f'{k} {v}' for k, v in sorted(s['sent'].items()))}), reloads "
-        f"{s['reloads']}, one Redis restart",
-        "",
-        "| RSS after warm-up, first → peak MB | 5xx to input | lost | 503 in the store outage | ledger $ | billed $ "
-        "| ledger − billed $ (abandoned streams' worst cases $) |",
-        "|---|---:|---:|---:|---:|---:|---|",
-        f"| {rss['first']:.0f} → {rss['peak']:.0f} ({(rss['growth'] or 0):+.1%}) | {s['input_5xx']} | {s['lost']} | "
-        f"{s['outage_503']} | {s['ledger_usd']:.4f} | {s['billed_usd']:.4f} | {s['ledger_minus_billed_usd']:+.4f} "
-        f"({s['abandoned_usd']:.4f}) |",
-        "",
-        f"checks: {checks}",
-    ])
+        f"{s['reloads']}, one Redis restart", "", *md_table(head, [row], "lrrrrrl"), "", f"checks: {checks}"])
 
 
 def write_results(s: dict, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_markdown(s) + "\n")
-    out.with_suffix(".json").write_text(json.dumps(s, indent=1))
-    try:  # RSS over time, next to the table
-        import matplotlib
+    """The table, its .json, and the RSS over time as .png beside them."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-        t, mb = np.array(s["rss_mb"]).T if s["rss_mb"] else ([], [])
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.plot(np.asarray(t) / 60, mb)
-        ax.set_xlabel("minutes")
-        ax.set_ylabel("gateway RSS (MB)")
-        ax.set_title("switchcraft bench soak")
-        fig.tight_layout()
-        fig.savefig(out.with_suffix(".png"), dpi=120)
-        plt.close(fig)
-    except ImportError:
-        pass
+    write_outputs(out, to_markdown(s), s)
+    t, mb = np.array(s["rss_mb"]).reshape(-1, 2).T
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(t / 60, mb)
+    ax.set(xlabel="minutes", ylabel="gateway RSS (MB)", title="switchcraft bench soak")
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    plt.close(fig)

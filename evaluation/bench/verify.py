@@ -3,10 +3,9 @@
     switchcraft bench verify
     switchcraft bench verify --repeat 3 --data-root ../shared/data
 
-Prints the time to decode + verify every output (the figure the README quotes;
-target <= 10 s on a 2-core machine): wall and CPU time of the first run (cold
-string caches) and the best of --repeat runs; apart from it the one-off costs:
-reading the 115,730 JSON lines and loading/preparing the 1,630 examples.
+The time to decode + verify every output (the README's figure; target <= 10 s on a 2-core machine): wall and CPU
+time of the first run (cold string caches) and the best of --repeat runs; apart, the one-off costs of reading the
+115,730 JSON lines and loading and preparing the 1,630 examples.
 """
 
 from __future__ import annotations
@@ -20,55 +19,32 @@ from pathlib import Path
 def bench_verify(data_root: str | Path = "../shared/data", repeat: int = 1) -> dict[str, float]:
     from data.verify.batch import decode_and_verify, load_bfcl_v1, read_recorded_rows
 
-    root = Path(data_root)
     t0 = time.perf_counter()
-    examples, prepared = load_bfcl_v1(root / "bfcl_v1")
+    examples, prepared = load_bfcl_v1(Path(data_root) / "bfcl_v1")
     t1 = time.perf_counter()
-    rows = read_recorded_rows(root / "bfcl_v1_pool_outputs_2024-08-11")
+    rows = read_recorded_rows(Path(data_root) / "bfcl_v1_pool_outputs_2024-08-11")
     t2 = time.perf_counter()
-    best = best_cpu = float("inf")
-    cold = cold_cpu = 0.0
-    checked = []
-    for i in range(max(1, repeat)):
+    runs = []  # (wall, CPU) of each run; CPU too: on a shared machine the wall time includes other jobs' turns
+    for _ in range(max(1, repeat)):
         s, c = time.perf_counter(), time.process_time()
         checked = decode_and_verify(rows, examples, prepared)
-        best = min(best, time.perf_counter() - s)
-        # CPU time too: on a shared machine the wall time includes other jobs' turns.
-        best_cpu = min(best_cpu, time.process_time() - c)
-        if i == 0:  # the first run fills the string caches; it is the honest one-shot figure
-            cold, cold_cpu = best, best_cpu
-    correct = sum(c.verdict.correct for c in checked)
-    reasons = Counter(c.verdict.reason for c in checked)
-    return {
-        "outputs": len(checked),
-        "correct": correct,
-        "load_examples_s": t1 - t0,
-        "read_rows_s": t2 - t1,
-        "cold_s": cold,
-        "cold_cpu_s": cold_cpu,
-        "decode_verify_s": best,
-        "decode_verify_cpu_s": best_cpu,
-        "outputs_per_s": len(checked) / best,
-        "distinct_reasons": len(reasons),
-    }
+        runs.append((time.perf_counter() - s, time.process_time() - c))
+    best = min(w for w, _ in runs)
+    return {"outputs": len(checked), "correct": sum(c.verdict.correct for c in checked),
+            "load_examples_s": t1 - t0, "read_rows_s": t2 - t1,
+            "cold_s": runs[0][0], "cold_cpu_s": runs[0][1],  # the first run fills the string caches: the one-shot figure
+            "decode_verify_s": best, "decode_verify_cpu_s": min(c for _, c in runs),
+            "outputs_per_s": len(checked) / best, "distinct_reasons": len(Counter(c.verdict.reason for c in checked))}
 
 
 def main(data_root: str | Path | None = None, repeat: int = 1) -> dict[str, float]:
-    """`switchcraft bench verify`: run the benchmark and print its figures (data_root None: $SWITCHCRAFT_DATA_ROOT,
-    else ../shared/data)."""
-    data_root = data_root or os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data")
-    r = bench_verify(data_root, repeat)
-    print(f"outputs:            {r['outputs']:,} ({r['correct']:,} correct)")
-    print(f"load + prepare:     {r['load_examples_s']:.2f} s (1,630 examples, once)")
-    print(f"read JSON lines:    {r['read_rows_s']:.2f} s")
-    print(
-        f"decode + verify:    {r['cold_s']:.2f} s wall, {r['cold_cpu_s']:.2f} s CPU (first run, cold caches)"
-    )
-    print(
-        f"  best of {repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
-        f"({r['outputs_per_s']:,.0f} outputs/s; target <= 10 s)"
-    )
-    print(
-        f"load average:       {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time is only clean near 1)"
-    )
+    """`switchcraft bench verify`: print the figures (data_root None: $SWITCHCRAFT_DATA_ROOT, else ../shared/data)."""
+    r = bench_verify(data_root or os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"), repeat)
+    print(f"outputs:            {r['outputs']:,} ({r['correct']:,} correct)\n"
+          f"load + prepare:     {r['load_examples_s']:.2f} s (1,630 examples, once)\n"
+          f"read JSON lines:    {r['read_rows_s']:.2f} s\n"
+          f"decode + verify:    {r['cold_s']:.2f} s wall, {r['cold_cpu_s']:.2f} s CPU (first run, cold caches)\n"
+          f"  best of {repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
+          f"({r['outputs_per_s']:,.0f} outputs/s; target <= 10 s)\n"
+          f"load average:       {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time is only clean near 1)")
     return r

@@ -1,10 +1,13 @@
 """Each smaller bench on tiny inputs: it runs through its functions and its figures add up (the big ones:
-test_gateway.py, test_console.py, test_sessions.py; bench serve: tests/switchcraft/test_cli_bench.py).
+test_gateway.py, test_soak.py, test_console.py, test_sessions.py, test_train.py, test_tools.py; bench serve:
+tests/switchcraft/test_cli_bench.py; bench mcp-recall: tests/serving/mcp/test_mcp_recall.py).
 
     .venv/bin/python -m pytest tests/evaluation/bench/test_benches.py -q
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -38,6 +41,21 @@ def test_bench_long_input_cuts_a_long_body_before_packing(exported):
     assert all(r["low_ms"] <= r["median_ms"] <= r["high_ms"] for r in rows)
 
 
+def test_bench_verify_times_decoding_and_verifying_two_models_outputs(shared_data, tmp_path, capsys):
+    from evaluation.bench.verify import main
+
+    (tmp_path / "bfcl_v1").symlink_to(shared_data / "bfcl_v1")
+    outputs = tmp_path / "bfcl_v1_pool_outputs_2024-08-11"
+    outputs.mkdir()
+    for model in ("claude-2.1", "Salesforce_xLAM-7b-fc-r"):
+        (outputs / model).symlink_to(shared_data / outputs.name / model)
+    res = main(tmp_path, repeat=2)
+    assert 2 * 1000 < res["outputs"] <= 2 * 1630 and 0 < res["correct"] < res["outputs"]
+    assert 0 < res["decode_verify_s"] <= res["cold_s"] and res["decode_verify_cpu_s"] <= res["cold_cpu_s"]
+    assert res["outputs_per_s"] == pytest.approx(res["outputs"] / res["decode_verify_s"])
+    assert f"outputs:            {res['outputs']:,}" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_bench_verify_decodes_and_verifies_every_recorded_output(shared_data):
     from evaluation.bench.verify import bench_verify
@@ -51,6 +69,14 @@ def test_bench_verify_decodes_and_verifies_every_recorded_output(shared_data):
 def test_bench_mcp_measures_direct_and_through_on_a_small_fleet(shared_data, tmp_path):
     from evaluation.bench.mcp import run
 
+    from evaluation.bench.mcp import to_markdown
+
     rec = run(servers=2, tools=40, requests=5, data_root=str(shared_data), run_dir=str(tmp_path))
     assert rec["listed"]["tools/list direct"] == rec["listed"]["tools/list through"] == 20
-    assert set(rec["added_ms"]) == {"tools/list", "tools/call"} and rec["ms"]["find_tools (1,000 tools)"]["p50"] > 0
+    assert set(rec["added_ms"]) == {"tools/list", "tools/call"} and rec["ready_s"] > 0
+    assert len(rec["ms"]) == 6 and all(0 < s["p50"] <= s["p99"] for s in rec["ms"].values())
+    assert rec["added_ms"]["tools/call"]["p50"] == pytest.approx(
+        rec["ms"]["tools/call through"]["p50"] - rec["ms"]["tools/call direct"]["p50"], abs=1e-3)
+    table = to_markdown(rec).splitlines()
+    assert table[2] == "| operation | P50 ms | P99 ms | added P50 | added P99 |" and len(table) == 4 + 6
+    assert json.loads((tmp_path / "bench.json").read_text())["ms"] == rec["ms"]

@@ -29,6 +29,7 @@ def test_a_short_run_with_every_endpoint_killed_answers_then_fails_fast(exported
     assert s["requests"] == 30 and set(statuses) <= {200, 502, 503}, statuses
     assert statuses[:4] == [200] * 4 and 503 in statuses  # answered before the outage, fast 503s during it
     assert s["lost"] == statuses.count(502) + statuses.count(503) and s["max_503_ms"] is not None
+    assert 0 < s["p50_ms"] <= s["p95_ms"] <= s["p99_ms"] and s["p50_503_ms"] <= s["p99_503_ms"] <= s["max_503_ms"]
     assert len(result.killed) == 4 and result.metrics["switchcraft_circuit_opens_total"] >= 1
     write_results(result, tmp_path / "bench.md")
     assert (tmp_path / "bench.md").read_text().startswith("`switchcraft bench gateway` — 30 requests at concurrency 2")
