@@ -39,6 +39,12 @@ class Registry(Generic[T]):
             known = ", ".join(sorted(self._entries)) or "(none)"
             raise UnknownNameError(f"unknown {self.kind} {name!r}; known: {known}") from None
 
+    def remove(self, name: str) -> T:
+        """Take `name` out (a test's own entry, once the test is done); unknown names list the known ones."""
+        obj = self.get(name)
+        del self._entries[name]
+        return obj
+
     def names(self) -> list[str]:
         return list(self._entries)
 

@@ -12,3 +12,14 @@ def test_duplicate_raises_and_unknown_lists_known():
     with pytest.raises(UnknownNameError, match="known: a, b"):
         r.get("zzz")
     assert r.get("b") == 2 and r.names() == ["a", "b"]
+
+
+def test_remove_takes_an_entry_out_and_an_unknown_one_lists_the_known():
+    r: Registry[int] = Registry("widget")
+    r.add("a", 1)
+    r.add("b", 2)
+    assert r.remove("a") == 1 and r.names() == ["b"] and "a" not in r
+    with pytest.raises(UnknownNameError, match="known: b"):
+        r.remove("a")
+    r.add("a", 3)  # the name is free again
+    assert r.get("a") == 3
