@@ -208,9 +208,9 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
 
 
 async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
-    """The strategy's first step (its first model or two, at the size of their payloads and the output cap
-    sent) held before any upstream call: concurrent requests see each other's holds. 429 when the key's day has
-    no room for it. `at.hold` extends it for each further call."""
+    """The strategy's first step (its kind's `first_step`: the first model, or an agreement's two, at the size of
+    their payloads and the output cap sent) held before any upstream call: concurrent requests see each other's
+    holds. 429 when the key's day has no room for it. `at.hold` extends it for each further call."""
     p, st = at.plan, gw.cfg.state
 
     def price(model: str) -> float:
