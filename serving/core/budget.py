@@ -9,8 +9,8 @@
 
 The state itself (counts, holds, the ledger) is in serving/core/state.py, in SQLite or Redis.
 Holds are staged. Before any upstream call a request holds what its strategy's first step may cost (its
-kind's `first_step`: the first model, two for an agreement cascade), each at the size of its payload in input tokens and at the
-output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
+kind's `first_step`: the first model, two for an agreement cascade), each at the size of its payload in input
+tokens and at the output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
 `state.default_output_tokens`; every call carries one). Every further call (a fallback, a hedge, the
 tie-breaker, an escalation) extends the hold by its own worst case before it is sent (`Hold.cover`), less
 what was held for calls that failed unbilled (`Hold.spare`); a refused extension leaves that call unsent:

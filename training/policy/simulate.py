@@ -12,10 +12,10 @@ the rules, whose accuracy on the rows of that kind is within `tol` of the best o
 MIN_RULE_ROWS such rows keep no rule.
 
 The simulation decides nothing itself: each strategy's kind runs it (`training.policy.kinds`: `run_rows` asks
-`simulate` of the kind, which the agreement vectorises over rows and any other kind walks row by row:
-`training.policy.kinds.walk_rows`). Cost is every call made; latency the slowest of the first step, plus each later call; accuracy is
-the returned answer's label. "Cheaper" is by `costs`, the profiled mean cost per query (the training folds'), as the gateway
-does with the decision's costs.
+`simulate` of the kind, which the agreement vectorises over rows and any other kind walks row by row,
+`training.policy.kinds.walk_rows`). Cost is every call made; latency the slowest of the first step, plus each
+later call; accuracy is the returned answer's label. "Cheaper" is by `costs`, the profiled mean cost per query
+(the training folds'), as the gateway does with the decision's costs.
 
 Agreement is `data.verify.agree.calls_agree` over the recorded decoded calls, with the labelling rule that a
 native function-calling model's text is no call.
@@ -202,7 +202,7 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
     out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int),
                     np.zeros((n, s), bool), specs=list(specs))
     runs: dict[Strategy, Run] = {}  # the runs of the current agreement's variants (its rules share them)
-    memo: dict = {}  # a kind's per-row work shared by the variants of one strategy (the agreement's row cases)
+    memo: dict = {}  # what kinds reuse across the menu (the agreement's row cases per a, b, t)
 
     def run(st: Strategy) -> Run:
         if st not in runs:

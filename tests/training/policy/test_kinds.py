@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from training.policy import Strategy, StrategyPolicy
-from training.policy.kinds import Agree, Single, StrategyKind, get, kind_named, kind_of, names, register, unregister
+from training.policy.kinds import (Agree, Path, Single, StrategyKind, get, kind_named, kind_of, names, register,
+                                   unregister)
 
 
 def test_the_registry_lists_single_and_agree_and_an_unknown_name_lists_them():
@@ -24,6 +25,8 @@ def test_the_registry_lists_single_and_agree_and_an_unknown_name_lists_them():
 
 def test_a_kind_is_registered_once_by_its_name_and_taken_out_again():
     class Echo(StrategyKind):
+        """Every first model asked together; the first one's answer goes back."""
+
         name = "echo"
 
         def check(self, s):
@@ -32,6 +35,21 @@ def test_a_kind_is_registered_once_by_its_name_and_taken_out_again():
         def title(self, s):
             return f"echo({s.first[0]})"
 
+        def walk(self, s, answers, price):
+            return Path(s.first, s.first[0])
+
+        async def execute(self, s, ex):
+            ex.answer((await ex.together(s.first))[0], "echo")
+
+    class Unfinished(StrategyKind):
+        name = "unfinished"
+
+        def check(self, s):
+            pass
+
+    with pytest.raises(TypeError, match="abstract method"):
+        register(Unfinished)
+    assert "unfinished" not in names()
     register(Echo)
     try:
         with pytest.raises(ValueError, match="already registered"):

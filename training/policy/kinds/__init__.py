@@ -23,8 +23,9 @@ from training.policy.kinds.base import (Answers, Called, Executor, Path, Recorde
                                         cheaper, escalation, walk_rows)
 from training.policy.kinds.single import Single
 
-__all__ = ["Agree", "Answers", "Called", "Executor", "Path", "RecordedRow", "Single", "StrategyKind", "StrategyRoles", "cheaper",
-           "escalation", "get", "kind_named", "kind_of", "names", "register", "unregister", "walk_rows"]
+__all__ = ["Agree", "Answers", "Called", "Executor", "Path", "RecordedRow", "Single", "StrategyKind",
+           "StrategyRoles", "cheaper", "escalation", "get", "kind_named", "kind_of", "names", "register",
+           "unregister", "walk_rows"]
 
 KINDS: Registry[StrategyKind] = Registry("strategy kind")
 
@@ -33,7 +34,7 @@ def register(kind: type[StrategyKind]) -> type[StrategyKind]:
     """Register a kind under its `name` (a duplicate raises); usable as a class decorator."""
     if not (isinstance(kind, type) and issubclass(kind, StrategyKind)) or not getattr(kind, "name", ""):
         raise TypeError(f"a strategy kind is a StrategyKind subclass with a name, got {kind!r}")
-    KINDS.add(kind.name, kind())
+    KINDS.add(kind.name, kind())  # an abstract method left out: TypeError naming it
     return kind
 
 

@@ -22,6 +22,7 @@ uses the roles it needs and refuses the others in `check`.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -134,32 +135,33 @@ class Executor(Protocol):
         cost. Raises the caller's error when none answers."""
 
 
-class StrategyKind:
+class StrategyKind(ABC):
     """One kind of routing strategy: everything the places that name, run, price, simulate or show a strategy
     need to know of it. Subclass, set `name`, implement `check`, `title`, `walk` and `execute`; register it
     (`training.policy.kinds.register`)."""
 
     name: ClassVar[str]
     compares: ClassVar[bool] = False  # runs compare answers: the trace has an `agreement` section and a verdict
-    one_at_a_time: ClassVar[bool] = False  # asks its models in turn until one answers: a stream runs it as it is
+    # Asks its models in turn until one answers: a stream runs it as it is; a session may keep its previous model.
+    one_at_a_time: ClassVar[bool] = False
 
+    @abstractmethod
     def check(self, s: StrategyRoles) -> None:
         """Raise ValueError, saying what is wrong, when `s` does not give the roles this kind needs."""
-        raise NotImplementedError
 
+    @abstractmethod
     def title(self, s: StrategyRoles) -> str:
         """The strategy's name, `<kind name>(…)`: the trace, the `x-switchcraft-strategy` header, the decision log,
         the console, the reports."""
-        raise NotImplementedError
 
     def first_step(self, s: StrategyRoles) -> tuple[str, ...]:
         """The models called before any answer is in (together): what the budget holds before the first call."""
         return s.first
 
+    @abstractmethod
     def walk(self, s: StrategyRoles, answers: Answers, price: Mapping[str, float]) -> Path:
         """The run on one request whose every model answered (recordings, logged answers): the calls made and whose
         answer goes back. "Cheaper" is by `price`."""
-        raise NotImplementedError
 
     def simulate(self, cd: Any, s: StrategyRoles, price: Mapping[str, float], memo: dict | None = None) -> tuple:
         """`s` on every row of `cd` (`training.policy.simulate.CascadeData`): per row, whether the returned answer
@@ -167,9 +169,9 @@ class StrategyKind:
         calls made and whether it escalated. By default `walk` row by row; a kind on the fitted menu vectorises."""
         return walk_rows(cd, self, s, price)
 
+    @abstractmethod
     async def execute(self, s: StrategyRoles, ex: Executor) -> None:
         """Run `s` on live upstreams: make calls through `ex` and end with `ex.answer` (or a raised error)."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<strategy kind {self.name!r}>"
