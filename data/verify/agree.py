@@ -22,7 +22,7 @@ another no-answer or a model that declines, so it is never a vote for "no call".
 first answer's side: `first_declines` / `second_declines` (one makes no call),
 `count` (different numbers of calls), `functions` (as many calls, other
 functions), `arguments` (the same functions, other arguments). A cascade may
-resolve some kinds without asking another model (`training.policy.rules`).
+resolve some kinds without asking another model (`training.policy.kinds.agree`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ learns from (exploration, `explore.rate`, provides them). Steps:
    models, and "20% of the best single model's cost" then moves with their price ratio; docs/consensus.md),
    else 20% of the cost of the model the consensus labels rank first;
 4. on the held-out requests, the new router's decisions are replayed on the logged answers
-   (`training.policy.replay`: the gateway's cascade rules, `training.policy.rules`) and compared with what the
+   (`training.policy.replay`: the gateway's rules, each strategy's kind in `training.policy.kinds`) and compared with what the
    router in service did: accuracy scored with consensus labels, and with the verifier's true labels where the
    caller's `metadata.example_id` names a BFCL v1 query (`--data-root`), cost from the logged calls;
 5. the rollout verdict: "keep" (the router in service stays) when the learned router is less accurate or dearer

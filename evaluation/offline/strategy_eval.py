@@ -20,7 +20,9 @@ import numpy as np
 from evaluation.offline.routing_eval import profiled_costs
 from evaluation.offline.routing_metrics import Outcome, best_single_column
 from training.policy.fit import Target, best_fixed_column, default_menu, fit_policies, simulate_all_rows
+from training.policy.kinds import kind_named
 from training.policy.simulate import CascadeData, Simulated, Spec, pareto_menu, simulate, spec_name
+from training.policy.strategy import Strategy
 
 @dataclass
 class RowOutcome:
@@ -47,14 +49,15 @@ class RowOutcome:
     def summary(self) -> dict[str, float]:
         return {"latency_p50_s": self.latency_percentile(50), "latency_p95_s": self.latency_percentile(95),
                 "calls_per_request": float(self.calls.mean()), "escalation_rate": float(self.escalated.mean()),
-                "cascade_share": float(sum(v for k, v in self.chosen.items() if k.startswith("agree(")) / max(len(self.correct), 1))}
+                "cascade_share": float(sum(v for k, v in self.chosen.items() if kind_named(k).compares)
+                                       / max(len(self.correct), 1))}
 
 
 def row_of_choice(name: str, choice: np.ndarray, cd: CascadeData, params: dict | None = None) -> RowOutcome:
     """A single-model routing row (one column per query) as a RowOutcome."""
     rows = np.arange(len(choice))
     d = cd.data
-    chosen = Counter(f"single({d.models[j]})" for j in choice)
+    chosen = Counter(Strategy.single(d.models[j]).name for j in choice)
     return RowOutcome(name, d.correct[rows, choice], d.cost[rows, choice], cd.latency[rows, choice],
                       np.ones(len(choice), int), np.zeros(len(choice), bool), dict(params or {}), chosen)
 

@@ -4,13 +4,13 @@
     await budgets.admit(ident)                          # 429 rate_limit | budget | budget_held; 503: store down
     usd = first_step_usd(pool, strategy, body, payload_bytes, chars_per_token=3.0, default_output_tokens=4096)
     res = await budgets.reserve(ident, usd, request_id)           # before any upstream call: 429 when none is left
-    hold = Hold(budgets, ident, res, strategy.first, price)       # upstream.GATE: extends before further calls
+    hold = Hold(budgets, ident, res, first_step(strategy), price)  # upstream.GATE: extends before further calls
     await budgets.settle(ident, hold.res, charges_of(run, ...))  # after the calls: the ledger, the day's spend
 
 The state itself (counts, holds, the ledger) is in serving/core/state.py, in SQLite or Redis.
-Holds are staged. Before any upstream call a request holds what its strategy's first step may cost: the
-first model (two for an agreement cascade), each at the size of its payload in input tokens and at the
-output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
+Holds are staged. Before any upstream call a request holds what its strategy's first step may cost (its
+kind's `first_step`: the first model, two for an agreement cascade), each at the size of its payload in input
+tokens and at the output cap the gateway sends it (`output_cap`: the caller's, else the pool's, else
 `state.default_output_tokens`; every call carries one). Every further call (a fallback, a hedge, the
 tie-breaker, an escalation) extends the hold by its own worst case before it is sent (`Hold.cover`), less
 what was held for calls that failed unbilled (`Hold.spare`); a refused extension leaves that call unsent:
@@ -50,6 +50,7 @@ from serving.core.metrics import GatewayMetrics
 from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
 from serving.core.state import Charge, OverBudget, Reservation, StateStore, StateUnavailable, utc_day
 from training.policy import Strategy
+from training.policy.kinds import kind_of
 
 log = logging.getLogger("switchcraft.gateway")
 HOLD_LIFETIME_WEIGHT = 0.1  # how much each settled hold moves the running mean of hold lifetimes
@@ -448,13 +449,18 @@ def call_worst_case_usd(pool: Pool, model: str, body: dict, payload_bytes: int, 
     return call_estimate_usd(m, input_tokens, output_cap(body, m, default_output_tokens) * choices_of(body))
 
 
+def first_step(strategy: Strategy) -> tuple[str, ...]:
+    """The models a strategy calls before any answer is in, as its kind says (`StrategyKind.first_step`)."""
+    return kind_of(strategy).first_step(strategy)
+
+
 def first_step_usd(pool: Pool, strategy: Strategy, body: dict, payload_bytes: Callable[[str], int], *,
                    chars_per_token: float, default_output_tokens: int) -> float:
-    """What a request holds before its first upstream call: each model of the strategy's first step (one, or an
-    agreement's two, called together) at the size of what that model is sent (`payload_bytes(model)`: a
-    prompt-style model's payload carries the functions in a system prompt) and the output cap it is sent."""
+    """What a request holds before its first upstream call: each model of the strategy's first step (`first_step`:
+    one, or an agreement's two, called together) at the size of what that model is sent (`payload_bytes(model)`:
+    a prompt-style model's payload carries the functions in a system prompt) and the output cap it is sent."""
     return sum(call_worst_case_usd(pool, m, body, payload_bytes(m), chars_per_token=chars_per_token,
-                                   default_output_tokens=default_output_tokens) for m in strategy.first)
+                                   default_output_tokens=default_output_tokens) for m in first_step(strategy))
 
 
 def charges_of(run, pool: Pool, payload_bytes: dict[str, int], *, chars_per_token: float,

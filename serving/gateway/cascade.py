@@ -1,4 +1,4 @@
-"""Running a routing strategy in the gateway: one model with its fallbacks, or an agreement cascade.
+"""Running a routing strategy in the gateway, whatever its kind: one model with its fallbacks, an agreement cascade.
 
     cascade = Cascade(upstreams, pool, metrics, max_attempts=3)
     run = await cascade.run(strategy, CascadeRequest(body_for, tools, ranking, costs))
@@ -6,31 +6,27 @@
     run.error                       # when no answer came (`returned` None): the caller's error (502/503/429, 4xx)
     run.trace()                     # every call: model, role, outcome, latency, usage, cost, raw, decoded calls
 
-An agreement cascade takes every decision from `training.policy.rules` (the one
-copy of the cascade's rules, which the offline simulation and the replay of
-logged traffic follow too): the two `first` models are called concurrently,
-`rules.after_first` says whether the answer is in (they agree: the cheaper
-one's; a resolve rule for how they disagree: that model's), the tie-breaker is
-asked, or the cascade escalates; after the tie-breaker, `rules.after_tie_breaker`;
-on escalation the models come in `rules.escalation`'s order (`escalate`, then the
-rest of the decision's ranking). What only live calls have is here: a model
-that fails gives no answer and agrees with nothing (no kind of disagreement);
-one already called answers again at no cost; one that fails is skipped like a
-fallback (at most `max_attempts` new calls). "Cheaper" is by the decision's
-expected cost of the model for this request (`Decision.costs`).
+The strategy's kind runs it (`training.policy.kinds`: `StrategyKind.execute`, the
+one copy of its rules, which the offline simulation and the replay of logged
+traffic follow too) through an `Execution`, which makes the calls the kind asks
+for and adds what only live calls have: a model that fails gives no answer and
+agrees with nothing (no kind of disagreement); one already called answers again
+at no cost; one that fails is skipped like a fallback (at most `max_attempts`
+new calls on escalation). "Cheaper" is by the decision's expected cost of the
+model for this request (`Decision.costs`).
 
-A single strategy is today's path: its model, then its fallbacks, one at a
-time (at most `max_attempts`); a request the upstream rejects (400/413/422)
-goes back to the caller. In a cascade such a rejection is one model's failure
-(requests differ per prompt style now); it reaches the caller only when no
-model answered.
+`Execution.fallbacks` is the single model's path: its model, then its
+fallbacks, one at a time (at most `max_attempts`); a request the upstream
+rejects (400/413/422) goes back to the caller. Elsewhere such a rejection is
+one model's failure (requests differ per prompt style); it reaches the caller
+only when no model answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -46,7 +42,7 @@ from serving.core.metrics import GatewayMetrics
 from serving.gateway.tool_choice import AUTO, ToolChoice
 from serving.core.budget import ABANDONED
 from serving.gateway.upstream import Attempt, Upstreams
-from training.policy import rules
+from training.policy.kinds import escalation, kind_of
 from training.policy.strategy import Strategy
 
 MODEL_HEADER = "x-switchcraft-model"
@@ -79,6 +75,11 @@ class CallRecord:
     def ok(self) -> bool:
         """An answer the caller may get: read, and doing what its tool_choice asks (an unmet one is still paid)."""
         return self.answer is not None and self.answer.unmet is None
+
+    @property
+    def calls(self) -> list | None:
+        """The decoded calls of an answer the caller may get ([] for none); None when there is no such answer."""
+        return self.answer.calls if self.ok else None
 
     @property
     def outcome(self) -> str:
@@ -138,7 +139,7 @@ class Run:
 
     def trace(self) -> dict[str, Any]:
         return {
-            "agreement": None if self.strategy.kind == "single" else {"verdict": self.verdict, "checks": self.checks},
+            "agreement": {"verdict": self.verdict, "checks": self.checks} if kind_of(self.strategy).compares else None,
             "escalated": self.rule == "escalate",
             "returned": None if self.returned is None else {"model": self.returned.model, "rule": self.rule,
                                                             "reused": self.reused},
@@ -179,10 +180,7 @@ class Cascade:
         like any other, so the caller always gets them with the error."""
         run = Run(strategy)
         try:
-            if strategy.kind == "single":
-                await self._single(run, req)
-            else:
-                await self._agree(run, req)
+            await kind_of(strategy).execute(strategy, Execution(self, run, req))
         except GatewayError as e:  # raised by the steps below: no answer, or the upstream refused the request
             run.error = e
         self.record(run)
@@ -223,10 +221,11 @@ class Cascade:
     def _answer(self, run: Run, rec: CallRecord, rule: str, reused: bool = False) -> None:
         run.returned, run.rule, run.reused = rec, rule, reused
 
-    async def _single(self, run: Run, req: CascadeRequest) -> None:
-        """The model, then its fallbacks one at a time: at most `max_attempts` calls sent (skipped endpoints do not
-        count). With `hedge_after_s`, the second is also asked when the first is that slow; the first answer wins."""
-        candidates, sent, start = list(run.strategy.models), 0, 0
+    async def fallbacks(self, run: Run, req: CascadeRequest, models: Sequence[str]) -> None:
+        """The first model, then the others one at a time: at most `max_attempts` calls sent (skipped endpoints do
+        not count). With `hedge_after_s`, the second is also asked when the first is that slow; the first answer
+        wins."""
+        candidates, sent, start = list(models), 0, 0
         if self.hedge_after_s is not None and len(candidates) > 1 and self.max_attempts > 1:
             recs = await self._hedge(req, candidates[0], candidates[1])
             start = len(recs)
@@ -289,7 +288,8 @@ class Cascade:
             self.upstreams.abandoned(rec.model, "hedge_lost", estimate)
         return [a, b]
 
-    def _agree_check(self, run: Run, x: CallRecord, y: CallRecord, tools: list[Tool]) -> bool:
+    def compare(self, run: Run, x: CallRecord, y: CallRecord, tools: list[Tool]) -> tuple[bool, str | None]:
+        """An agreement check of two calls, recorded in the run: (agree, how they disagree; None for a silent one)."""
         check: dict[str, Any] = {"models": [x.model, y.model]}
         silent = [r for r in (x, y) if not r.ok]
         if silent:
@@ -299,38 +299,13 @@ class Cascade:
             if not check["agree"]:
                 check["kind"] = disagreement_kind(tools, x.answer.calls, y.answer.calls)
         run.checks.append(check)
-        return check["agree"]
+        return check["agree"], check.get("kind")
 
-    async def _agree(self, run: Run, req: CascadeRequest) -> None:
-        s = run.strategy
-        a, b = s.first
-        recs: dict[str, CallRecord] = {}
-
-        async def call_first(model: str) -> None:
-            recs[model] = await self._call(model, "first", req)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(call_first, a)
-            tg.start_soon(call_first, b)
-        run.calls += [recs[a], recs[b]]
-        self._count_failures(recs[a], recs[b])
-        agree = self._agree_check(run, recs[a], recs[b], req.tools)
-        # No kind when a first model gave no answer.
-        step = rules.after_first(s, agree, run.checks[-1].get("kind"), req.costs)
-        if step.do == rules.TIE_BREAKER:
-            t = recs[s.tie_breaker] = await self._call(s.tie_breaker, "tie_breaker", req)
-            run.calls.append(t)
-            self._count_failures(t)
-            agrees = tuple(self._agree_check(run, recs[m], t, req.tools) for m in (a, b))
-            step = rules.after_tie_breaker(s, agrees, req.costs)
-        run.verdict = step.verdict
-        if step.do == rules.ANSWER:
-            return self._answer(run, recs[step.model], step.verdict)
-        await self._escalate(run, req, recs)
-
-    async def _escalate(self, run: Run, req: CascadeRequest, recs: dict[str, CallRecord]) -> None:
-        s, new_calls = run.strategy, 0
-        for model in rules.escalation(s, req.ranking):
+    async def escalate(self, run: Run, req: CascadeRequest, held: Mapping[str, CallRecord]) -> None:
+        """`escalation`'s order (`escalate`, then the rest of the ranking): the first that answers goes back, one in
+        `held` again at no cost; at most `max_attempts` new calls."""
+        s, new_calls, recs = run.strategy, 0, dict(held)
+        for model in escalation(s, req.ranking):
             rec, reused = recs.get(model), True
             if rec is None:
                 if new_calls >= self.max_attempts:
@@ -341,7 +316,7 @@ class Cascade:
                 self._count_failures(rec)
             if rec.ok:
                 return self._answer(run, rec, "escalate", reused)
-        answered = [r for r in run.calls if r.ok]  # a cascade model the decision does not rank
+        answered = [r for r in run.calls if r.ok]  # a model of the run the decision does not rank
         if answered:
             return self._answer(run, answered[0], "escalate", True)
         rejected = [r.rejected for r in run.calls if r.rejected is not None]
@@ -375,3 +350,47 @@ class Cascade:
             m.escalations.labels(to_model=run.returned.model).inc()
         m.calls_per_request.observe(sum(c.sent for c in run.calls))
         m.request_cost.observe(run.cost_usd)
+
+
+class Execution:
+    """One run's calls as its strategy's kind asks for them (`training.policy.kinds.Executor`): each call made is
+    recorded in the run (in order), and a failed one counted as a fallback."""
+
+    def __init__(self, cascade: Cascade, run: Run, req: CascadeRequest) -> None:
+        self.cascade, self.run, self.req = cascade, run, req
+        self.price = req.costs
+
+    async def together(self, models: Sequence[str]) -> list[CallRecord]:
+        recs: dict[str, CallRecord] = {}
+
+        async def call_first(model: str) -> None:
+            recs[model] = await self.cascade._call(model, "first", self.req)
+
+        async with anyio.create_task_group() as tg:
+            for model in models:
+                tg.start_soon(call_first, model)
+        out = [recs[m] for m in models]
+        self.run.calls += out
+        self.cascade._count_failures(*out)
+        return out
+
+    async def call(self, model: str, role: str) -> CallRecord:
+        rec = await self.cascade._call(model, role, self.req)
+        self.run.calls.append(rec)
+        self.cascade._count_failures(rec)
+        return rec
+
+    def compare(self, x: CallRecord, y: CallRecord) -> tuple[bool, str | None]:
+        return self.cascade.compare(self.run, x, y, self.req.tools)
+
+    def verdict(self, verdict: str | None) -> None:
+        self.run.verdict = verdict
+
+    def answer(self, rec: CallRecord, rule: str, *, reused: bool = False) -> None:
+        self.cascade._answer(self.run, rec, rule, reused)
+
+    async def fallbacks(self, models: Sequence[str]) -> None:
+        await self.cascade.fallbacks(self.run, self.req, models)
+
+    async def escalate(self, held: Mapping[str, CallRecord]) -> None:
+        await self.cascade.escalate(self.run, self.req, held)

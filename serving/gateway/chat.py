@@ -39,8 +39,8 @@ from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
 from serving.gateway.apis import Api, Inbound, Reply, openai_chat
 from serving.core.auth import Identity
-from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step_usd,
-                                    payload_size, tokens_in)
+from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step, first_step_usd,
+                                 payload_size, tokens_in)
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.core.errors import GatewayError, error_response
 from serving.gateway.fairshare import CALLER
@@ -54,6 +54,7 @@ from serving.gateway.tool_choice import ToolChoice
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import GATE, Attempt, UpstreamResult
 from training.policy import Strategy
+from training.policy.kinds import kind_of
 
 log = logging.getLogger("switchcraft.gateway")
 FIELD = "switchcraft"  # the body's own object: allowed_models, max_cost_usd, min_probability, caller, strategy
@@ -182,7 +183,7 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
         routed = await decide(gw, asked, threshold, FIELD)
         d = routed.decision
         strategy, source, ranking, costs = d.strategy, routed.extra["strategy_source"], d.ranking, d.costs
-        if source == "decision" and strategy.kind == "single" and (
+        if source == "decision" and kind_of(strategy).one_at_a_time and (
                 kept := keep_or_switch(gw.pool, session, d, time.time(), tokens_in(
                     payload_size(body), gw.cfg.state.chars_per_token))) is not None:
             strategy, source = kept, "session"
@@ -197,8 +198,8 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
         meta["tool_routing"] = asked.tooled.trace()  # once, here: not again inside `decision`
         meta.get("decision", {}).pop("tool_routing", None)
     ran = strategy
-    if stream:  # streams take the single-model path: the decision's ranking (or a forced single)
-        candidates = list(strategy.models) if strategy.kind == "single" else ranking
+    if stream:  # streams take the single-model path: the strategy's models if it asks them in turn, else the ranking
+        candidates = list(strategy.models) if kind_of(strategy).one_at_a_time else ranking
         ran = Strategy.single(candidates[0], tuple(candidates[1:]))
     meta["strategy"] = {**strategy.to_dict(), "source": source, "ran": ran.kind}
     if session is not None:
@@ -207,9 +208,9 @@ async def plan(gw: Gateway, body: dict, named: str | None, threshold: float | No
 
 
 async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
-    """The strategy's first step (its first model or two, at the size of their payloads and the output cap
-    sent) held before any upstream call: concurrent requests see each other's holds. 429 when the key's day has
-    no room for it. `at.hold` extends it for each further call."""
+    """The strategy's first step (its kind's `first_step`: the first model, or an agreement's two, at the size of
+    their payloads and the output cap sent) held before any upstream call: concurrent requests see each other's
+    holds. 429 when the key's day has no room for it. `at.hold` extends it for each further call."""
     p, st = at.plan, gw.cfg.state
 
     def price(model: str) -> float:
@@ -219,7 +220,7 @@ async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
     first = first_step_usd(gw.pool, p.ran, p.body, lambda m: payload_size(p.body_for(m)),
                            chars_per_token=st.chars_per_token, default_output_tokens=st.default_output_tokens)
     res = await gw.budgets.reserve(at.ident, first, at.rid)
-    at.hold = Hold(gw.budgets, at.ident, res, p.ran.first, price)
+    at.hold = Hold(gw.budgets, at.ident, res, first_step(p.ran), price)
     gw.metrics.strategies.labels(kind=p.ran.kind, source=p.source).inc()
     return res
 

@@ -30,7 +30,9 @@ class CascadeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    first: list[str] = Field(min_length=1, max_length=2, description="Called first (two: concurrently).")
+    kind: str | None = Field(default=None, description="A registered strategy kind (training.policy.kinds: single, "
+                             "agree, …); without one: single for one first model, agree for two.")
+    first: list[str] = Field(min_length=1, description="Called first, together (single: one; agree: two).")
     tie_breaker: str | None = Field(default=None, description="Called when the first two disagree.")
     escalate: list[str] = Field(default_factory=list, description="On disagreement, in order (a single: its fallbacks).")
     resolve: dict[str, str] = Field(default_factory=dict, description="Disagreement kind (first_declines, second_declines, "
@@ -42,7 +44,7 @@ class CascadeSettings(BaseModel):
         return self
 
     def strategy(self) -> Strategy:
-        return Strategy(tuple(self.first), self.tie_breaker, tuple(self.escalate), tuple(self.resolve.items()))
+        return Strategy(tuple(self.first), self.tie_breaker, tuple(self.escalate), tuple(self.resolve.items()), self.kind)
 
 
 class RouterSettings(BaseModel):

@@ -20,6 +20,7 @@ from serving.core.errors import GatewayError, bad
 from serving.gateway.tool_choice import check_tool_choice
 from serving.policy import Constraints
 from training.policy import Strategy
+from training.policy.kinds import names as strategy_kinds
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool",
          "function": "tool"}
@@ -308,14 +309,18 @@ def check_strategy(strategy: Strategy, pool_names: list[str], where: str) -> Str
 
 def strategy_from(value: Any, pool_names: list[str], where: str) -> Strategy | None:
     """A strategy a request asks for: `{first: [a, b], tie_breaker?: c, escalate: [d, …], resolve?: {kind: action}}`
-    (or `{first: [a]}`)."""
+    (or `{first: [a]}`), with `kind` naming a registered strategy kind (default: single for one first model, agree
+    for two)."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise bad("must be an object {first: [a, b], tie_breaker: c, escalate: [d]}", where)
-    unknown = set(value) - {"first", "tie_breaker", "escalate", "resolve"}
+    unknown = set(value) - {"kind", "first", "tie_breaker", "escalate", "resolve"}
     if unknown:
-        raise bad(f"unknown field(s) {sorted(unknown)}; known: first, tie_breaker, escalate, resolve", where)
+        raise bad(f"unknown field(s) {sorted(unknown)}; known: kind, first, tie_breaker, escalate, resolve", where)
+    kind = value.get("kind")
+    if kind is not None and (not isinstance(kind, str) or kind not in strategy_kinds()):
+        raise bad(f"must be a strategy kind: {', '.join(strategy_kinds())}", f"{where}.kind")
     for key in ("first", "escalate"):
         v = value.get(key)
         if (v is None and key == "first") or (v is not None and (not isinstance(v, list)
@@ -328,7 +333,8 @@ def strategy_from(value: Any, pool_names: list[str], where: str) -> Strategy | N
     if not isinstance(resolve, dict) or not all(isinstance(k, str) and isinstance(a, str) for k, a in resolve.items()):
         raise bad("must be an object {disagreement kind: first | second | escalate}", f"{where}.resolve")
     try:
-        strategy = Strategy(tuple(value["first"]), tie, tuple(value.get("escalate") or ()), tuple(resolve.items()))
+        strategy = Strategy(tuple(value["first"]), tie, tuple(value.get("escalate") or ()), tuple(resolve.items()),
+                            kind)
     except ValueError as e:
         raise bad(str(e), where) from None
     try:

@@ -29,8 +29,8 @@ with a silent model has none); and `switchcraft.breaker.state` of the model's en
 (closed / half_open / open).
 
 Child timings are reconstructed, not measured: a call's duration is its measured latency, exact, but the run
-keeps no start times, so the calls are laid end to end in the order they were made (the two first models of a
-cascade side by side, starting together; a hedge beside the call it hedges, ending together: the first answer
+keeps no start times, so the calls are laid end to end in the order they were made (the first step's models,
+role `first`, side by side, starting together; a hedge beside the call it hedges, ending together: the first answer
 cancels the other) and the whole sequence is placed to end when the request ended (routing comes before the calls;
 the answer is returned right after them).
 """
@@ -206,9 +206,8 @@ def call_windows(run, end_ns: int) -> list[tuple[int, int]]:
     last ending at `end_ns` (the run keeps no start times; see the module docstring)."""
     groups: list[list[int]] = []  # indices of calls made together
     for i, call in enumerate(run.calls):
-        together = groups and (
-            (run.strategy.kind != "single" and call.role == "first" and run.calls[groups[-1][0]].role == "first")
-            or call.role == "hedge")
+        together = groups and (  # the first step's calls (role first) go out together; a hedge beside its call
+            (call.role == "first" and run.calls[groups[-1][0]].role == "first") or call.role == "hedge")
         if together:
             groups[-1].append(i)
         else:

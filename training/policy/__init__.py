@@ -1,11 +1,12 @@
-"""The strategy policy: the strategies a request may run, the cascade's rules, their simulation, the fit.
+"""The strategy policy: the strategies a request may run, their kinds, their simulation, the fit.
 
     from training.policy import Strategy, StrategyPolicy, write_strategy_policy
     write_strategy_policy("runs/default/router", cd, oof_probs)   # the policy into router.json
 
-- `strategy.py`: a Strategy (one model, or an agreement cascade with tie-breaker, escalation and resolve rules);
-- `rules.py`: what a cascade does next given the answers so far, the one copy the gateway
-  (`serving/gateway/cascade.py`), the simulation and the replay all follow;
+- `strategy.py`: a Strategy (its kind, and the models it gives each role: first, tie-breaker, escalate, resolve);
+- `kinds/`: one class per kind of strategy (`single`, `agree`: its checks, name, first step, offline run, live
+  run), registered by name; the one copy the gateway (`serving/gateway/cascade.py`), the budget, the simulation
+  and the replay all follow;
 - `simulate.py`: every strategy run on the recordings, vectorised over queries (`CascadeData`, `simulate`);
 - `replay.py`: a strategy run on logged answers (`switchcraft learn`'s comparison);
 - `policy.py`: `StrategyPolicy`, per request the strategy to run (λ rule over per-strategy success regressions);

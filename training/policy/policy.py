@@ -21,7 +21,7 @@ labelled query, into `router.json`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -118,10 +118,7 @@ class StrategyPolicy:
         st = self.menu[k]
         by_p = [self.models[j] for j in np.argsort(-p, kind="stable")]
         rest = tuple(x for x in by_p if x not in st.models and (allowed is None or x in allowed))
-        if st.kind == "single":
-            st = Strategy.single(st.first[0], rest)
-        else:
-            st = Strategy(st.first, st.tie_breaker, (*st.escalate, *rest), st.resolve)
+        st = replace(st, escalate=(*st.escalate, *rest))  # every kind's fallbacks follow its escalate
         why = {"rule": "strategy_lambda", "lam": self.lam, "estimated_success": float(succ[k]),
                "expected_cost_usd": float(self.costs[k]), "menu_size": len(self.menu)}
         return st, why

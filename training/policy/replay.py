@@ -4,8 +4,9 @@
     ok, usd = replay(strategy, answers, correct, cost, tools, price)   # per model: calls, label, cost of its call
 
 `switchcraft learn` scores a new router on held-out logged requests this way (every pool model answered
-them, through exploration). The run is `training.policy.rules.walk`, the rules the gateway follows, with the
-agreement check of the gateway (`data.verify.agree.calls_agree` on the decoded calls with the request's tools).
+them, through exploration). The run is the strategy's kind's `walk` (`training.policy.kinds`), the rules the
+gateway follows, with the agreement check of the gateway (`data.verify.agree.calls_agree` on the decoded calls
+with the request's tools).
 """
 
 from __future__ import annotations
@@ -14,14 +15,29 @@ from collections.abc import Mapping, Sequence
 
 from data.schema import Tool
 from data.verify.agree import calls_agree, disagreement_kind
-from training.policy.rules import Path, walk
+from training.policy.kinds import Path, kind_of
 from training.policy.strategy import Strategy
+
+
+class LoggedAnswers:
+    """One logged request's answers (model -> decoded calls) as the answers a kind walks."""
+
+    def __init__(self, answers: Mapping[str, list], tools: list[Tool]) -> None:
+        self.answers, self.tools = answers, tools
+
+    def agree(self, x: str, y: str) -> bool:
+        return calls_agree(self.tools, self.answers[x], self.answers[y])
+
+    def disagreement(self, x: str, y: str) -> str | None:
+        return disagreement_kind(self.tools, self.answers[x], self.answers[y])
+
+    def called(self, x: str) -> bool:
+        return bool(self.answers[x])
 
 
 def replay_path(strategy: Strategy, answers: Mapping[str, list], tools: list[Tool], price: Mapping[str, float]) -> Path:
     """The calls `strategy` makes on these answers (model -> decoded calls) and whose answer goes back."""
-    return walk(strategy, lambda x, y: calls_agree(tools, answers[x], answers[y]),
-                lambda x, y: disagreement_kind(tools, answers[x], answers[y]), price)
+    return kind_of(strategy).walk(strategy, LoggedAnswers(answers, tools), price)
 
 
 def replay(strategy: Strategy, answers: Mapping[str, list], correct: Mapping[str, bool], cost: Mapping[str, float],

@@ -11,12 +11,11 @@ A fifth element, `(a, b, t, e, tol)`, adds resolve rules: per kind of disagreeme
 the rules, whose accuracy on the rows of that kind is within `tol` of the best of them; kinds with fewer than
 MIN_RULE_ROWS such rows keep no rule.
 
-The simulation is vectorised over rows but decides nothing itself: a row's run depends only on whether a and b
-agree, how they disagree, and whether t agrees with each; `training.policy.rules.walk` gives the run (calls
-made, whose answer goes back) for each such case, and the rows of a case take that run's labels and costs.
-Cost is every call made; latency the slower of the first two, plus each later call; accuracy is the returned
-answer's label. "Cheaper" is by `costs`, the profiled mean cost per query (the training folds'), as the gateway
-does with the decision's costs.
+The simulation decides nothing itself: each strategy's kind runs it (`training.policy.kinds`: `run_rows` asks
+`simulate` of the kind, which the agreement vectorises over rows and any other kind walks row by row,
+`training.policy.kinds.walk_rows`). Cost is every call made; latency the slowest of the first step, plus each
+later call; accuracy is the returned answer's label. "Cheaper" is by `costs`, the profiled mean cost per query
+(the training folds'), as the gateway does with the decision's costs.
 
 Agreement is `data.verify.agree.calls_agree` over the recorded decoded calls, with the labelling rule that a
 native function-calling model's text is no call.
@@ -37,7 +36,7 @@ from data.schema import Example, Output
 from data.verify import language_of
 from data.verify.agree import DISAGREEMENT_KINDS, calls_agree, disagreement_kind, effective_calls
 from data.verify.batch import is_text
-from training.policy.rules import Path, walk
+from training.policy.kinds import kind_of
 from training.policy.strategy import RESOLVE_ACTIONS, Strategy
 
 Spec = tuple  # (a, b, t | None, e) or (a, b, t | None, e, tol): see the module's docstring
@@ -60,13 +59,15 @@ class Labelled(Protocol):
 
 @dataclass
 class CascadeData:
-    """Labels plus what cascades need: pairwise agreement and recorded latency, same rows and columns."""
+    """Labels plus what cascades need: pairwise agreement, whether each answer makes a call, recorded latency,
+    same rows and columns."""
 
     data: Labelled
     agree: np.ndarray  # bool, n × m × m (symmetric, True on the diagonal)
     latency: np.ndarray  # seconds, n × m; NaN where not recorded
     latency_known: dict[str, int]  # model -> rows with a recorded latency
     kinds: np.ndarray | None = None  # int8, n × m × m: 0 where the pair agrees, else 1 + DISAGREEMENT_KINDS index
+    called: np.ndarray | None = None  # bool, n × m: the model's answer makes a tool call
 
     @classmethod
     def from_outputs(cls, outputs: Sequence[Output], examples: Mapping[str, Example], pool: Pool, data: Labelled,
@@ -112,11 +113,13 @@ class CascadeData:
                     kind = DISAGREEMENT_KINDS[k - 1]
                     kinds[i, a, b], kinds[i, b, a] = k, code[MIRROR.get(kind, kind)]
         known = {name: int((~np.isnan(latency[:, j])).sum()) for j, name in enumerate(data.models)}
-        return cls(data, agree, latency, known, kinds)
+        called = np.array([[bool(c) for c in row] for row in calls], dtype=bool).reshape(n, m)
+        return cls(data, agree, latency, known, kinds, called)
 
     def subset(self, rows: np.ndarray) -> CascadeData:
         return CascadeData(self.data.subset(rows), self.agree[rows], self.latency[rows], self.latency_known,
-                           None if self.kinds is None else self.kinds[rows])
+                           None if self.kinds is None else self.kinds[rows],
+                           None if self.called is None else self.called[rows])
 
 
 def answer_key(calls) -> tuple:
@@ -183,65 +186,10 @@ class Simulated:
 Run = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # correct, cost, latency, calls, escalated
 
 
-CASES = 1 + 4 * (1 + len(DISAGREEMENT_KINDS))  # agree; else 1 + 4 × kind code (0: unknown) + 2 × t~a + t~b
-
-
 def run_rows(cd: CascadeData, strategy: Strategy, price: Mapping[str, float], memo: dict | None = None) -> Run:
-    """`strategy` on every row of `cd`, vectorised: each case of row (see `row_cases`) takes the run
-    `rules.walk` gives it: its calls (all paid, the first two concurrent) and whose label counts."""
-    d, lat = cd.data, cd.latency
-    col = {m: j for j, m in enumerate(d.models)}
-    n = len(d.correct)
-    if strategy.kind == "single":
-        j = col[strategy.first[0]]
-        return d.correct[:, j], d.cost[:, j], lat[:, j], np.ones(n, int), np.zeros(n, bool)
-    if strategy.resolve and cd.kinds is None:
-        raise ValueError("resolve rules need the kinds of disagreement: build CascadeData with from_outputs")
-    ja, jb = col[strategy.first[0]], col[strategy.first[1]]
-    case, present = row_cases(cd, ja, jb, col.get(strategy.tie_breaker), memo)
-    returned, calls, escalated = np.zeros(CASES, int), np.zeros(CASES, int), np.zeros(CASES, bool)
-    later = np.full((2, CASES), -1)  # the third and fourth calls' columns per case (-1: none)
-    for c in present:
-        path = _walk_case(strategy, c, price)
-        returned[c], calls[c], escalated[c] = col[path.returned], len(path.calls), path.escalated
-        for k, m in enumerate(path.calls[2:]):  # one at a time after the first two
-            later[k, c] = col[m]
-    rows = np.arange(n)
-    paid, took = d.cost[:, ja] + d.cost[:, jb], np.maximum(lat[:, ja], lat[:, jb])
-    for k in range(2):
-        j = later[k][case]
-        paid = paid + np.where(j >= 0, d.cost[rows, j], 0.0)  # + 0.0 where no such call: the sum unchanged
-        took = took + np.where(j >= 0, lat[rows, j], 0.0)
-    return d.correct[rows, returned[case]], paid, took, calls[case], escalated[case]
-
-
-def row_cases(cd: CascadeData, a: int, b: int, t: int | None, memo: dict | None = None) -> tuple[np.ndarray, list[int]]:
-    """Per row, what a cascade of first models a, b (columns) and tie-breaker t can be told: 0 they agree; else
-    1 + 4 × the kind code + 2 × (t agrees with a) + (t agrees with b); and the cases that occur."""
-    key = (a, b, t)
-    if memo is not None and key in memo:
-        return memo[key]
-    n = len(cd.agree)
-    kind = np.zeros(n, int) if cd.kinds is None else cd.kinds[:, a, b].astype(int)
-    side = np.zeros(n, int) if t is None else 2 * cd.agree[:, t, a] + cd.agree[:, t, b]
-    case = np.where(cd.agree[:, a, b], 0, 1 + 4 * kind + side)
-    out = case, np.unique(case).tolist()
-    if memo is not None:
-        memo[key] = out
-    return out
-
-
-def _walk_case(strategy: Strategy, case: int, price: Mapping[str, float]) -> Path:
-    """`rules.walk` on a row of `case` (see `row_cases`)."""
-    a, b = strategy.first
-    code, side = divmod(case - 1, 4) if case else (0, 0)
-
-    def agree(x: str, y: str) -> bool:
-        if {x, y} == {a, b}:
-            return case == 0
-        return bool(side & 2) if a in (x, y) else bool(side & 1)  # the tie-breaker with a, with b
-
-    return walk(strategy, agree, lambda x, y: DISAGREEMENT_KINDS[code - 1] if code else None, price)
+    """`strategy` on every row of `cd`, as its kind simulates it (`StrategyKind.simulate`): per row whether the
+    returned answer is right, the cost of every call, the latency, the calls made and whether it escalated."""
+    return kind_of(strategy).simulate(cd, strategy, price, memo)
 
 
 def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
@@ -254,7 +202,7 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
     out = Simulated(np.zeros((n, s), bool), np.zeros((n, s)), np.zeros((n, s)), np.zeros((n, s), int),
                     np.zeros((n, s), bool), specs=list(specs))
     runs: dict[Strategy, Run] = {}  # the runs of the current agreement's variants (its rules share them)
-    memo: dict = {}  # row_cases per (a, b, t)
+    memo: dict = {}  # what kinds reuse across the menu (the agreement's row cases per a, b, t)
 
     def run(st: Strategy) -> Run:
         if st not in runs:
@@ -267,8 +215,8 @@ def simulate(cd: CascadeData, specs: Sequence[Spec], costs: np.ndarray, *,
         if spec[:4] != last:
             runs.clear()
             last = spec[:4]
-        tol = unpack(spec)[4]
-        if tol is not None and strategy.kind == "agree":
+        a, b, _, _, tol = unpack(spec)
+        if tol is not None and a != b:  # an agreement of the menu, its resolve rules fitted
             rule = fit_rule(cd, strategy, fit_rows, tol, run)
             out.rules[k] = rule
             strategy = replace(strategy, resolve=tuple(rule.items()))

@@ -1,14 +1,15 @@
-"""A routing decision as a *strategy*: one model, or an agreement cascade.
+"""A routing decision as a *strategy*: its kind and the models it gives each role.
 
     from training.policy import Strategy
     Strategy.single("gpt-4o-mini")                                   # one model (its fallbacks after it)
     Strategy.agree("gpt-4o-mini", "gemini-1.5-flash", escalate=("claude-3-5-sonnet",))
     Strategy.agree("a", "b", tie_breaker="c", escalate=("d", "e"))  # d first, e if d fails
-    Strategy.agree("a", "b", escalate=("d",), resolve={"first_declines": "first"})  # a rule for one kind
+    Strategy.agree("a", "b", escalate=("d",), resolve={"count": "first"})  # a rule for one kind of disagreement
+    Strategy(("a", "b"), escalate=("d",), kind="agree")             # any registered kind by name
 
-What a strategy is (its models, its resolve rules, its JSON in `router.json`); what it does with the answers
-it gets is `training.policy.rules`, the one copy the gateway, the offline simulation and the replay of
-logged traffic all follow.
+What a strategy is (its kind, its models, its resolve rules, its JSON in `router.json`); what it does with the
+answers it gets is its kind's (`training.policy.kinds`: `single`, `agree`, and any kind registered there), the one
+copy the gateway, the offline simulation and the replay of logged traffic all follow.
 """
 
 from __future__ import annotations
@@ -17,28 +18,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from data.verify.agree import DISAGREEMENT_KINDS
+from training.policy.kinds import get as get_kind
 
 RESOLVE_ACTIONS = ("first", "second", "escalate")
+IMPLIED_KINDS = {1: "single", 2: "agree"}  # a strategy written without a kind (configs, requests, older files)
 
 
 @dataclass(frozen=True)
 class Strategy:
-    first: tuple[str, ...]  # one model (single) or two (called concurrently)
+    first: tuple[str, ...]  # the first step: called together before any answer is in (single: one; agree: two)
     tie_breaker: str | None = None
     escalate: tuple[str, ...] = ()  # on disagreement, in order; for a single: its fallbacks
     resolve: tuple[tuple[str, str], ...] = ()  # (disagreement kind, action), sorted: what to do without asking more
+    kind: str | None = None  # a registered kind (training.policy.kinds); None: IMPLIED_KINDS by the first models
 
     def __post_init__(self) -> None:
-        if len(self.first) not in (1, 2):
-            raise ValueError(f"a strategy calls one model or two at first, got {list(self.first)}")
+        if self.kind is not None and not isinstance(self.kind, str):
+            raise ValueError(f"a strategy's kind is the name of a strategy kind, got {self.kind!r}")
+        if self.kind is None:
+            if len(self.first) not in IMPLIED_KINDS:
+                raise ValueError(f"a strategy calls one model or two at first, got {list(self.first)}")
+            object.__setattr__(self, "kind", IMPLIED_KINDS[len(self.first)])
+        get_kind(self.kind).check(self)
         if len(set(self.first)) != len(self.first):
-            raise ValueError(f"an agreement needs two different models, got {list(self.first)}")
-        if self.tie_breaker is not None and (len(self.first) != 2 or self.tie_breaker in self.first):
-            raise ValueError("a tie-breaker needs two first models and must differ from them")
-        if len(self.first) == 2 and not self.escalate:
-            raise ValueError(f"agree({', '.join(self.first)}) needs a model to escalate to")
-        if self.resolve and len(self.first) != 2:
-            raise ValueError("resolve rules apply to an agreement of two models, not to a single model")
+            raise ValueError(f"{self.kind} calls each first model once, got {list(self.first)}")
         for kind, action in self.resolve:
             if kind not in DISAGREEMENT_KINDS:
                 raise ValueError(f"resolve: unknown disagreement kind {kind!r} (kinds: {', '.join(DISAGREEMENT_KINDS)})")
@@ -62,10 +65,6 @@ class Strategy:
         return dict(self.resolve).get(kind) if kind else None
 
     @property
-    def kind(self) -> str:
-        return "single" if len(self.first) == 1 else "agree"
-
-    @property
     def models(self) -> tuple[str, ...]:
         """Every model the strategy may call, in the order it would."""
         seen: list[str] = []
@@ -76,11 +75,8 @@ class Strategy:
 
     @property
     def name(self) -> str:
-        if self.kind == "single":
-            return f"single({self.first[0]})"
-        tb = f", {self.tie_breaker}" if self.tie_breaker else ""
-        rules = "; " + ", ".join(f"{k}: {a}" for k, a in self.resolve) if self.resolve else ""
-        return f"agree({self.first[0]}, {self.first[1]}{tb} → {self.escalate[0]}{rules})"
+        """Its kind's name for it: `single(a)`, `agree(a, b, t → e; count: first)`."""
+        return get_kind(self.kind).title(self)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "first": list(self.first), "tie_breaker": self.tie_breaker,
@@ -88,10 +84,12 @@ class Strategy:
 
     @classmethod
     def from_dict(cls, d: dict) -> Strategy:
+        """`to_dict`'s output, or a strategy written by hand (`kind` optional: see IMPLIED_KINDS; `name` ignored)."""
         try:
             resolve = d.get("resolve") or {}
             if not isinstance(resolve, Mapping):
                 raise ValueError(f"a strategy's resolve is a mapping of disagreement kind to action, got {resolve!r}")
-            return cls(tuple(d["first"]), d.get("tie_breaker"), tuple(d.get("escalate") or ()), tuple(resolve.items()))
+            return cls(tuple(d["first"]), d.get("tie_breaker"), tuple(d.get("escalate") or ()), tuple(resolve.items()),
+                       d.get("kind"))
         except KeyError as e:
             raise ValueError(f"a strategy needs {e.args[0]!r} (got keys {sorted(d)})") from None

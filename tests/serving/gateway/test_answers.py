@@ -140,6 +140,8 @@ def test_strategies_a_request_or_the_config_asks_for_are_checked_against_the_poo
                             ({"first": ["a", "a"], "escalate": ["d"]}, "two different models"),
                             ({"first": "a"}, "switchcraft.strategy.first: must be a list"),
                             ({"first": ["a"], "then": ["b"]}, "unknown field(s) ['then']"),
+                            ({"kind": "nope", "first": ["a"]}, "switchcraft.strategy.kind: must be a strategy kind: single"),
+                            ({"kind": "single", "first": ["a", "b"]}, "single calls one model first"),
                             ("agree", "must be an object")):
         with pytest.raises(GatewayError) as e:
             strategy_from(value, pool, "switchcraft.strategy")
@@ -148,5 +150,10 @@ def test_strategies_a_request_or_the_config_asks_for_are_checked_against_the_poo
         check_strategy(Strategy.agree("a", "b", escalate=("nobody",)), pool, "router.cascade")
     cfg = ServingConfig(router={"cascade": {"first": ["a", "b"], "tie_breaker": "c", "escalate": ["d"]}})
     assert cfg.router.cascade.strategy() == s and ServingConfig().router.cascade is None
+    named = {"kind": "agree", "first": ["a", "b"], "tie_breaker": "c", "escalate": ["d"]}
+    assert ServingConfig(router={"cascade": named}).router.cascade.strategy() == s
+    assert strategy_from(named, pool, "x") == s
+    with pytest.raises(ValidationError, match="unknown strategy kind 'nope'"):
+        ServingConfig(router={"cascade": {**named, "kind": "nope"}})
     with pytest.raises(ValidationError, match="needs a model to escalate to"):
         ServingConfig(router={"cascade": {"first": ["a", "b"]}})

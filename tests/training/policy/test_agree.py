@@ -1,7 +1,7 @@
-"""The cascade's rules, one case each: what a strategy does after the first answers, after the tie-breaker,
-on escalation, and which model is the cheaper.
+"""The agreement cascade's rules, one case each: what it does after the first answers, after the tie-breaker,
+on escalation, and which model is the cheaper (training/policy/kinds/agree.py).
 
-    .venv/bin/python -m pytest -q tests/training/policy/test_rules.py
+    .venv/bin/python -m pytest -q tests/training/policy/test_agree.py
 """
 
 from __future__ import annotations
@@ -9,11 +9,31 @@ from __future__ import annotations
 import math
 
 from training.policy import Strategy
-from training.policy.rules import (ANSWER, ESCALATE, TIE_BREAKER, Path, Step, after_first, after_tie_breaker, cheaper,
-                                   escalation, walk)
+from training.policy.kinds import Path, cheaper, escalation, kind_of
+from training.policy.kinds.agree import ANSWER, ESCALATE, TIE_BREAKER, Step, after_first, after_tie_breaker
 
 PRICE = {"a": 1.0, "b": 2.0, "t": 0.5, "e": 10.0}
 S = Strategy.agree("a", "b", tie_breaker="t", escalate=("e",))
+
+
+class Told:
+    """Answers where the pairs in `agreeing` agree and every other pair disagrees as `kind`."""
+
+    def __init__(self, agreeing=(), kind=None):
+        self.agreeing, self.kind = {frozenset(p) for p in agreeing}, kind
+
+    def agree(self, x, y):
+        return frozenset((x, y)) in self.agreeing
+
+    def disagreement(self, x, y):
+        return self.kind
+
+    def called(self, x):
+        raise AssertionError("an agreement does not ask whether one answer makes a call")
+
+
+def walk(strategy, answers):
+    return kind_of(strategy).walk(strategy, answers, PRICE)
 
 
 def test_the_cheaper_is_by_price_ties_go_to_the_first_named_and_an_unpriced_model_never_is():
@@ -57,16 +77,16 @@ def test_escalation_goes_through_escalate_then_the_ranking():
 
 
 def test_a_whole_run_reuses_an_answer_in_hand_and_pays_every_call():
-    def agree_with(pairs):
-        return lambda x, y: frozenset((x, y)) in pairs
-
-    never = agree_with(set())
-    assert walk(S, never, lambda x, y: "arguments", PRICE) == Path(("a", "b", "t", "e"), "e", "disagree")
+    assert walk(S, Told(kind="arguments")) == Path(("a", "b", "t", "e"), "e", "disagree", escalated=True)
     to_t = Strategy.agree("a", "b", tie_breaker="t", escalate=("t",))
-    assert walk(to_t, never, lambda x, y: "arguments", PRICE) == Path(("a", "b", "t"), "t", "disagree", reused=True)
+    assert walk(to_t, Told(kind="arguments")) == Path(("a", "b", "t"), "t", "disagree", reused=True, escalated=True)
     skip = Strategy.agree("a", "b", tie_breaker="t", escalate=("t",), resolve={"arguments": "escalate"})
-    assert walk(skip, never, lambda x, y: "arguments", PRICE) == Path(("a", "b", "t"), "t", "disagree")
-    sided = walk(S, agree_with({frozenset(("b", "t"))}), lambda x, y: "count", PRICE)
-    assert sided == Path(("a", "b", "t"), "t", "tie_broken") and sided.escalated
-    single = walk(Strategy.single("a", ("b",)), never, lambda x, y: None, PRICE)
-    assert single == Path(("a",), "a", None) and single.concurrent == 1 and not single.escalated
+    assert walk(skip, Told(kind="arguments")) == Path(("a", "b", "t"), "t", "disagree", escalated=True)
+    sided = walk(S, Told([("b", "t")], "count"))
+    assert sided == Path(("a", "b", "t"), "t", "tie_broken", escalated=True)
+    assert walk(S, Told([("a", "b")])) == Path(("a", "b"), "a", "agree")
+    resolved = Strategy.agree("a", "b", escalate=("e",), resolve={"count": "second"})
+    assert walk(resolved, Told(kind="count")) == Path(("a", "b"), "b", "resolved")
+    single = Strategy.single("a", ("b",))
+    assert walk(single, Told()) == Path(("a",), "a") and kind_of(single).first_step(single) == ("a",)
+    assert kind_of(S).first_step(S) == ("a", "b")  # called together: the budget holds both
