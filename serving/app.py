@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import socket
 import sqlite3
@@ -64,6 +65,7 @@ from serving.core.decision_log import DecisionLog
 from serving.core.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics
+from serving.gateway.overhead import Overhead
 from serving.gateway.parts import Gateway, ToolSelector
 from serving.core.record import Observer
 from serving.gateway.reload import RouterSlot, client_from
@@ -113,7 +115,8 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
     if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
         try:
-            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics))
+            replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
+            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
         except (OSError, sqlite3.Error) as e:
             raise ValueError(f"log.path {cfg.log.path}: the decision log cannot be written there "
                              f"({getattr(e, 'strerror', None) or e}); give a folder this process may write, or "
@@ -162,6 +165,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     shapes = {api.path: api.error_body for api in APIS} | {path: api.error_body for path, api, _ in tokens.COUNTS}
     app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
+    app.add_middleware(Overhead, metrics=gw.metrics)  # outermost: x-switchcraft-overhead-ms on every /v1 answer
     _routes(app, gw)
     mount_console(app, gw)  # /console: the operator's pages (serving/console/), admin keys only
     return app

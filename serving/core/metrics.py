@@ -22,6 +22,7 @@ UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 COST_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1)
+OVERHEAD_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class GatewayMetrics:
@@ -34,6 +35,10 @@ class GatewayMetrics:
         self.fallbacks = Counter("switchcraft_fallbacks", "Upstream failures that moved to the next model",
                                  ["from_model", "reason"], registry=r)
         self.upstream_errors = Counter("switchcraft_upstream_errors", "Failed upstream attempts", ["model", "reason"], registry=r)
+        self.overhead = Histogram("switchcraft_gateway_overhead_seconds", "The gateway's own time per /v1 answer: "
+                                  "its wall time less the time spent waiting on upstream calls (routing, tool "
+                                  "routing, translation, admission, state store)", ["endpoint"],
+                                  buckets=OVERHEAD_BUCKETS, registry=r)
         self.routing_latency = Histogram("switchcraft_routing_latency_seconds", "Packing + router graph + policy",
                                          buckets=ROUTING_BUCKETS, registry=r)
         # The routing micro-batcher (serving/gateway/batcher.py).
