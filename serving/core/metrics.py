@@ -3,9 +3,17 @@
     metrics = GatewayMetrics()
     metrics.decisions.labels(model="gpt-4o-mini-2024-07-18", rule="cheapest_confident").inc()
     metrics.render()            # text exposition for GET /metrics
+
+Several worker processes (`switchcraft serve --workers N`) keep their values in prometheus_client's multiprocess
+mode (`PROMETHEUS_MULTIPROC_DIR`, set before the workers start): each writes its own files there and `render`
+reads every process's through `MultiProcessCollector`, so one worker's /metrics adds up all of them (counters
+and histograms summed; the queue gauge summed over the live workers, breaker and exploration gauges their
+maximum).
 """
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -14,6 +22,8 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
+    values,
 )
 
 # Routing is milliseconds; upstream calls are seconds. One bucket set each.
@@ -29,6 +39,8 @@ class GatewayMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        # The values live in files shared by the workers when prometheus_client was imported in multiprocess mode.
+        self.multiprocess = values.ValueClass is not values.MutexValue
         r = self.registry = CollectorRegistry()
         self.requests = Counter("switchcraft_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
         self.decisions = Counter("switchcraft_decisions", "Routing decisions by chosen model and rule", ["model", "rule"], registry=r)
@@ -47,7 +59,7 @@ class GatewayMetrics:
         self.router_queue_wait = Histogram("switchcraft_router_queue_wait_seconds", "From admission (packing "
                                            "included) until the call's batch starts", buckets=ROUTING_BUCKETS, registry=r)
         self.router_queue = Gauge("switchcraft_router_queue", "Routing calls admitted and not yet answered "
-                                  "(at most router.max_queue)", registry=r)
+                                  "(at most router.max_queue)", registry=r, multiprocess_mode="livesum")
         self.router_busy = Counter("switchcraft_router_busy", "Requests refused with 429 router_busy: "
                                    "router.max_queue calls were already admitted", registry=r)
         self.router_unavailable = Counter("switchcraft_router_unavailable", "Requests answered 503 router_unavailable: "
@@ -101,12 +113,14 @@ class GatewayMetrics:
                                       "ended, retried in the background, by outcome (settled | gave_up)",
                                       ["outcome"], registry=r)
         self.explore_below_target = Gauge("switchcraft_explore_models_below_target", "Explored pool models with "
-                                          "fewer logged answers than explore.min_answers", registry=r)
+                                          "fewer logged answers than explore.min_answers", registry=r,
+                                          multiprocess_mode="livemax")
         self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed | refused)",
                                       ["outcome"], registry=r)
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
-                                   "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r)
+                                   "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r,
+                                   multiprocess_mode="livemax")
         self.circuit_opens = Counter("switchcraft_circuit_opens", "Times an endpoint's breaker opened", ["endpoint"],
                                      registry=r)
         self.circuit_skips = Counter("switchcraft_circuit_skips", "Calls not sent because the endpoint's breaker was "
@@ -127,4 +141,13 @@ class GatewayMetrics:
                                              "no calls until its Retry-After has passed", ["endpoint"], registry=r)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        every = CollectorRegistry()  # every worker's values, read from their files
+        multiprocess.MultiProcessCollector(every)
+        return generate_latest(every)
+
+    def close(self) -> None:
+        """This process stops: its live gauges leave the sum (its counters stay: they were counted)."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())
