@@ -37,7 +37,9 @@ class Spawned:
 
     def __init__(self, target: Callable[..., Any], args: tuple, env: dict[str, str] | None, log: Path | None):
         ctx = multiprocessing.get_context("spawn")
-        self.process = ctx.Process(target=_child, args=(target, args, env, str(log) if log else None), daemon=True)
+        # Not a daemon: a gateway with --workers starts processes of its own (a daemon may not); the benches stop
+        # theirs when they end (terminate, then kill).
+        self.process = ctx.Process(target=_child, args=(target, args, env, str(log) if log else None), daemon=False)
         self.process.start()
         self.pid = self.process.pid
 
@@ -68,10 +70,10 @@ def spawn(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = N
 
 
 def serve_gateway(config: Path, overrides: list[str]) -> None:
-    """The chat gateway, as `switchcraft serve --config CONFIG OVERRIDES…` runs it."""
-    from serving.app import load_served, run_served
+    """The chat gateway, as `switchcraft serve --config CONFIG OVERRIDES…` runs it (one process, or `workers=N`)."""
+    from serving.app import serve_from
 
-    run_served(*load_served(config, overrides))
+    serve_from(config, overrides)
 
 
 def serve_mcp_gateway(config: Path) -> None:

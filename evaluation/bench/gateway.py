@@ -2,6 +2,7 @@
 
     switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
     switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
+    switchcraft bench gateway --workers 2 --state sqlite      # one `switchcraft serve --workers 2` (one port)
 
 Starts one replay server per upstream endpoint of the pool (real recorded BFCL
 v1 answers; killing an endpoint stops its server and brings it back on the
@@ -67,6 +68,7 @@ class GatewayBenchConfig:
     triton: bool = False  # router_dir is a model repository: serve the router from a local tritonserver
     processes: int = 1  # gateway processes, requests round-robin across them
     state: str = "memory"  # memory | sqlite | redis: where limits and the ledger live
+    workers: int = 1  # worker processes of each gateway (`switchcraft serve --workers N`: one port)
 
     def __post_init__(self) -> None:
         if self.requests < 1 or self.concurrency < 1:
@@ -79,9 +81,11 @@ class GatewayBenchConfig:
             raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
         if not 1 <= self.processes <= 16:
             raise ValueError("--processes must be within [1, 16]")
-        if self.processes > 1 and self.state == "memory":
-            raise ValueError("--processes > 1 needs a shared store: --state sqlite or --state redis (memory would "
-                             "give each process its own limits)")
+        if not 1 <= self.workers <= 16:
+            raise ValueError("--workers must be within [1, 16]")
+        if (self.processes > 1 or self.workers > 1) and self.state == "memory":
+            raise ValueError("--processes or --workers > 1 needs a shared store: --state sqlite or --state redis "
+                             "(memory would give each process its own limits)")
 
 
 @dataclass
@@ -127,6 +131,10 @@ class GatewayBenchResult:
             if self.metrics.get("switchcraft_router_batch_size_count") else None,
             "abandoned_cost_usd": self.metrics.get("switchcraft_abandoned_cost_usd_total", 0.0),
             "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
+            "workers": self.config.get("workers", 1),
+            "overhead_mean_ms": 1e3 * self.metrics["switchcraft_gateway_overhead_seconds_sum"]
+            / self.metrics["switchcraft_gateway_overhead_seconds_count"]
+            if self.metrics.get("switchcraft_gateway_overhead_seconds_count") else None,  # what the gateway added
             "store_ms": self.store_ms,
         }
 
@@ -139,9 +147,10 @@ def to_markdown(result: GatewayBenchResult) -> str:
     max503 = "" if s["max_503_ms"] is None else f"{s['p50_503_ms']:.1f} / {s['p99_503_ms']:.1f} / {s['max_503_ms']:.1f}"
     batch = "" if s["mean_router_batch"] is None else f"{s['mean_router_batch']:.1f}"
     store = "" if not s["store_ms"] else f"{s['store_ms']['p50']:.2f} / {s['store_ms']['p99']:.2f}"
+    workers = f" of {s['workers']} workers" if s["workers"] > 1 else ""
     return "\n".join([
         f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, {kill}, "
-        f"{s['processes']} gateway process(es), state: {s['state']}",
+        f"{s['processes']} gateway process(es){workers}, state: {s['state']}",
         "",
         "| ok | failed (by status) | lost | fallbacks | abandoned calls | P50 ms | P95 ms | P99 ms | 503 P50 / P99 / max ms "
         "| req/s | breaker opens | 429 (with Retry-After) | mean router batch | store ms / request P50 / P99 |",
@@ -212,7 +221,8 @@ class Stack:
             port = free_port()
             log = work / f"gateway{i}.log"
             proc = spawn(serve_gateway, SERVING_YAML, [f"port={port}", f"upstream.pool={work / 'pool.yaml'}",
-                         "auth.keys_file=null", *router, *self.state_overrides, *self.cfg.overrides], env=env, log=log)
+                         "auth.keys_file=null", f"workers={self.cfg.workers}", *router, *self.state_overrides,
+                         *self.cfg.overrides], env=env, log=log)
             self.gateways.append((proc, port, log))
         for i in range(self.cfg.processes):
             self._wait_ready(i)
