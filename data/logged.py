@@ -11,6 +11,7 @@ reads the files it leaves, so `switchcraft learn` and anything else offline need
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -19,15 +20,25 @@ from data.pool import Pool
 from data.schema import Call, Example, Expected, Message, Output, Tool, Usage
 
 FILE = "decisions.sqlite"  # the log's current file; rotated ones are decisions.<unix ms>.sqlite
+# Several workers (`switchcraft serve --workers N`) each write their own: worker slot k decisions-<k>.sqlite, rotated
+# decisions-<k>.<unix ms>.sqlite. Every file of the folder is one log.
+NAME = re.compile(r"decisions(?:-(?P<slot>[0-9]+))?(?:\.(?P<ms>[0-9]+))?\.sqlite")
+
+
+def file_name(slot: int | None = None, ms: int | None = None) -> str:
+    """A log file's name: a lone process's (`slot` None) or a worker slot's, current (`ms` None) or rotated."""
+    return "decisions" + ("" if slot is None else f"-{slot}") + ("" if ms is None else f".{ms}") + ".sqlite"
 
 
 def log_files(folder: str | Path) -> list[Path]:
-    """The log's files, oldest first: rotated ones by their time, then the current one."""
+    """The log's files, oldest first: rotated ones by their time (every writer's), then the current ones."""
     folder = Path(folder)
     if folder.is_file():
         return [folder]
-    files = sorted(folder.glob("decisions.*.sqlite"))
-    return files + ([folder / FILE] if (folder / FILE).exists() else [])
+    named = [(m, p) for p in folder.glob("decisions*.sqlite") if (m := NAME.fullmatch(p.name))]
+    rotated = sorted((int(m["ms"]), p.name, p) for m, p in named if m["ms"] is not None)
+    current = sorted((-1 if m["slot"] is None else int(m["slot"]), p) for m, p in named if m["ms"] is None)
+    return [p for *_, p in rotated] + [p for _, p in current]
 
 
 def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:

@@ -26,6 +26,10 @@ streamed answers included. /metrics, /readyz details and GET /v1/admin/spend
 need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
 unexpected exception answers 500 with `connection: close` (serving/core/errors.py).
 
+`switchcraft serve --workers N` runs N such processes on one socket (`run_workers`, uvicorn's supervisor): each
+builds its own app (`worker_app`), they share the state store and the decision log's folder, their /metrics add
+up, and a router reload in one reaches every one (docs/serving.md, "Running N workers and replicas").
+
 This module is the wiring, above the three folders it joins (none of them imports another's wiring):
 `build_gateway` makes the parts (serving/gateway/parts.py
 `Gateway`) and `create_app` registers one handler per request kind on them:
@@ -38,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import socket
 import sqlite3
@@ -64,6 +69,7 @@ from serving.core.decision_log import DecisionLog
 from serving.core.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics
+from serving.gateway.overhead import Overhead
 from serving.gateway.parts import Gateway, ToolSelector
 from serving.core.record import Observer
 from serving.gateway.reload import RouterSlot, client_from
@@ -112,7 +118,8 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
     if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
         try:
-            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics))
+            replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
+            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
         except (OSError, sqlite3.Error) as e:
             raise ValueError(f"log.path {cfg.log.path}: the decision log cannot be written there "
                              f"({getattr(e, 'strerror', None) or e}); give a folder this process may write, or "
@@ -162,6 +169,7 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
               | {api.count_path: api.error_body for api in inbound_apis.apis() if api.count_path})
     app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
     app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
+    app.add_middleware(Overhead, metrics=gw.metrics)  # outermost: x-switchcraft-overhead-ms on every /v1 answer
     _routes(app, gw)
     mount_console(app, gw)  # /console: the operator's pages (serving/console/), admin keys only
     return app
@@ -216,7 +224,13 @@ def _lifespan(gw: Gateway, own_state: bool):
         if not gw.state.durable:
             log.warning(json.dumps({"event": "state", "store": "memory", "warning": IN_MEMORY}))
         hangup = _on_sighup(lambda: gw.slot.reload())
+        follower = None
+        if gw.slot.shared is not None:  # one of several workers: what the others reloaded, before serving and after
+            await gw.slot.catch_up()
+            follower = asyncio.get_running_loop().create_task(gw.slot.follow())
         yield
+        if follower is not None:
+            follower.cancel()
         if hangup:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         for o in reversed(gw.observers):  # flush what they hold (explorations in flight, then log records, spans)
@@ -227,6 +241,7 @@ def _lifespan(gw: Gateway, own_state: bool):
         await gw.budgets.aclose()  # charges still being written land first (bounded)
         if own_state:
             await gw.state.aclose()
+        gw.metrics.close()
 
     return lifespan
 
@@ -279,3 +294,84 @@ def run_served(cfg: ServingConfig, app: FastAPI, client: RouterClient, sock: soc
     configure_json_logging(cfg.log_level)  # uvicorn's and httpx's lines too
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     uvicorn.Server(uvicorn_config(app, cfg)).run(sockets=[sock or bind(cfg)])
+
+
+WORKER_APP = "serving.app:worker_app"  # what each worker process of `switchcraft serve --workers N` calls
+WORKER_ENV = "SWITCHCRAFT_SERVE_WORKER"  # {"config", "overrides", "run"}: what it builds, and the run's folder
+
+
+def serve_from(config: Path, overrides: list[str]) -> None:
+    """Serve as `switchcraft serve --config CONFIG OVERRIDES…` does (without its banner): one process, or
+    cfg.workers of them."""
+    from serving.gateway.config import load_serving_config
+
+    cfg = load_serving_config(config, overrides)
+    if cfg.workers > 1:
+        run_workers(config, overrides, cfg, bind(cfg))
+    else:
+        run_served(*load_served(config, overrides))
+
+
+def run_workers(config: Path, overrides: list[str], cfg: ServingConfig, sock: socket.socket) -> None:
+    """cfg.workers processes serving `sock`, under uvicorn's own supervisor (a worker that dies is replaced; SIGHUP
+    replaces each in turn; SIGTERM or SIGINT stops them all). Each builds the app from `config` and `overrides`
+    (`worker_app`) and loads the router itself. They share the state store and the decision log's folder (a file
+    each); their /metrics add up (prometheus_client's multiprocess mode, in a folder of this run's own) and a
+    router reload in one reaches them all (serving/gateway/reload.py SharedRouter, in the same folder).
+    ValueError when a worker could not start (its error is logged)."""
+    import shutil
+    import tempfile
+
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+
+    from serving.core.errors import configure_json_logging
+    from serving.gateway.server import uvicorn_config
+
+    configure_json_logging(cfg.log_level)
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    run = Path(tempfile.mkdtemp(prefix="switchcraft-workers-"))
+    (run / "metrics").mkdir()
+    before = {k: os.environ.get(k) for k in (WORKER_ENV, "PROMETHEUS_MULTIPROC_DIR")}
+    os.environ[WORKER_ENV] = json.dumps({"config": str(config), "overrides": list(overrides), "run": str(run)})
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(run / "metrics")  # read when each worker imports prometheus_client
+    try:
+        supervisor = Multiprocess(uvicorn_config(WORKER_APP, cfg), sockets=[sock])
+        supervisor.run()
+    finally:
+        for k, v in before.items():  # this process as it was (a test runs the CLI in its own process)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(run, ignore_errors=True)
+    if any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes):
+        raise ValueError("a gateway worker could not start (its error is logged above); nothing is served")
+
+
+def worker_app() -> FastAPI:
+    """One worker's app (uvicorn calls this in each worker process of `run_workers`): built as a lone gateway's
+    is, from the config and overrides the supervisor was given, with the shared router record. A config, router
+    or store that cannot be served is logged and the worker exits with uvicorn's startup-failure code, so the
+    supervisor stops rather than restarting it."""
+    import sys
+
+    from uvicorn.config import STARTUP_FAILURE
+
+    from data.errors import DataError
+    from serving.core.errors import configure_json_logging
+    from serving.core.state import StateUnavailable
+    from serving.gateway.reload import SharedRouter
+    from serving.gateway.server import WorkerH11Protocol
+
+    spec = json.loads(os.environ[WORKER_ENV])
+    configure_json_logging("info")
+    try:
+        cfg, app, _ = load_served(Path(spec["config"]), spec["overrides"])
+    except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
+        log.error(json.dumps({"event": "worker_failed", "pid": os.getpid(), "error": str(e)}))
+        sys.exit(STARTUP_FAILURE)
+    configure_json_logging(cfg.log_level)
+    WorkerH11Protocol.for_worker(cfg.header_timeout_s, app.state.metrics)
+    app.state.gateway.slot.shared = SharedRouter(Path(spec["run"]) / "router.json")
+    return app

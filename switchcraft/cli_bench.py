@@ -110,6 +110,8 @@ def bench_gateway(
     data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
     out: Path = typer.Option(Path("runs/bench_gateway.md"), "--out", "-o", help="Markdown table (+ .json)."),
     processes: int = typer.Option(1, "--processes", help="Gateway processes (requests round-robin across them)."),
+    workers: int = typer.Option(1, "--workers", help="Worker processes of each gateway on its one port (switchcraft "
+                                "serve --workers N; needs --state sqlite or redis)."),
     state: str = typer.Option("memory", "--state", help="Where limits and the ledger live: memory | sqlite | redis "
                               "(a real redis-server started for the run)."),
     overrides: list[str] = typer.Argument(None, help="Gateway config overrides key=value (e.g. upstream.timeout_s=1)."),
@@ -119,7 +121,8 @@ def bench_gateway(
     try:
         cfg = GatewayBenchConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
                                  kill=list(kill), kill_at=kill_at, kill_for_s=kill_for, max_seconds=max_seconds,
-                                 overrides=list(overrides or []), triton=triton, processes=processes, state=state)
+                                 overrides=list(overrides or []), triton=triton, processes=processes, state=state,
+                                 workers=workers)
         if not (router / "router.json").exists():
             raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
         result = run_gateway_bench(cfg)

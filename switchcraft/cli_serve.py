@@ -2,6 +2,7 @@
 
     switchcraft export runs/default/router --out runs/default/router_onnx --int8 --triton
     switchcraft serve --config configs/serving.yaml router.backend=triton-grpc router.triton_url=127.0.0.1:8001
+    switchcraft serve --workers 4 state.path=runs/gateway log.path=runs/gateway/log     # four processes, one port
     switchcraft gateway-key --id acme-support --tenant acme --role support --out keys.yaml
 
 Wiring: `register(app)` adds export, serve and gateway-key.
@@ -106,32 +107,53 @@ def serve(
     config: Path = typer.Option(Path("configs/serving.yaml"), "--config", "-c", help="Serving config."),
     host: str = typer.Option(None, help="Bind address (default: the config's host, 127.0.0.1)."),
     port: int = typer.Option(None, help="Port (default: the config's port, 8080)."),
+    workers: int = typer.Option(None, help="Gateway processes on the port (default: the config's workers, 1); above 1 "
+                                "they need a shared state store (state.path or state.redis_url)."),
+    replica: str = typer.Option(None, help="This gateway's name in the decision log (default: the host's name)."),
 ) -> None:
     """Load the router and the pool, then serve on cfg.host:cfg.port (127.0.0.1:8080 by default)."""
     from data.errors import DataError
-    from serving.app import UNAUTHENTICATED, bind, load_served, run_served
-    from serving.gateway.admin import missing_credentials
+    from data.pool import load_pool
+    from serving.app import UNAUTHENTICATED, bind, load_served, run_served, run_workers
+    from serving.core.auth import KeyStore
     from serving.core.state import StateUnavailable
+    from serving.gateway.admin import missing_credentials
+    from serving.gateway.config import load_serving_config
 
-    given = [*([f"host={host}"] if host else []), *([f"port={port}"] if port else [])]
+    given = [f"{k}={v}" for k, v in (("host", host), ("port", port), ("workers", workers), ("replica", replica))
+             if v is not None]
+    args = [*(overrides or []), *given]
     try:
-        cfg, app, client = load_served(config, [*(overrides or []), *given])
+        cfg = load_serving_config(config, args)
+        if cfg.workers == 1:
+            cfg, app, client = load_served(config, args)
+            pool, keys = app.state.gateway.pool, app.state.keys
+            router = f"router {client.version}, {client.backend.name}"
+        else:  # each worker loads the router itself (serving/app.py worker_app)
+            pool = load_pool(cfg.upstream.pool)
+            keys = KeyStore.from_settings(cfg.auth, pool.names)
+            router = f"{cfg.workers} workers, router {cfg.router.dir}, {cfg.router.backend}"
         sock = bind(cfg)
     except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
         fail(str(e))
     if cfg.auth.mode == "none":
         err.print("[bold red]WARNING:[/] " + UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}"), highlight=False)
-    missing = missing_credentials(app.state.gateway.pool)
+    missing = missing_credentials(pool)
     if missing:
         names = sorted(set(missing.values()))
-        err.print(f"[bold yellow]warning:[/] {len(missing)} of {len(app.state.gateway.pool.models)} pool models have "
+        err.print(f"[bold yellow]warning:[/] {len(missing)} of {len(pool.models)} pool models have "
                   f"no provider key; export {', '.join(names)} (the pool file's api_key_env) or they answer 502"
-                  + ("; /readyz is not ready until one has" if len(missing) == len(app.state.gateway.pool.models)
-                     else ""), highlight=False)
-    keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
-    console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
-                  f"{keys})", highlight=False)
-    run_served(cfg, app, client, sock)
+                  + ("; /readyz is not ready until one has" if len(missing) == len(pool.models) else ""),
+                  highlight=False)
+    described = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(keys.identities())} API keys"
+    console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} ({router}, {described})", highlight=False)
+    if cfg.workers == 1:
+        run_served(cfg, app, client, sock)
+        return
+    try:
+        run_workers(config, args, cfg, sock)
+    except ValueError as e:
+        fail(str(e))
 
 
 def gateway_key(

@@ -37,7 +37,9 @@ def spawn(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = N
           log: Path | None = None) -> multiprocessing.Process:
     """`target(*args)` (a module-level function) in a fresh interpreter: `env` its whole environment (default:
     this one's), stdout and stderr appended to `log` (default: discarded)."""
-    proc = multiprocessing.get_context("spawn").Process(target=_child, daemon=True,
+    # Not a daemon: a gateway with --workers starts processes of its own (a daemon may not); the benches stop
+    # theirs when they end (`stop`: terminate, then kill).
+    proc = multiprocessing.get_context("spawn").Process(target=_child, daemon=False,
                                                         args=(target, args, env, str(log) if log else None))
     proc.start()
     return proc
@@ -122,10 +124,10 @@ def _plain(x: Any) -> Any:
 
 
 def serve_gateway(config: Path, overrides: list[str]) -> None:
-    """The chat gateway, as `switchcraft serve --config CONFIG OVERRIDES…` runs it."""
-    from serving.app import load_served, run_served
+    """The chat gateway, as `switchcraft serve --config CONFIG OVERRIDES…` runs it (one process, or `workers=N`)."""
+    from serving.app import serve_from
 
-    run_served(*load_served(config, overrides))
+    serve_from(config, overrides)
 
 
 def serve_replay(pool_yaml: Path, outputs: Path, bfcl_v1: Path, port: int) -> None:

@@ -2,6 +2,7 @@
 
     switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
     switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
+    switchcraft bench gateway --workers 2 --state sqlite      # one `switchcraft serve --workers 2` (one port)
 
 A replay server per pool endpoint (recorded BFCL v1 answers; a killed one comes back on its port), the gateway as
 `switchcraft serve` in its own process(es), optionally Triton for the router; chat requests (`model: "router"`) at
@@ -55,6 +56,7 @@ class GatewayBenchConfig:
     triton: bool = False  # router_dir is a model repository: serve the router from a local tritonserver
     processes: int = 1  # gateway processes, requests round-robin across them
     state: str = "memory"  # memory | sqlite | redis: where limits and the ledger live
+    workers: int = 1  # worker processes of each gateway (`switchcraft serve --workers N`: one port)
 
     def __post_init__(self) -> None:
         if self.requests < 1 or self.concurrency < 1:
@@ -67,9 +69,11 @@ class GatewayBenchConfig:
             raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
         if not 1 <= self.processes <= 16:
             raise ValueError("--processes must be within [1, 16]")
-        if self.processes > 1 and self.state == "memory":
-            raise ValueError("--processes > 1 needs a shared store: --state sqlite or --state redis (memory would "
-                             "give each process its own limits)")
+        if not 1 <= self.workers <= 16:
+            raise ValueError("--workers must be within [1, 16]")
+        if (self.processes > 1 or self.workers > 1) and self.state == "memory":
+            raise ValueError("--processes or --workers > 1 needs a shared store: --state sqlite or --state redis "
+                             "(memory would give each process its own limits)")
 
 
 @dataclass
@@ -110,6 +114,10 @@ class GatewayBenchResult:
             "mean_router_batch": m.get("switchcraft_router_batch_size_sum", 0.0) / batches if batches else None,
             "abandoned_cost_usd": m.get("switchcraft_abandoned_cost_usd_total", 0.0),
             "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
+            "workers": self.config.get("workers", 1),
+            "overhead_mean_ms": 1e3 * self.metrics["switchcraft_gateway_overhead_seconds_sum"]
+            / self.metrics["switchcraft_gateway_overhead_seconds_count"]
+            if self.metrics.get("switchcraft_gateway_overhead_seconds_count") else None,  # what the gateway added
             "store_ms": self.store_ms,
         }
 
@@ -128,8 +136,10 @@ def to_markdown(result: GatewayBenchResult) -> str:
     row = [s["ok"], failed, s["lost"], s["fallbacks"], s["abandoned_calls"], f"{s['p50_ms']:.1f}", f"{s['p95_ms']:.1f}",
            f"{s['p99_ms']:.1f}", max503, f"{s['throughput_rps']:.1f}", f"{s['circuit_opens']:g}",
            f"{s['busy_429']} ({s['busy_429_with_retry_after']})", batch, store]
+    workers = f" of {s['workers']} workers" if s["workers"] > 1 else ""
     return "\n".join([f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, "
-                      f"{kill}, {s['processes']} gateway process(es), state: {s['state']}", "", *md_table(head, [row])])
+                      f"{kill}, {s['processes']} gateway process(es){workers}, state: {s['state']}", "",
+                      *md_table(head, [row])])
 
 
 def chat_body(example) -> dict:
@@ -190,7 +200,7 @@ class Stack:
         for i in range(cfg.processes):
             port = free_port()
             self.gateways.append((spawn(serve_gateway, SERVING_YAML, [
-                f"port={port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", *router,
+                f"port={port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", f"workers={cfg.workers}", *router,
                 *self.state_overrides, *cfg.overrides], env=env, log=work / f"gateway{i}.log"), work / f"gateway{i}.log"))
             self.urls.append(f"http://127.0.0.1:{port}")
         for (proc, log), url in zip(self.gateways, self.urls):

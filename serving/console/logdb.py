@@ -32,7 +32,7 @@ RANGES = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400, "all": N
 DEFAULT_RANGE = "7d"
 COLUMNS = {"requests": ("id", "ts", "request_id", "key_id", "router_version", "kind", "status", "example_id",
                         "routed", "chosen", "rule", "strategy", "verdict", "kinds", "answered_by", "cost_usd",
-                        "latency_ms", "stream", "request"),
+                        "latency_ms", "stream", "request", "overhead_ms", "replica"),
            "answers": ("id", "request_id", "model", "role", "outcome", "latency_ms", "cost_usd", "input_tokens",
                        "output_tokens", "calls", "raw", "decoder", "decode_error")}
 
@@ -83,6 +83,7 @@ class LogFile:
     first_request: int
     first_answer: int
     summary: bool
+    columns: frozenset[str]  # of its `requests` table: a file older than a column reads it as null
 
 
 class LogConnection(sqlite3.Connection):
@@ -110,8 +111,10 @@ def open_log(folder: str | Path, since: float = 0.0) -> Iterator[LogConnection]:
             req_lo = first_id(db, f"f{i}.requests", since) if since > 0 else 0
             ans_lo = first_answer_id(db, f"f{i}", req_lo) if req_lo > 0 else 0
             summary = db.execute(f"SELECT 1 FROM f{i}.sqlite_master WHERE name = 'summary'").fetchone() is not None
-            db.files.append(LogFile(f"f{i}", Path(path), req_lo, ans_lo, summary))
-            parts["requests"].append(f"SELECT {', '.join(COLUMNS['requests'])} FROM f{i}.requests "
+            columns = frozenset(r[1] for r in db.execute(f"PRAGMA f{i}.table_info(requests)"))
+            db.files.append(LogFile(f"f{i}", Path(path), req_lo, ans_lo, summary, columns))
+            selected = ", ".join(c if c in columns else f"NULL AS {c}" for c in COLUMNS["requests"])
+            parts["requests"].append(f"SELECT {selected} FROM f{i}.requests "
                                      f"WHERE id >= {int(req_lo)} AND ts >= {float(since)!r}")
             parts["answers"].append(f"SELECT {', '.join(COLUMNS['answers'])} FROM f{i}.answers "
                                     f"WHERE id >= {int(ans_lo)}")
@@ -162,7 +165,7 @@ def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_
     Whole hours of the range come from each file's summary, the partial hours at its edges (and every hour of a
     file without a summary, or with `raw_only`) from its rows, through the same SQL the writer used
     (`facet_sql`): the sums are those of the rows."""
-    from serving.core.decision_log import MEASURES, facet_sql
+    from serving.core.decision_log import MEASURES, NEEDS, facet_sql
 
     sums = ", ".join(f"SUM({m})" for m in MEASURES[:6])
     out: dict[str, dict[tuple, list]] = {name: {} for name in wanted}
@@ -178,7 +181,8 @@ def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_
                  f"strftime('{fmt}', hour * {HOUR}, 'unixepoch')" if fmt else "''")
             by = "1, 2, 3, 4" if fmt else "d1, d2, d3"  # without time: the summary's key order, no sort
             cond = f"({(where or {})[name]})" if name in (where or {}) else "1"
-            sources = [f"{facet_sql(name, f.schema, window=w)}" for w in spans if w[0] < w[1]]
+            readable = NEEDS.get(name, "id") in f.columns  # a file older than the facet's column has none of it
+            sources = [f"{facet_sql(name, f.schema, window=w)}" for w in spans if w[0] < w[1] and readable]
             queries = [f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM ({s}) WHERE {cond} GROUP BY {by}"
                        for s in sources]
             if hours is not None:

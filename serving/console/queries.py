@@ -170,11 +170,12 @@ def savings(db: LogConnection, pool: Pool, *, since: float, now: float, referenc
 # ------------------------------------------------------------------------------------------------- traffic
 
 def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = False) -> dict[str, Any]:
-    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests (overall
-    and per time bucket) and of upstream calls (per model); errors by status and failed calls by outcome; spend
-    per model (exploration's part apart) and per key and time bucket (the log's view of the range)."""
+    """Requests over time, by status, strategy and answering model; latency P50/P99 of whole requests and of the
+    gateway's own part of them (overall and per time bucket) and of upstream calls (per model); errors by status
+    and failed calls by outcome; spend per model (exploration's part apart) and per key and time bucket (the
+    log's view of the range)."""
     bucket = bucket_of(since, now)
-    f = facets(db, {"key": bucket, "mix": None, "rlat": bucket, "alat": None, "answer": None},
+    f = facets(db, {"key": bucket, "mix": None, "rlat": bucket, "olat": bucket, "alat": None, "answer": None},
                now=now, raw_only=raw_only)
     times: dict[str, list[int]] = {}
     key_spend_: dict[tuple[str, str], list] = {}
@@ -200,6 +201,12 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
         req_merged[int(b)] = req_merged.get(int(b), 0) + v[0]
         req_by_time.setdefault(g, []).append((int(b), v[0]))
     req = list(req_merged.items())
+    own_merged: dict[int, int] = {}
+    own_by_time: dict[str, list[tuple[int, int]]] = {}
+    for (g, b, _, _), v in f["olat"].items():
+        own_merged[int(b)] = own_merged.get(int(b), 0) + v[0]
+        own_by_time.setdefault(g, []).append((int(b), v[0]))
+    own = list(own_merged.items())
     model_spend: dict[str, list] = {}
     for (_, model, role, _), v in f["answer"].items():
         m = model_spend.setdefault(model, [0, 0.0, 0.0])
@@ -221,12 +228,15 @@ def traffic(db: LogConnection, *, since: float, now: float, raw_only: bool = Fal
     return {"requests": sum(r["requests"] for r in over_time), "over_time": over_time,
             "strategies": ranked(strategies), "models": ranked(models),
             "latency": {"request_p50_ms": quantile_of(req, 0.5), "request_p99_ms": quantile_of(req, 0.99),
-                        "upstream_p50_ms": quantile_of(every, 0.5), "upstream_p99_ms": quantile_of(every, 0.99)},
+                        "upstream_p50_ms": quantile_of(every, 0.5), "upstream_p99_ms": quantile_of(every, 0.99),
+                        "overhead_p50_ms": quantile_of(own, 0.5), "overhead_p99_ms": quantile_of(own, 0.99)},
             "upstream_latency": [{"model": m, "calls": sum(n for _, n in h), "p50_ms": quantile_of(h, 0.5),
                                   "p99_ms": quantile_of(h, 0.99)} for m, h in sorted(per.items())],
             "errors": [{"status": s, "requests": n} for s, n in sorted(errors.items(), key=lambda kv: (kv[0] is None, str(kv[0])))],
             "failed_calls": failed,
-            "latency_over_time": [{"group": g, "p50_ms": quantile_of(h, 0.5), "p99_ms": quantile_of(h, 0.99)}
+            "latency_over_time": [{"group": g, "p50_ms": quantile_of(h, 0.5), "p99_ms": quantile_of(h, 0.99),
+                                   "overhead_p50_ms": quantile_of(own_by_time.get(g, []), 0.5),
+                                   "overhead_p99_ms": quantile_of(own_by_time.get(g, []), 0.99)}
                                   for g, h in sorted(req_by_time.items())],
             "spend_per_model": [{"model": m, "calls": v[0], "usd": v[1], "explore_usd": v[2]}
                                 for m, v in sorted(model_spend.items(), key=lambda kv: -kv[1][1])],

@@ -158,6 +158,7 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
     lines += ["", "## Traffic", "", f"- requests: {t['requests']}",
               f"- request latency P50 / P99: {_ms(lat['request_p50_ms'])} / {_ms(lat['request_p99_ms'])}",
               f"- upstream call latency P50 / P99: {_ms(lat['upstream_p50_ms'])} / {_ms(lat['upstream_p99_ms'])}",
+              f"- gateway overhead P50 / P99: {_ms(lat['overhead_p50_ms'])} / {_ms(lat['overhead_p99_ms'])}",
               f"- strategies: {_pairs((m['name'], m['requests']) for m in t['strategies'])}",
               f"- answering models: {_pairs((m['name'], m['requests']) for m in t['models'])}",
               f"- errors by status: {_pairs((e['status'], e['requests']) for e in t['errors']) or 'none'}",
@@ -166,8 +167,9 @@ def markdown(n: dict[str, Any], charts_written: list[str]) -> str:
     lines += [f"| {m['model']} | {m['calls']} | {_ms(m['p50_ms'])} | {_ms(m['p99_ms'])} |" for m in t["upstream_latency"]]
     lines += ["", "| model | calls | spent | of which exploration |", "|---|---:|---:|---:|"]
     lines += [f"| {m['model']} | {m['calls']} | {_usd(m['usd'])} | {_usd(m['explore_usd'])} |" for m in t["spend_per_model"]]
-    lines += ["", "| time (UTC) | request P50 | request P99 |", "|---|---:|---:|"]
-    lines += [f"| {r['group']} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} |" for r in t["latency_over_time"]]
+    lines += ["", "| time (UTC) | request P50 | request P99 | overhead P50 | overhead P99 |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['group']} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {_ms(r['overhead_p50_ms'])} | "
+              f"{_ms(r['overhead_p99_ms'])} |" for r in t["latency_over_time"]]
     if "keys_today" in n:
         k = n["keys_today"]
         lines += ["", f"## Keys and budgets ({k['day']}, UTC)", "", "| key | calls | spent | limit / day | used |",

@@ -230,8 +230,10 @@ async def traffic_data(gw, params, since: float, now: float, labels: QualityCach
                                                      title="strategy (the top 10, then the rest)", unit="requests"))
         lat = t["latency_over_time"]
         out["chart_latency"] = Markup(charts.columns([r["group"] for r in lat], {
-            "P50": [r["p50_ms"] or 0.0 for r in lat], "P99": [r["p99_ms"] or 0.0 for r in lat]},
-            title="request latency over time", unit="ms"))
+            "P50": [r["p50_ms"] or 0.0 for r in lat], "P99": [r["p99_ms"] or 0.0 for r in lat],
+            "gateway P50": [r["overhead_p50_ms"] or 0.0 for r in lat],
+            "gateway P99": [r["overhead_p99_ms"] or 0.0 for r in lat]},
+            title="request latency over time, and the gateway's own part of it", unit="ms"))
         days = sorted({r["group"] for r in t["spend_per_key"]})
         keys = sorted({r["key"] for r in t["spend_per_key"]})
         cell = {(r["group"], r["key"]): r["usd"] for r in t["spend_per_key"]}

@@ -4,14 +4,18 @@
     log(served)                                              # queued, never blocking; written by a background task
     requests, answers = read_log("runs/gateway/log")         # data/logged.py: every file, oldest first
 
-One SQLite file (`decisions.sqlite`) under `log.path`, two tables:
+One SQLite file (`decisions.sqlite`) under `log.path` per writing process (several workers: one each,
+`decisions-<k>.sqlite`; data/logged.py reads the folder's files as one log), two tables:
 - `requests`: time, request id, key id, router version, the decision's chosen model and rule, the strategy,
   its agreement verdict and disagreement kinds, the answering model, cost, latency, status, the caller's
   `metadata.example_id` (a benchmark query with known answers: what truth-scoring needs), the API the caller
   spoke (`api`: chat, messages, responses), its agent session (`session`, serving/gateway/sessions.py), why the
   key's limits refused it (`refused`: budget | budget_held | rate_limit | state_unavailable, `:extension` when
   a further call's hold was refused: then the status says whether an answer in hand still went back; a request
-  refused before it was planned is a row with only this, its key, status and time), and, only with
+  refused before it was planned is a row with only this, its key, status and time), the gateway's own time
+  (`overhead_ms`: latency less the time spent waiting on upstream calls; a passed-through stream's row is
+  written when the stream ends, with the whole stream's, while its `latency_ms` is to the first byte), the
+  process that served it (`replica`: host:pid, or the `replica` setting's name:pid), and, only with
   `log.requests: true`, the request itself (messages and tools: what retraining the router needs);
 - `answers`: one row per model answer of a request: model, role (first, tie_breaker, escalate, fallback,
   explore), outcome, latency, cost, token usage, the decoded calls (JSON), the raw answer, decode error.
@@ -33,14 +37,16 @@ writer opens it; rotated files written before it have none, and the console read
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
-from data.logged import FILE, log_files
+from data.logged import file_name, log_files
 
 import anyio
 
@@ -52,7 +58,7 @@ CREATE TABLE IF NOT EXISTS requests (
   id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, request_id TEXT NOT NULL, key_id TEXT,
   router_version TEXT, kind TEXT NOT NULL, status INTEGER, example_id TEXT, routed INTEGER, chosen TEXT,
   rule TEXT, strategy TEXT, verdict TEXT, kinds TEXT, answered_by TEXT, cost_usd REAL, latency_ms REAL,
-  stream INTEGER, request TEXT, api TEXT, session TEXT, refused TEXT);
+  stream INTEGER, request TEXT, api TEXT, session TEXT, refused TEXT, overhead_ms REAL, replica TEXT);
 CREATE INDEX IF NOT EXISTS requests_rid ON requests (request_id);
 CREATE TABLE IF NOT EXISTS answers (
   id INTEGER PRIMARY KEY AUTOINCREMENT, request_id TEXT NOT NULL, model TEXT NOT NULL, role TEXT NOT NULL,
@@ -82,7 +88,7 @@ def _c(expr: str) -> str:
 
 # name -> (rows: "r" a served request | "a" an answer of one, extra FROM, condition, dimensions, measures s1..s5,
 # lo, hi). What each view reads: key (savings, requests over time), mix (strategy, model, status), version
-# (router versions), verdict and kind (cascades), rlat / alat (request / upstream latency histograms), answer
+# (router versions), verdict and kind (cascades), rlat / alat / olat (request / upstream latency / the gateway's overhead histograms), answer
 # (per model, role and outcome: spend, output tokens, latency; exploration; failed calls).
 FACETS: dict[str, tuple] = {
     "key": ("r", "", "1", (_c("r.key_id"), _c("r.status"), "''"),
@@ -101,7 +107,13 @@ FACETS: dict[str, tuple] = {
                 "COALESCE(SUM(a.latency_ms), 0)", "COUNT(a.latency_ms)"), "0", "0"),
     "alat": ("a", "", "a.outcome = 'ok' AND a.role != 'explore' AND a.latency_ms IS NOT NULL",
              ("a.model", _BUCKET.format("a.latency_ms"), "''"), ("0",) * 5, "0", "0"),
+    "olat": ("r", "", "r.status = 200 AND r.overhead_ms IS NOT NULL", (_BUCKET.format("r.overhead_ms"), "''", "''"),
+             ("0",) * 5, "0", "0"),
 }
+# Columns added to `requests` after its first version, with their types: an older file gets them when the writer
+# opens it (its rows: null), and a reader of a file without one reads null (a facet over one is skipped there).
+ADDED = {"api": "TEXT", "session": "TEXT", "refused": "TEXT", "overhead_ms": "REAL", "replica": "TEXT"}
+NEEDS = {"olat": "overhead_ms"}  # facet -> the added column it reads
 FIRST_ROW = "r.id = (SELECT MIN(q.id) FROM {s}.requests q WHERE q.request_id = r.request_id)"
 
 
@@ -157,7 +169,7 @@ def request_row(served: Served, keep_request: bool, kind: str = "served") -> dic
             "answered_by": run.returned.model if run is not None and run.returned is not None else None,
             "cost_usd": served.cost_usd, "latency_ms": served.duration_ms, "stream": int(served.stream),
             "request": request, "api": meta.get("api", "chat"), "session": (meta.get("session") or {}).get("id"),
-            "refused": _refused(meta.get("refused"))}
+            "refused": _refused(meta.get("refused")), "overhead_ms": served.overhead_ms}
 
 
 def _refused(refused: dict | None) -> str | None:
@@ -187,13 +199,17 @@ def answer_rows(request_id: str, calls: list) -> list[dict[str, Any]]:
 
 class DecisionLog:
     """An observer that appends each served request to the log; `answers(request_id, calls)` adds more answers
-    to a logged request (exploration)."""
+    to a logged request (exploration). `replica` tags every row it writes (who served it: host:pid); `shared`:
+    one of several processes writing this folder (workers), so it writes a file of its own, decisions-<k>.sqlite,
+    slot k being the first no live process holds (a lock file per slot, released when its process ends)."""
 
     def __init__(self, folder: str | Path, *, keep_requests: bool = False, max_mb: float = 256.0, keep: int = 4,
-                 queue: int = 10_000, metrics=None) -> None:
+                 queue: int = 10_000, metrics=None, replica: str | None = None, shared: bool = False) -> None:
         self.folder, self.keep_requests = Path(folder), keep_requests
-        self.max_bytes, self.keep, self.metrics = int(max_mb * 2**20), keep, metrics
+        self.max_bytes, self.keep, self.metrics, self.replica = int(max_mb * 2**20), keep, metrics, replica
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.slot, self.lock = claim_slot(self.folder) if shared else (None, None)
+        self.path = self.folder / file_name(self.slot)
         self.db = self._open()
         self.queue: asyncio.Queue | None = None
         self.queue_size = queue
@@ -201,19 +217,19 @@ class DecisionLog:
         self.written = 0
 
     @classmethod
-    def from_settings(cls, settings, metrics=None) -> DecisionLog:
+    def from_settings(cls, settings, metrics=None, *, replica: str | None = None, shared: bool = False) -> DecisionLog:
         return cls(settings.path, keep_requests=settings.requests, max_mb=settings.max_mb, keep=settings.keep,
-                   queue=settings.queue, metrics=metrics)
+                   queue=settings.queue, metrics=metrics, replica=replica, shared=shared)
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.folder / FILE, check_same_thread=False, isolation_level=None)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(SCHEMA)
         have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
-        for column in ("api", "session", "refused"):  # a log written before these columns: add them (rows: null)
+        for column, kind in ADDED.items():  # a log written before these columns: add them (rows: null)
             if column not in have:
-                db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT")
+                db.execute(f"ALTER TABLE requests ADD COLUMN {column} {kind}")
         if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'summary'").fetchone() is None:
             started = time.monotonic()  # a file from before the summary: built once, from every row it holds
             with db:
@@ -222,14 +238,20 @@ class DecisionLog:
                 add_to_summary(db)
             rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
             if rows:
-                log.info(json.dumps({"event": "decision_log_summary_built", "file": str(self.folder / FILE),
+                log.info(json.dumps({"event": "decision_log_summary_built", "file": str(self.path),
                                      "requests": rows, "seconds": round(time.monotonic() - started, 3)}))
         return db
 
     def __call__(self, served: Served) -> None:
-        record = ("request", request_row(served, self.keep_requests),
-                  answer_rows(served.request_id, served.run.calls if served.run is not None else []))
-        self._put(record)
+        if served.open_stream:  # a passed-through stream is written when it ends (`ended`): its whole overhead
+            return
+        row = request_row(served, self.keep_requests)
+        row["replica"] = self.replica
+        self._put(("request", row, answer_rows(served.request_id, served.run.calls if served.run is not None else [])))
+
+    def ended(self, served: Served) -> None:
+        """A passed-through stream, now ended (serving/core/record.py notify_ended)."""
+        self(served)
 
     def answers(self, request_id: str, calls: list) -> None:
         self._put(("answers", None, answer_rows(request_id, calls)))
@@ -283,15 +305,15 @@ class DecisionLog:
     _write = write
 
     def _rotate_if_full(self) -> None:
-        path, wal = self.folder / FILE, self.folder / (FILE + "-wal")
+        path, wal = self.path, self.path.with_name(self.path.name + "-wal")
         size = path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)  # WAL mode: new rows sit in -wal
         if size < self.max_bytes:
             return
         self.db.close()
-        path.rename(self.folder / f"decisions.{int(time.time() * 1e3)}.sqlite")
+        path.rename(self.folder / file_name(self.slot, int(time.time() * 1e3)))
         for extra in ("-wal", "-shm"):
-            (self.folder / (FILE + extra)).unlink(missing_ok=True)
-        rotated = sorted(self.folder.glob("decisions.*.sqlite"))
+            path.with_name(path.name + extra).unlink(missing_ok=True)
+        rotated = sorted(self.folder.glob(self.path.stem + ".*.sqlite"))  # this writer's own
         for old in rotated[: max(0, len(rotated) - self.keep)]:
             old.unlink()
         self.db = self._open()
@@ -306,12 +328,33 @@ class DecisionLog:
         if self.writer is not None:
             self.writer.cancel()
         self.db.close()
+        if self.lock is not None:  # the slot is free for the next worker
+            os.close(self.lock)
+            self.lock = None
 
     def answer_counts(self) -> dict[str, int]:
         """Logged answers per model, every file (a new model is explored until it has enough)."""
         counts: dict[str, int] = {}
-        for path in log_files(self.folder):
-            db = self.db if path.name == FILE else sqlite3.connect(path)
-            for model, n in db.execute("SELECT model, COUNT(*) FROM answers WHERE outcome = 'ok' GROUP BY model"):
-                counts[model] = counts.get(model, 0) + n
+        for path in log_files(self.folder):  # every writer's files: the whole log
+            db = self.db if path == self.path else sqlite3.connect(path)
+            try:
+                for model, n in db.execute("SELECT model, COUNT(*) FROM answers WHERE outcome = 'ok' GROUP BY model"):
+                    counts[model] = counts.get(model, 0) + n
+            finally:
+                if db is not self.db:
+                    db.close()
         return counts
+
+
+def claim_slot(folder: Path) -> tuple[int, int]:
+    """(k, the open lock file) of the first worker slot of `folder` that no live process holds: an exclusive flock
+    on .decisions-<k>.lock, held while the file stays open (the kernel lets go when the process ends)."""
+    for k in range(1024):
+        fd = os.open(folder / f".decisions-{k}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return k, fd
+    raise OSError(f"{folder}: 1024 decision-log writers hold a slot already")

@@ -3,9 +3,17 @@
     metrics = GatewayMetrics()
     metrics.decisions.labels(model="gpt-4o-mini-2024-07-18", rule="cheapest_confident").inc()
     metrics.render()            # text exposition for GET /metrics
+
+Several worker processes (`switchcraft serve --workers N`) keep their values in prometheus_client's multiprocess
+mode (`PROMETHEUS_MULTIPROC_DIR`, set before the workers start): each writes its own files there and `render`
+reads every process's through `MultiProcessCollector`, so one worker's /metrics adds up all of them (counters
+and histograms summed; the queue gauge summed over the live workers, breaker and exploration gauges their
+maximum).
 """
 
 from __future__ import annotations
+
+import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -14,6 +22,8 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
+    values,
 )
 
 # Routing is milliseconds; upstream calls are seconds. One bucket set each.
@@ -22,18 +32,25 @@ UPSTREAM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 8)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 COST_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 0.01, 0.03, 0.1)
+OVERHEAD_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
 class GatewayMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
+        # The values live in files shared by the workers when prometheus_client was imported in multiprocess mode.
+        self.multiprocess = values.ValueClass is not values.MutexValue
         r = self.registry = CollectorRegistry()
         self.requests = Counter("switchcraft_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
         self.decisions = Counter("switchcraft_decisions", "Routing decisions by chosen model and rule", ["model", "rule"], registry=r)
         self.fallbacks = Counter("switchcraft_fallbacks", "Upstream failures that moved to the next model",
                                  ["from_model", "reason"], registry=r)
         self.upstream_errors = Counter("switchcraft_upstream_errors", "Failed upstream attempts", ["model", "reason"], registry=r)
+        self.overhead = Histogram("switchcraft_gateway_overhead_seconds", "The gateway's own time per /v1 answer: "
+                                  "its wall time less the time spent waiting on upstream calls (routing, tool "
+                                  "routing, translation, admission, state store)", ["endpoint"],
+                                  buckets=OVERHEAD_BUCKETS, registry=r)
         self.routing_latency = Histogram("switchcraft_routing_latency_seconds", "Packing + router graph + policy",
                                          buckets=ROUTING_BUCKETS, registry=r)
         # The routing micro-batcher (serving/gateway/batcher.py).
@@ -42,7 +59,7 @@ class GatewayMetrics:
         self.router_queue_wait = Histogram("switchcraft_router_queue_wait_seconds", "From admission (packing "
                                            "included) until the call's batch starts", buckets=ROUTING_BUCKETS, registry=r)
         self.router_queue = Gauge("switchcraft_router_queue", "Routing calls admitted and not yet answered "
-                                  "(at most router.max_queue)", registry=r)
+                                  "(at most router.max_queue)", registry=r, multiprocess_mode="livesum")
         self.router_busy = Counter("switchcraft_router_busy", "Requests refused with 429 router_busy: "
                                    "router.max_queue calls were already admitted", registry=r)
         self.router_unavailable = Counter("switchcraft_router_unavailable", "Requests answered 503 router_unavailable: "
@@ -96,12 +113,14 @@ class GatewayMetrics:
                                       "ended, retried in the background, by outcome (settled | gave_up)",
                                       ["outcome"], registry=r)
         self.explore_below_target = Gauge("switchcraft_explore_models_below_target", "Explored pool models with "
-                                          "fewer logged answers than explore.min_answers", registry=r)
+                                          "fewer logged answers than explore.min_answers", registry=r,
+                                          multiprocess_mode="livemax")
         self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed | refused)",
                                       ["outcome"], registry=r)
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
-                                   "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r)
+                                   "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r,
+                                   multiprocess_mode="livemax")
         self.circuit_opens = Counter("switchcraft_circuit_opens", "Times an endpoint's breaker opened", ["endpoint"],
                                      registry=r)
         self.circuit_skips = Counter("switchcraft_circuit_skips", "Calls not sent because the endpoint's breaker was "
@@ -122,4 +141,13 @@ class GatewayMetrics:
                                              "no calls until its Retry-After has passed", ["endpoint"], registry=r)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        every = CollectorRegistry()  # every worker's values, read from their files
+        multiprocess.MultiProcessCollector(every)
+        return generate_latest(every)
+
+    def close(self) -> None:
+        """This process stops: its live gauges leave the sum (its counters stay: they were counted)."""
+        if self.multiprocess:
+            multiprocess.mark_process_dead(os.getpid())

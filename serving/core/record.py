@@ -3,6 +3,7 @@
     served = Served(request_id=rid, key_id="acme", ...)     # built by serving/gateway/chat.py once a chat request ends
     for observe in observers:                              # the decision log, exploration, traces
         observe(served)                                    # must not block: queue or schedule the work
+    notify_ended(observers, served, log)                   # a passed-through stream's end (served.open_stream)
 
 Observers get the request as the gateway parsed it (`messages`, `tools`), the
 caller's body (`body`, after tool routing), the decision and strategy trace
@@ -39,6 +40,12 @@ class Served:
     # The pool models the key and the request allow (None: every one). Whatever observes the request and calls
     # more models (exploration) calls only these: a key restricted to some providers is a data policy.
     allowed_models: frozenset[str] | None = None
+    # The gateway's own time: duration_ms less the time spent waiting on upstream calls (a stream's: its whole
+    # relay once it has ended). None where it was not measured.
+    overhead_ms: float | None = None
+    # A passed-through stream still running when observed: observers with an `ended(served)` method see it
+    # again, completed, when the stream ends (`notify_ended`).
+    open_stream: bool = False
 
     @property
     def example_id(self) -> str | None:
@@ -52,7 +59,7 @@ class Served:
         return sum(c.usd for c in self.charges)
 
 
-Observer = Callable[[Served], None]
+Observer = Callable[[Served], None]  # and optionally `ended(served)`: a passed-through stream, once it has ended
 
 
 def notify(observers: list[Observer], served: Served, log) -> None:
@@ -65,3 +72,8 @@ def notify(observers: list[Observer], served: Served, log) -> None:
         except Exception as e:  # noqa: BLE001 - an observer must never break serving
             log.error(json.dumps({"event": "observer_failed", "observer": type(observe).__name__,
                                   "request_id": served.request_id, "error": type(e).__name__}))
+
+
+def notify_ended(observers: list[Observer], served: Served, log) -> None:
+    """The observers that wait for a passed-through stream's end (an `ended` method) see it, completed."""
+    notify([o.ended for o in observers if hasattr(o, "ended")], served, log)

@@ -44,8 +44,9 @@ from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charge
 from serving.gateway.cascade import CallRecord, CascadeRequest, Run
 from serving.core.errors import GatewayError, error_response
 from serving.gateway.fairshare import CALLER
+from serving.gateway.overhead import CLOCK, Clock
 from serving.gateway.parts import Gateway
-from serving.core.record import Served, notify
+from serving.core.record import Served, notify, notify_ended
 from serving.gateway.requests import check_chat_fields, model_mode
 from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
@@ -104,6 +105,7 @@ class Pending:
     hold: Hold | None = None  # the hold's stages: what the run's further calls extend it by
     api: Api = field(default_factory=Api)  # the API the caller speaks (Chat Completions unless translated)
     session: Session | None = None  # the agent session the request is a turn of
+    clock: Clock = field(default_factory=Clock)  # its upstream waits: what the gateway itself added (overhead.py)
 
 
 CHAT = openai_chat.API
@@ -126,7 +128,8 @@ def handler(gw: Gateway, api: Api):
 async def serve(gw: Gateway, request: Request, api: Api) -> Response:
     """Every step below, in order, for a request in `api`; an error at any step answers with what it knows, in
     `api`'s error shape. Only chat passes an upstream's stream through; the others run the strategy whole."""
-    at = Pending(request_id(request), time.perf_counter(), time.time(), api=api)
+    clock = CLOCK.get() or Clock()  # set by the Overhead middleware when the request came through the app
+    at = Pending(request_id(request), clock.started, time.time(), api=api, clock=clock)
     inbound: Inbound | None = None
     try:
         key = request.headers.get(api.key_header) if api.key_header else None
@@ -288,18 +291,19 @@ def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], heade
               stream=at.stream, n_messages=len(p.body["messages"]), n_tools=len(p.body.get("tools") or []),
               **({"catalog_version": tooling["catalog_version"], "n_exposed": len(tooling["exposed"])}
                  if tooling is not None else {}))
-    observe(gw, at, 200, run_, charged)
     answer = run_.returned.answer
+    served = observe(gw, at, 200, run_, charged, open_stream=at.stream and answer is None and at.api.reply is None)
     if at.api.reply is not None:
         return at.api.reply(Reply(answer.body, run_.returned.model, meta, charged, headers, at.stream,
                                   caller_body or {}, at.rid))
     if at.stream and answer is None:
         settle_stream = StreamCharge(gw.budgets, gw.pool, gw.cfg.state, at.ident, at.res, charged, run_.returned,
                                      at.rid, p.payloads.get(run_.returned.model, {}), response=out.upstream.response)
-        events = sse_passthrough(out.upstream, meta, p.asked.tools, on_end=settle_stream,
-                                 keep_usage=wants_usage(p.body))
+        on_end, ensure = stream_end(gw, at.clock, served, settle_stream)
+        events = sse_passthrough(out.upstream, meta, p.asked.tools, on_end=on_end,
+                                 keep_usage=wants_usage(p.body), clock=at.clock)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers,
-                                 background=BackgroundTask(settle_stream.ensure))
+                                 background=BackgroundTask(ensure))
     if at.stream:
         return StreamingResponse(json_as_sse(answer.body, run_.returned.model, meta), media_type="text/event-stream",
                                  headers=headers)
@@ -349,19 +353,45 @@ def cost_headers(charged: list[Charge]) -> dict[str, str]:
 
 
 def observe(gw: Gateway, at: Pending, status: int, run_: Run | None, charged: list[Charge],
-            error: str | None = None, *, key_id: str | None = None, meta: dict | None = None) -> None:
+            error: str | None = None, *, key_id: str | None = None, meta: dict | None = None,
+            open_stream: bool = False) -> Served | None:
     """The decision log, exploration and traces see the request (none of them blocks it); a request refused
-    before it was planned is seen without a body."""
-    if gw.observers:
-        p, key_id = at.plan, at.ident.key_id if at.ident else key_id
-        if p is None:
-            served = Served(at.rid, key_id, at.arrived, (time.perf_counter() - at.started) * 1e3, status,
-                            gw.slot.client.version, at.stream, meta=meta or {}, error=error)
-        else:
-            served = Served(at.rid, key_id, at.arrived, (time.perf_counter() - at.started) * 1e3, status,
-                            gw.slot.client.version, at.stream, p.body, p.asked.messages, p.asked.tools, p.meta,
-                            run_, charged, error, allowed_models=p.asked.allowed)
-        notify(gw.observers, served, log)
+    before it was planned is seen without a body. `open_stream`: a passed-through stream, seen again when it
+    ends (`stream_end`)."""
+    if not gw.observers:
+        return None
+    p, key_id = at.plan, at.ident.key_id if at.ident else key_id
+    now = time.perf_counter()
+    took, version = (now - at.started) * 1e3, gw.slot.client.version
+    if p is None:
+        served = Served(at.rid, key_id, at.arrived, took, status, version, at.stream, meta=meta or {}, error=error)
+    else:
+        served = Served(at.rid, key_id, at.arrived, took, status, version, at.stream, p.body, p.asked.messages,
+                        p.asked.tools, p.meta, run_, charged, error, allowed_models=p.asked.allowed)
+    served.overhead_ms, served.open_stream = at.clock.overhead_ms(now), open_stream
+    notify(gw.observers, served, log)
+    return served
+
+
+def stream_end(gw: Gateway, clock: Clock, served: Served | None, charge: StreamCharge):
+    """(on_end, ensure) of a passed-through stream: its charge (serving/core/budget.py StreamCharge), then the
+    observers waiting for its end see it with the whole stream's overhead."""
+
+    def ended() -> None:
+        if served is not None and served.open_stream:
+            served.overhead_ms, served.open_stream = clock.overhead_ms(), False
+            notify_ended(gw.observers, served, log)
+
+    async def on_end(usage: dict | None, output_bytes: int, *, abandoned: bool = False) -> list[Charge]:
+        charged = await charge(usage, output_bytes, abandoned=abandoned)
+        ended()
+        return charged
+
+    async def ensure() -> None:
+        await charge.ensure()
+        ended()
+
+    return on_end, ensure
 
 
 # Refusals of the key's limits and money (serving/core/budget.py), and the store's outage for keys with limits.

@@ -218,6 +218,12 @@ class ServingConfig(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    workers: int = Field(default=1, ge=1, le=64, description="Gateway processes serving host:port (uvicorn's "
+                         "workers, each with the router loaded); above 1 they share the state store and each "
+                         "writes its own decision-log file, so state.path or state.redis_url must be set.")
+    replica: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="This gateway's "
+                                "name in the decision log (`replica`: name:pid of the process that served a "
+                                "request); null: the host's name.")
     router: RouterSettings = Field(default_factory=RouterSettings)
     upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
     max_body_bytes: int = Field(default=2_000_000, ge=1024, description="Larger request bodies get 413.")
@@ -251,6 +257,14 @@ class ServingConfig(BaseModel):
                                     "'router', 'router-<τ>' or a pool model, on /v1/messages and /v1/responses: "
                                     "what an agent client asks for by its own default names (first match wins; a "
                                     "pool model's name is never aliased; {} for none). serving/gateway/apis/models.py")
+
+    @model_validator(mode="after")
+    def _workers_share_state(self) -> ServingConfig:
+        if self.workers > 1 and not self.state.path and not self.state.redis_url:
+            raise ValueError(f"workers: {self.workers} workers with state.path and state.redis_url null would each "
+                             "keep their own limits and spend in memory; set state.path (a SQLite folder the "
+                             "workers share) or state.redis_url, or serve with --workers 1")
+        return self
 
 
 def load_serving_config(path: str | Path = DEFAULT_CONFIG, overrides: list[str] | None = None) -> ServingConfig:

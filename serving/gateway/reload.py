@@ -9,6 +9,12 @@ to pool models, then swaps:
 requests that arrive after the swap route with the new router, those already queued finish with the old one
 (its batcher drains before it is closed). A directory that fails to load changes nothing (the error is the
 answer). Every decision carries `router_version`, and the decision log keeps it per request.
+
+Several workers (`switchcraft serve --workers N`): a reload reaches one of them, so the slot also has a
+`SharedRouter`, a small file in the serving run's own folder naming the directory last reloaded. The worker that
+reloaded writes it; every worker reads it once a second (`follow`) and, when another worker wrote it since,
+loads that directory too (the learn verdict was checked where the reload was asked). A worker that starts later
+(uvicorn replaces one that died) loads it before it serves.
 """
 
 from __future__ import annotations
@@ -19,7 +25,9 @@ import ctypes.util
 import gc
 import json
 import logging
+import os
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -79,6 +87,31 @@ def check_models(client: RouterClient, pool_names: list[str]) -> None:
         raise ValueError(f"the router routes to {unknown}, which the pool file does not list; add them to the pool")
 
 
+class SharedRouter:
+    """The router directory the workers of one serving run serve: `path` holds {"dir", "id"} of the last reload in
+    any of them (written whole: a new file renamed over it); `changed` says a directory to load when the file
+    names a reload this worker has not seen."""
+
+    def __init__(self, path: str | Path, every_s: float = 1.0) -> None:
+        self.path, self.every_s, self.seen = Path(path), every_s, None
+
+    def publish(self, where: str) -> None:
+        self.seen = uuid.uuid4().hex
+        new = self.path.with_name(f"{self.path.name}.{os.getpid()}")
+        new.write_text(json.dumps({"dir": where, "id": self.seen}))
+        os.replace(new, self.path)
+
+    def changed(self) -> str | None:
+        try:
+            record = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        if record["id"] == self.seen:
+            return None
+        self.seen = record["id"]
+        return record["dir"]
+
+
 class RouterSlot:
     """The router in service and its batcher. Routers are loaded in one thread of the slot's and run in another:
     glibc gives each thread that allocates its own arena and keeps what is freed there, so a router loaded and run
@@ -99,11 +132,13 @@ class RouterSlot:
         self.draining: set[asyncio.Task] = set()
         self.loaded_from = default_dir
         self.loaded: RouterClient | None = None  # a client this slot loaded (closed when replaced); not the first
+        self.shared: SharedRouter | None = None  # several workers: the reloads they share
 
-    async def reload(self, path: str | None = None, *, force: bool = False) -> dict:
+    async def reload(self, path: str | None = None, *, force: bool = False, publish: bool = True) -> dict:
         """Serve the router in `path` (default: the configured router.dir) from now on; ValueError /
         FileNotFoundError (nothing changed) when it cannot be served, RolloutRefused when `switchcraft learn` said
-        to keep the router in service (router.json `rollout`) and `force` is not given."""
+        to keep the router in service (router.json `rollout`) and `force` is not given. `publish`: tell the other
+        workers (when there are: `shared`)."""
         path = path or self.default_dir
         if not path:
             raise ValueError("no router directory to reload: give {\"dir\": …}")
@@ -131,10 +166,28 @@ class RouterSlot:
             self.draining.add(task)
             task.add_done_callback(self.draining.discard)
             self.metrics.router_reloads.labels(outcome="ok").inc()
+            if self.shared is not None and publish:
+                self.shared.publish(str(path))
             out = {"router_version": new.version, "previous_version": old_client.version, "dir": str(path),
                    "load_ms": round((time.perf_counter() - t0) * 1e3, 1)}
             log.info(json.dumps({"event": "router_reload", "ok": True, **out}))
             return out
+
+    async def catch_up(self) -> None:
+        """Load the router another worker reloaded since this one last looked (a failure is logged and counted by
+        `reload`; this worker keeps its router)."""
+        where = self.shared.changed() if self.shared is not None else None
+        if where is not None:
+            try:
+                await self.reload(where, force=True, publish=False)
+            except ValueError:
+                pass
+
+    async def follow(self) -> None:
+        """`catch_up` every `shared.every_s`, until cancelled (the app's shutdown)."""
+        while True:
+            await asyncio.sleep(self.shared.every_s)
+            await self.catch_up()
 
     async def _drain(self, batcher, owned: RouterClient | None) -> None:
         """The old router finishes what it admitted, then closes (the client too, when this slot loaded it; the

@@ -2,6 +2,7 @@
 
     config = uvicorn_config(app, cfg)            # switchcraft serve; the tests run the same config on loopback
     uvicorn.Server(config).run()
+    Multiprocess(uvicorn_config("serving.app:worker_app", cfg), sockets=[sock]).run()   # cfg.workers > 1
 
 uvicorn times out only idle keep-alive connections: a client that connects and
 sends nothing, or sends its headers a byte at a time, holds its connection (and
@@ -86,8 +87,24 @@ def protocol_for(header_timeout_s: float, metrics=None) -> type[DeadlineH11Proto
     return type("GatewayH11Protocol", (DeadlineH11Protocol,), {"header_timeout_s": header_timeout_s, "metrics": metrics})
 
 
+class WorkerH11Protocol(DeadlineH11Protocol):
+    """The protocol of each worker of `switchcraft serve --workers N`: uvicorn hands its config to the worker
+    processes by pickling it, so the class is one importable by name, not made per config; the worker's app factory
+    sets its deadline and metrics (`for_worker`)."""
+
+    @classmethod
+    def for_worker(cls, header_timeout_s: float, metrics) -> None:
+        cls.header_timeout_s, cls.metrics = header_timeout_s, metrics
+
+
 def uvicorn_config(app, cfg, **overrides) -> uvicorn.Config:
-    """The uvicorn config `switchcraft serve` runs: cfg.host/port, the header deadline, JSON logging kept."""
-    kwargs = {"host": cfg.host, "port": cfg.port, "log_level": "warning", "access_log": False, "log_config": None,
-              "http": protocol_for(cfg.header_timeout_s, getattr(app.state, "metrics", None)), **overrides}
-    return uvicorn.Config(app, **kwargs)
+    """The uvicorn config `switchcraft serve` runs: cfg.host/port, the header deadline, JSON logging kept. With
+    `cfg.workers` above 1, `app` is the import string of an app factory that each worker process calls (uvicorn's
+    own multi-process supervisor runs them). `cfg`: the chat gateway's config or the MCP gateway's (one process)."""
+    kwargs = {"host": cfg.host, "port": cfg.port, "log_level": "warning", "access_log": False, "log_config": None}
+    workers = getattr(cfg, "workers", 1)
+    if workers > 1:
+        kwargs.update(http=WorkerH11Protocol, factory=True, workers=workers)
+    else:
+        kwargs["http"] = protocol_for(cfg.header_timeout_s, getattr(app.state, "metrics", None))
+    return uvicorn.Config(app, **{**kwargs, **overrides})

@@ -28,6 +28,7 @@ import httpx
 
 from data.schema import Tool
 from serving.gateway.answers import caller_name
+from serving.gateway.overhead import Clock, timed
 from serving.gateway.upstream import UpstreamResult
 
 
@@ -39,7 +40,7 @@ def wants_usage(body: dict[str, Any]) -> bool:
 
 async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool], *,
                           on_end: Callable[..., Awaitable[list]] | None = None,
-                          keep_usage: bool = True) -> AsyncIterator[bytes]:
+                          keep_usage: bool = True, clock: Clock | None = None) -> AsyncIterator[bytes]:
     """The upstream's SSE events as they come, each chunk's `model` set to the answering model and
     tool names mapped back to the caller's (a native model was offered OpenAI-legal names).
 
@@ -47,7 +48,8 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
     broken, or the client gone: `abandoned`, the upstream closed at once), with the upstream's usage (None if it
     sent none) and the bytes of content and call arguments it sent; what it returns (the charges) is announced in
     a last chunk before `[DONE]` when the stream completed.
-    `keep_usage`: pass the upstream's usage to the client (else it is taken out: the client did not ask for it)."""
+    `keep_usage`: pass the upstream's usage to the client (else it is taken out: the client did not ask for it).
+    `clock`: the request's (serving/gateway/overhead.py): the wait for each upstream line is upstream time."""
     response, first = result.response, True
     usage: dict | None = None
     output_bytes, ended, read_all = 0, False, False
@@ -59,7 +61,7 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
             return await on_end(usage, output_bytes, abandoned=abandoned) if on_end is not None else []
 
     try:
-        async for line in response.aiter_lines():
+        async for line in timed(response.aiter_lines(), clock):
             if line.startswith("data:"):
                 data = line[5:].strip()
                 if data == "[DONE]" and on_end is not None:

@@ -57,6 +57,7 @@ from data.wire.raw import WireError
 from serving.gateway.breaker import Breakers
 from serving.gateway.config import BreakerSettings
 from serving.gateway.fairshare import KeyShares
+from serving.gateway.overhead import waiting
 from serving.core.budget import ABANDONED
 from serving.core.metrics import GatewayMetrics
 from serving.core.errors import GatewayError, retry_after_headers, retry_after_ms
@@ -214,7 +215,8 @@ class Upstreams:
         t0 = time.perf_counter()
         stream = payload.get("stream") is True
         try:
-            response = await self.http.send(self._request(model, payload), stream=stream)
+            with waiting():  # the request's upstream time (serving/gateway/overhead.py), not the gateway's
+                response = await self.http.send(self._request(model, payload), stream=stream)
         except httpx.TimeoutException:
             return self._failed(attempts, model, "timeout", None, t0, estimate)
         except httpx.ConnectError:
@@ -223,7 +225,8 @@ class Upstreams:
             return self._failed(attempts, model, "dropped", None, t0, estimate)
         status = response.status_code
         if status != 200:
-            text = (await response.aread()).decode(errors="replace")[:2000]
+            with waiting():
+                text = (await response.aread()).decode(errors="replace")[:2000]
             await response.aclose()
             if status in CALLER_ERRORS:
                 attempts.append(Attempt(model, f"http_{status}", status, (time.perf_counter() - t0) * 1e3))
@@ -240,7 +243,9 @@ class Upstreams:
             return UpstreamResult(model, attempts, response=response if wire.get(api).stream is None
                                   else NativeStream(response, api))
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
-            data = wire.chat_completion(self.pool.get(model).api, json.loads(await response.aread()))
+            with waiting():
+                raw = await response.aread()
+            data = wire.chat_completion(self.pool.get(model).api, json.loads(raw))
             valid = isinstance(data.get("choices"), list)
         except WireError:
             valid = False

@@ -79,3 +79,28 @@ def test_a_full_queue_drops_and_counts_instead_of_blocking(tmp_path):
     asyncio.run(go())
     assert metrics.decision_log_dropped._value.get() == 7
     assert len(read_log(tmp_path)[0]) == 3
+
+
+def test_workers_write_a_file_each_rotate_only_their_own_and_are_read_as_one_log(tmp_path):
+    """Several workers (shared): slots 0 and 1 while both live, the slot freed when its writer closes; each rotates
+    its own files (keep counts its own) and every row names its writer."""
+    async def go():
+        first = DecisionLog(tmp_path, max_mb=32 / 1024, keep=1, keep_requests=True, replica="gw:1", shared=True)
+        second = DecisionLog(tmp_path, replica="gw:2", shared=True)
+        assert (first.slot, second.slot) == (0, 1) and first.path.name == "decisions-0.sqlite"
+        for i in range(60):  # the first rotates (32 KiB a file), the second writes one row
+            first(served(i))
+            await first.flush()
+        second(served(1000))
+        await second.aclose()
+        third = DecisionLog(tmp_path, shared=True)  # a replaced worker takes the freed slot, and its file
+        assert third.slot == 1
+        await third.aclose()
+        await first.aclose()
+    asyncio.run(go())
+    names = [p.name for p in log_files(tmp_path)]
+    rotated = [n for n in names if n.startswith("decisions-0.") and n != "decisions-0.sqlite"]
+    assert len(rotated) == 1 and names[-2:] == ["decisions-0.sqlite", "decisions-1.sqlite"]  # keep=1: its own
+    requests, _ = read_log(tmp_path)
+    by = {r["request_id"]: r["replica"] for r in requests}
+    assert by["r1000"] == "gw:2" and by["r59"] == "gw:1" and len(requests) < 61

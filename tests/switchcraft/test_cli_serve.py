@@ -1,18 +1,34 @@
-"""`switchcraft serve`: --host/--port, and a port in use refused before anything says the gateway is up (the tiny
-router is over the 2024 pool).
+"""`switchcraft serve`: --host/--port, a port in use refused before anything says the gateway is up, and --workers 2
+as real processes over the replay server (real recorded BFCL v1 answers): both answer, their log rows and /metrics
+add up, a reload reaches both; in-memory state with several workers is refused (the tiny router is over the 2024
+pool).
 
     .venv/bin/python -m pytest tests/switchcraft/test_cli_serve.py -q
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 import serving.app
+from data.logged import log_files, read_log
+from data.replay.serve import ReplayServer, build_state
+from evaluation.harness import free_port
 from switchcraft.cli import app
+from tests.routers import REPO, bfcl_sample
+from tests.serving.helpers import KEY, KEYS_ENV, SECRET, bearer, openai_body
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +75,101 @@ def test_export_without_benchmark_data_says_what_to_give_and_takes_examples(tiny
     r = CliRunner().invoke(app, [*args, "--examples", str(tmp_path / "examples.parquet")])
     assert r.exit_code == 0, r.output
     assert "validating on 8 requests of" in " ".join(r.output.split()) and (tmp_path / "onnx" / "router.onnx").exists()
+
+
+def test_several_workers_with_state_in_memory_are_refused(exported, tmp_path):
+    r = CliRunner().invoke(app, ["serve", "--workers", "2", *_args(exported, tmp_path)])
+    assert r.exit_code == 1, r.output
+    words = " ".join(r.output.split())
+    assert "workers: 2 workers" in words and "set state.path" in words and "state.redis_url" in words
+    assert "switchcraft gateway on" not in r.output
+
+
+@pytest.fixture(scope="module")
+def replay(shared_data, default_pool, pool_recordings):
+    """(replay server, examples): every pool model's recorded answers to six BFCL v1 questions."""
+    examples = bfcl_sample(shared_data, 6)
+    with ReplayServer(build_state(None, examples, pool=default_pool, api_key=SECRET,
+                                  recordings=pool_recordings)) as server:
+        yield server, examples
+
+
+def _workers(exported, replay, tmp_path, default_pool) -> tuple[subprocess.Popen, str]:
+    """`switchcraft serve --workers 2` in a process of its own: every upstream the replay server, state in SQLite."""
+    server, _ = replay
+    pool = tmp_path / "pool.yaml"
+    models = [m.model_copy(update={"base_url": server.base_url}) for m in default_pool.models]
+    pool.write_text(yaml.safe_dump(default_pool.model_copy(update={"models": models}).model_dump(
+        mode="json", exclude_none=True)))
+    env = {**os.environ, KEYS_ENV: json.dumps([{"id": "ops", "key": KEY, "role": "admin"}]),
+           **{m.api_key_env: SECRET for m in default_pool.models if m.api_key_env}}
+    port = free_port()
+    args = ["serve", "--workers", "2", "--port", str(port), f"router.dir={exported[0]}", f"upstream.pool={pool}",
+            "auth.keys_file=null", f"state.path={tmp_path / 'state'}", "state.redis_url=null",
+            f"log.path={tmp_path / 'log'}", "explore.rate=0"]
+    proc = subprocess.Popen([sys.executable, "-m", "switchcraft.cli", *args], cwd=REPO, env=env,
+                            stdout=open(tmp_path / "gateway.log", "w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    proc.terminate()
+    raise AssertionError("the workers were not ready: " + (tmp_path / "gateway.log").read_text()[-3000:])
+
+
+def _answered_by_both(url: str, examples, log, since: float = 0.0) -> dict[str, list[dict]]:
+    """Batches of concurrent requests, each on a connection of its own, until rows of two processes logged since
+    `since` are in the log: {replica: its rows}. Every answer is a 200."""
+    seen: dict[str, list[dict]] = {}
+    for _ in range(20):
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda ex: httpx.post(url + "/v1/chat/completions", json=openai_body(ex),
+                                                          headers=bearer(KEY), timeout=60), examples + examples[:2]))
+        assert [r.status_code for r in answers] == [200] * len(answers), answers[0].text
+        time.sleep(0.5)  # the log's writer runs after the answers
+        seen = {}
+        for row in read_log(log)[0]:
+            if row["ts"] >= since:
+                seen.setdefault(row["replica"], []).append(row)
+        if len(seen) >= 2:
+            return seen
+    raise AssertionError(f"one process answered everything: {sorted(seen)}")
+
+
+def test_two_workers_answer_on_one_port_their_logs_and_metrics_add_up_and_a_reload_reaches_both(
+        exported, replay, tmp_path, default_pool):
+    _, examples = replay
+    proc, url = _workers(exported, replay, tmp_path, default_pool)
+    try:
+        log = tmp_path / "log"
+        by = _answered_by_both(url, examples, log)
+        pids = {replica.rpartition(":")[2] for replica in by}
+        assert len(pids) == 2 and str(proc.pid) not in pids  # the workers answered, not the supervisor
+        assert sorted(p.name for p in log_files(log)) == ["decisions-0.sqlite", "decisions-1.sqlite"]  # one each
+        served = len(read_log(log)[0])
+        metrics = httpx.get(url + "/metrics", headers=bearer(KEY), timeout=10).text  # one worker answers: the sum
+        assert f'switchcraft_requests_total{{endpoint="chat",status="200"}} {float(served)}' in metrics
+        assert f'switchcraft_gateway_overhead_seconds_count{{endpoint="chat"}} {float(served)}' in metrics
+
+        second = tmp_path / "router_v2"  # the same router, another version (router.json differs)
+        shutil.copytree(exported[0], second)
+        info = json.loads((second / "router.json").read_text())
+        (second / "router.json").write_text(json.dumps({**info, "note": "reloaded"}))
+        r = httpx.post(url + "/v1/admin/reload", json={"dir": str(second)}, headers=bearer(KEY), timeout=60)
+        assert r.status_code == 200, r.text
+        version, reloaded = r.json()["router_version"], time.time()
+        assert version != r.json()["previous_version"]
+        time.sleep(3.0)  # each worker looks for another's reload once a second
+        after = _answered_by_both(url, examples, log, since=reloaded + 3.0)
+        assert {row["router_version"] for rows in after.values() for row in rows} == {version}
+        assert {replica.rpartition(":")[2] for replica in after} == pids
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, (tmp_path / "gateway.log").read_text()[-3000:]

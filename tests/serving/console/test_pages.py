@@ -156,6 +156,10 @@ def test_each_view_shows_the_logs_and_the_ledgers_own_figures(served, tmp_path):
     assert "__explore__" in pages["keys"].text and "limited" in pages["keys"].text
     assert shown(pages["traffic"].text, "requests") == "8"  # the 7 answered and the limited key's refusal (a log row)
     assert "rate_limit" in pages["traffic"].text  # the limited key's refusal (live counters)
+    # The gateway's own part of the latency: the log's figure is taken just before each answer's header says it.
+    own = [float(r.headers["x-switchcraft-overhead-ms"]) for r in answered]
+    assert 0 < float(shown(pages["traffic"].text, "overhead").removesuffix(" ms").replace(",", "")) <= max(own) * 1.03
+    assert "gateway overhead P99</th>" in pages["traffic"].text and "gateway P50" in pages["traffic"].text
     assert shown(pages["quality"].text, "explored") == "7"
     assert re.search(r"n = 7<", pages["quality"].text.replace("</div>", "<"))
     assert shown(pages["router"].text, "version") == served["client"].version

@@ -7,6 +7,7 @@ view's new tables, on logs written through the gateway's own decision-log writer
 from __future__ import annotations
 
 import json
+import time
 from html import escape
 
 import pytest
@@ -165,3 +166,35 @@ def test_the_consensus_labels_are_reused_across_views_for_their_ttl(log, monkeyp
         again = cache.get(db, log, since=0.0, now=NOW + 29, pool_names=["cheap", "mid", "big"])
         later = cache.get(db, log, since=0.0, now=NOW + 31, pool_names=["cheap", "mid", "big"])
     assert again is first and later is not first and len(calls) == 2 and first["explored"] == 12
+
+
+def test_traffic_shows_the_gateways_overhead_beside_latency_and_reads_a_log_from_before_it(tmp_path):
+    """Each hour's overhead P50/P99 from the rows' overhead_ms; a rotated file written before the column existed
+    (no overhead_ms, no replica) is still read: its requests count, its overhead is unknown."""
+    old = tmp_path / "old"
+    writer = DecisionLog(old, max_mb=1e9)
+    writer.write([("request", request(i, ts=NOW - 7200 + 60 * i), []) for i in range(30)])
+    writer.db.execute("ALTER TABLE requests DROP COLUMN overhead_ms")
+    writer.db.execute("ALTER TABLE requests DROP COLUMN replica")
+    writer.db.close()
+    folder = tmp_path / "log"
+    folder.mkdir()
+    (old / "decisions.sqlite").rename(folder / "decisions.1700000000000.sqlite")  # as rotation names it
+    writer = DecisionLog(folder, max_mb=1e9, replica="gw-1:42")
+    own = {i: 1.0 + i % 9 for i in range(30, 120)}  # 1..9 ms
+    writer.write([("request", {**request(i, ts=NOW - 7200 + 60 * i), "overhead_ms": own[i], "replica": "gw-1:42"},
+                   []) for i in own])
+    writer.db.close()
+    with open_log(folder, 0.0) as db:
+        t = traffic(db, since=NOW - 3 * 3600, now=NOW)
+        replicas = {r[0] for r in db.execute("SELECT DISTINCT replica FROM requests")}
+    assert t["requests"] == 120 and replicas == {None, "gw-1:42"}
+    assert t["latency"]["overhead_p50_ms"] == pytest.approx(5.0, rel=0.03)
+    assert t["latency"]["overhead_p99_ms"] == pytest.approx(9.0, rel=0.03)
+    by_hour = {r["group"]: r for r in t["latency_over_time"]}
+    for hour, rows in {h: [v for i, v in own.items() if time.strftime("%Y-%m-%d %H:00", time.gmtime(
+            NOW - 7200 + 60 * i)) == h] for h in by_hour}.items():
+        expected = sorted(rows)[max(0, -(-len(rows) // 2) - 1)] if rows else None
+        got = by_hour[hour]["overhead_p50_ms"]
+        assert (got is None and expected is None) or got == pytest.approx(expected, rel=0.03)
+        assert by_hour[hour]["p50_ms"] is not None  # beside the whole request's latency

@@ -163,3 +163,12 @@ def post_edited(url: str, body: dict, edits: list) -> httpx.Response:
             pass
     return httpx.post(url, content=json.dumps(body, allow_nan=True).encode(), timeout=60,
                       headers={**AUTH, "content-type": "application/json"})
+
+
+def assert_overhead(headers, elapsed_ms: float, trace: dict | None = None) -> float:
+    """The answer's x-switchcraft-overhead-ms: at least 0, at most what the client waited less the longest upstream
+    call of the trace (the upstream's time is not the gateway's; 5 ms for reading its answer)."""
+    own = float(headers["x-switchcraft-overhead-ms"])
+    upstream = max((c["latency_ms"] for c in (trace or {}).get("calls", []) if c.get("latency_ms")), default=0.0)
+    assert 0 <= own <= elapsed_ms - upstream + 5.0, (own, elapsed_ms, upstream)
+    return own

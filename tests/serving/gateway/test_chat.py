@@ -10,11 +10,16 @@ handler over httpx.ASGITransport: answer, headers, charge and ledger agree.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import socket
 import time
 
 import httpx
+import openai
 import pytest
 
+from data.logged import read_log
 from data.pool import load_pool
 from serving.app import build_gateway, create_app
 from serving.core.auth import KeyEntry, KeyLimits, KeyStore
@@ -149,3 +154,69 @@ def test_chat_in_process_answers_charges_and_refuses(client):
     assert refused.status_code == 403 and refused.json()["error"]["param"] == "model"
     assert refused.headers["x-request-id"] and len(upstream.seen) == 1  # refused before any call
     assert routed.status_code == 200 and routed.headers["x-switchcraft-model"] in ALLOWED
+
+
+class SlowUpstream:
+    """Every pool endpoint, `delay_s` late: a completion, or for a stream request three chunks `delay_s` apart."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(self.delay_s)
+        if b'"stream":true' not in request.content.replace(b" ", b""):
+            return Upstream()(request)
+
+        async def chunks():
+            for word in ("It", " is", " sunny"):
+                chunk = {"id": "s1", "object": "chat.completion.chunk", "model": "m",
+                         "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+                await asyncio.sleep(self.delay_s)
+            usage = {"id": "s1", "object": "chat.completion.chunk", "model": "m", "choices": [],
+                     "usage": {"prompt_tokens": 50, "completion_tokens": 3, "total_tokens": 53}}
+            yield f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode()
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunks())
+
+
+def test_every_answer_says_what_the_gateway_added_and_the_log_keeps_it(client, tmp_path):
+    """x-switchcraft-overhead-ms: the answer's time less the upstream's (0.2 s a wait here), on an answer, a
+    stream (up to its first byte) and a refusal; the log row keeps it (a stream's once it has ended)."""
+    delay, native = 0.2, "gpt-4o-2024-08-06-FC"  # a native OpenAI model: its stream is passed through
+    app = create_app(ServingConfig(log={"path": str(tmp_path / "log")}), client=client, pool=POOL, keys=keys())
+    with_upstream(app.state.gateway, SlowUpstream(delay))
+
+    async def exchange():
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway/v1")
+        sdk = openai.AsyncOpenAI(api_key=ADMIN, base_url="http://gateway/v1", http_client=http, max_retries=0)
+        t0 = time.perf_counter()
+        answered = await sdk.chat.completions.with_raw_response.create(model=ALLOWED[0], messages=chat_body()["messages"],
+                                                                       tools=TOOLS)
+        answered_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        streamed = await sdk.chat.completions.with_raw_response.create(model=native, stream=True,
+                                                                       messages=chat_body()["messages"])
+        first_byte_ms = (time.perf_counter() - t0) * 1e3
+        text = "".join([c.choices[0].delta.content or "" async for c in streamed.parse() if c.choices])
+        t0 = time.perf_counter()
+        refused = await http.post("/chat/completions", json=chat_body(OUTSIDE), headers=bearer(NARROW))
+        refused_ms = (time.perf_counter() - t0) * 1e3
+        metrics = await http.get("http://gateway/metrics", headers=bearer(ADMIN))
+        await app.state.observers[0].flush()
+        return answered, answered_ms, streamed, first_byte_ms, text, refused, refused_ms, metrics
+
+    answered, answered_ms, streamed, first_byte_ms, text, refused, refused_ms, metrics = asyncio.run(exchange())
+    assert answered.http_response.status_code == 200 and text == "It is sunny" and refused.status_code == 403
+    own = {name: float(r.headers["x-switchcraft-overhead-ms"])
+           for name, r in (("answered", answered), ("streamed", streamed), ("refused", refused))}
+    assert 0 <= own["answered"] <= answered_ms - delay * 1e3  # the upstream's wait is not the gateway's
+    assert 0 <= own["streamed"] <= first_byte_ms - delay * 1e3
+    assert 0 <= own["refused"] <= refused_ms  # no upstream: all of it is the gateway's
+    assert 'switchcraft_gateway_overhead_seconds_count{endpoint="chat"} 3.0' in metrics.text
+    rows = {r["request_id"]: r for r in read_log(tmp_path / "log")[0]}
+    logged = rows[answered.headers["x-request-id"]]
+    assert 0 <= logged["overhead_ms"] <= logged["latency_ms"] - delay * 1e3 and logged["overhead_ms"] <= own["answered"]
+    assert logged["replica"] == f"{socket.gethostname()}:{os.getpid()}"
+    stream_row = rows[streamed.headers["x-request-id"]]  # written when the stream ended: its chunks' waits excluded
+    assert stream_row["stream"] == 1 and own["streamed"] <= stream_row["overhead_ms"] < delay * 1e3

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import anthropic
 import httpx
@@ -23,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.serving.gateway.helpers import A, B, HOSTILE, TOP, agrees_with_ledger, expected, ledger, post_edited
+from tests.serving.gateway.helpers import (A, B, HOSTILE, TOP, agrees_with_ledger, assert_overhead, expected, ledger,
+                                           post_edited)
 from tests.serving.helpers import AUTH, KEY
 
 pytestmark = pytest.mark.integration
@@ -53,10 +55,13 @@ def uses(content) -> list[tuple[str, dict]]:
 def test_create_returns_the_served_models_calls_as_tool_use_blocks(served, picked, model):
     url, good = served
     ex = picked["agree"]
+    t0 = time.perf_counter()
     raw = sdk(url).messages.with_raw_response.create(model=model, max_tokens=512, tools=tools_of(ex),
                                                      **messages_of(ex))
     msg, headers = raw.parse(), raw.headers
+    elapsed_ms = (time.perf_counter() - t0) * 1e3
     trace = msg.switchcraft
+    assert_overhead(headers, elapsed_ms, trace)  # what the gateway added: routing, translation, the store
     assert msg.type == "message" and msg.role == "assistant" and msg.stop_reason == "tool_use"
     assert msg.model == headers["x-switchcraft-model"] == trace["answered_by"]
     assert trace["routed"] is (model == "router") and trace["api"] == "messages"

@@ -15,6 +15,7 @@ get OpenAI's 4xx error object naming the field, never a 5xx.
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import openai
@@ -22,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.serving.gateway.helpers import (A, B, HOSTILE, TOP, agrees_with_ledger, assert_names_the_field, expected,
-                                           ledger, post_edited)
+from tests.serving.gateway.helpers import (A, B, HOSTILE, TOP, agrees_with_ledger, assert_names_the_field,
+                                           assert_overhead, expected, ledger, post_edited)
 from tests.serving.helpers import AUTH, KEY
 
 pytestmark = pytest.mark.integration
@@ -52,9 +53,12 @@ def calls(output) -> list[tuple[str, dict]]:
 def test_create_returns_the_served_models_calls_as_function_call_items(served, picked, model):
     url, good = served
     ex = picked["agree"]
+    t0 = time.perf_counter()
     raw = sdk(url).responses.with_raw_response.create(model=model, tools=tools_of(ex), **input_of(ex))
     resp, headers = raw.parse(), raw.headers
+    elapsed_ms = (time.perf_counter() - t0) * 1e3
     trace = resp.switchcraft
+    assert_overhead(headers, elapsed_ms, trace)  # what the gateway added: routing, translation, the store
     assert resp.object == "response" and resp.status == "completed" and resp.error is None
     assert resp.model == headers["x-switchcraft-model"] == trace["answered_by"] and trace["api"] == "responses"
     if model != "router":
