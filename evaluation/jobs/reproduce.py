@@ -27,6 +27,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,26 +82,10 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     run = Path(opts.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
+    step = partial(_step, console, timings)
 
-    def step(name: str, fn: Callable[[], Any]) -> Any:
-        console.rule(f"[bold]{name}")
-        t0 = time.perf_counter()
-        out = fn()
-        timings[name] = round(time.perf_counter() - t0, 2)
-        console.print(f"{name}: {timings[name]:.1f} s", highlight=False)
-        return out
-
-    data_cfg = load_data_config(opts.data_config)
-    pool = load_pool(opts.pool)
+    data_cfg, pool, benchmark, recordings = _inputs(opts)
     bench = pool.benchmark
-    benchmark = get_benchmark(bench)
-    recordings = benchmark.recordings_path(data_cfg)
-    # A benchmark's price file (BFCL v1's) suggests GPU-second prices for its open-weight models.
-    price_file = data_cfg.output_path(benchmark.price_file) if benchmark.price_file else None
-    check_costable(pool, recordings, pool_path=opts.pool, price_file=price_file)
-    check_recorded([m.recording for m in pool.models], recordings, pool_path=opts.pool)
-    if opts.labels not in ("truth", "consensus"):
-        raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
     examples_path, outputs_path = run / "examples.parquet", run / "outputs.parquet"
     # A benchmark its harness labels (NexusBench, per episode) is labelled from the recordings; its other
     # recorded models are not imported: as training targets they would carry our verifier's labels.
@@ -142,14 +127,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
                          lambda: run_training(train_cfg))
 
     if consensus is not None:
-        # The same recipe on consensus labels only: no auxiliary targets (they are other models' verified labels).
-        cons_dir = run / "consensus"
-        cons_dir.mkdir(exist_ok=True)
-        if not (cons_dir / "cache").exists() and (run / "cache").is_dir():
-            (cons_dir / "cache").symlink_to((run / "cache").resolve(), target_is_directory=True)  # same features
-        cons_cfg = load_train_config(opts.train_config, overrides + list(opts.train_overrides) + [
-            f"run_dir={cons_dir}", f"labels={consensus.labels_path}", "aux.outputs=null"])
-        step("train on consensus labels", lambda: run_training(cons_cfg))
+        step("train on consensus labels", lambda: _train_on_consensus(opts, run, overrides, consensus.labels_path))
 
     def _evaluate():
         oof = pd.read_parquet(run / OOF_FILE)
@@ -170,18 +148,7 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
             path = write_strategy_policy(router_dir(train_cfg), ev.cascade, oof_matrix(oof, ev.data.example_ids, ev.data.models)[0],
                                          **ev.all_rows)
             console.print(f"strategy policy (≤ 20% of best-single cost) written into {path}")
-        context = {
-            "command": "switchcraft reproduce" + ("" if opts.pool == ReproduceOptions.pool else f" --pool {opts.pool}")
-                       + "".join(f" --with-pool {p}" for p in opts.with_pools),
-            "benchmark": bench,
-            "pool": str(opts.pool),
-            "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
-                      "max_examples": train_cfg.max_examples, "macro_auc": train_metrics.get("macro_auc"),
-                      "macro_ece": train_metrics.get("macro_ece")},
-            "target": opts.target,
-            **({"labels": harness} if harness else {}),
-            "timings_s": timings,
-        }
+        context = _context(opts, bench, train_cfg, train_metrics, harness, timings)
         if consensus is not None:
             from evaluation.report.without_truth import without_truth
 
@@ -190,31 +157,8 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
 
     ev, context = step("evaluate", _evaluate)
 
-    def _retest():
-        if benchmark.earlier_run is None:
-            context["retest_skipped"] = (f"test–retest needs two recorded runs of the same queries; {bench} has one "
-                                         "(BFCL v1 has the 2024-07-25 and 2024-08-11 runs)")
-            console.print(context["retest_skipped"], highlight=False)
-            return None
-        earlier = data_cfg.output_path(benchmark.earlier_run)
-        if earlier is None or not Path(earlier).exists():
-            console.print(f"test–retest skipped: no earlier run (outputs.{benchmark.earlier_run} in configs/data.yaml)")
-            return None
-        from evaluation.offline.retest import earlier_models, retest
-
-        if not {m.recording for m in pool.models} & earlier_models(earlier):
-            console.print(f"test–retest skipped: no pool model is in the earlier run {earlier}")
-            return None
-        held = set(ev.data.example_ids)
-        try:
-            return retest({k: v for k, v in examples.items() if k in held}, pool,
-                          [lb for lb in read_labels(labels_run.labels_path) if lb.example_id in held], earlier)
-        except DataError as e:  # a report section, not the job: say why it is missing and go on
-            console.print(f"test–retest skipped: {e}", highlight=False)
-            context["retest_skipped"] = str(e)
-            return None
-
-    retest_result = step("test–retest", _retest)
+    retest_result = step("test–retest", lambda: _retest(benchmark, data_cfg, pool, ev, examples,
+                                                        labels_run.labels_path, context, console))
     extra_metrics, extra_markdown = context.pop("extra", ({}, []))
     if opts.with_pools:
         more_metrics, more_markdown = _companions(opts, run, console)
@@ -228,6 +172,84 @@ def reproduce(opts: ReproduceOptions, console: Console | None = None) -> Reprodu
     from evaluation.report.tables import headline
 
     return ReproduceResult(report, headline(ev), timings)
+
+
+def _step(console: Console, timings: dict[str, float], name: str, fn: Callable[[], Any]) -> Any:
+    """`fn()` under a rule naming the step, its seconds kept in `timings` and printed."""
+    console.rule(f"[bold]{name}")
+    t0 = time.perf_counter()
+    out = fn()
+    timings[name] = round(time.perf_counter() - t0, 2)
+    console.print(f"{name}: {timings[name]:.1f} s", highlight=False)
+    return out
+
+
+def _inputs(opts: ReproduceOptions):
+    """(data config, pool, its benchmark, the recordings' folder), each checked before anything runs."""
+    data_cfg = load_data_config(opts.data_config)
+    pool = load_pool(opts.pool)
+    benchmark = get_benchmark(pool.benchmark)
+    recordings = benchmark.recordings_path(data_cfg)
+    # A benchmark's price file (BFCL v1's) suggests GPU-second prices for its open-weight models.
+    price_file = data_cfg.output_path(benchmark.price_file) if benchmark.price_file else None
+    check_costable(pool, recordings, pool_path=opts.pool, price_file=price_file)
+    check_recorded([m.recording for m in pool.models], recordings, pool_path=opts.pool)
+    if opts.labels not in ("truth", "consensus"):
+        raise DataError(f"--labels {opts.labels!r}: expected truth or consensus", field="labels")
+    return data_cfg, pool, benchmark, recordings
+
+
+def _train_on_consensus(opts: ReproduceOptions, run: Path, overrides: list[str], labels_path) -> dict:
+    """The same recipe on consensus labels only: no auxiliary targets (they are other models' verified labels)."""
+    cons_dir = run / "consensus"
+    cons_dir.mkdir(exist_ok=True)
+    if not (cons_dir / "cache").exists() and (run / "cache").is_dir():
+        (cons_dir / "cache").symlink_to((run / "cache").resolve(), target_is_directory=True)  # same features
+    cons_cfg = load_train_config(opts.train_config, overrides + list(opts.train_overrides) + [
+        f"run_dir={cons_dir}", f"labels={labels_path}", "aux.outputs=null"])
+    return run_training(cons_cfg)
+
+
+def _context(opts: ReproduceOptions, bench: str, train_cfg, train_metrics: dict, harness, timings: dict) -> dict:
+    """What the report says of the run: its command, benchmark, pool, training, target, labels and timings."""
+    return {
+        "command": "switchcraft reproduce" + ("" if opts.pool == ReproduceOptions.pool else f" --pool {opts.pool}")
+                   + "".join(f" --with-pool {p}" for p in opts.with_pools),
+        "benchmark": bench,
+        "pool": str(opts.pool),
+        "train": {"mode": train_cfg.mode, "backbone": train_cfg.backbone.name, "folds": train_cfg.folds,
+                  "max_examples": train_cfg.max_examples, "macro_auc": train_metrics.get("macro_auc"),
+                  "macro_ece": train_metrics.get("macro_ece")},
+        "target": opts.target,
+        **({"labels": harness} if harness else {}),
+        "timings_s": timings,
+    }
+
+
+def _retest(benchmark, data_cfg, pool, ev, examples: dict, labels_path, context: dict, console: Console):
+    """Test–retest against the benchmark's earlier recorded run, when there is one (None, and why, when not)."""
+    if benchmark.earlier_run is None:
+        context["retest_skipped"] = (f"test–retest needs two recorded runs of the same queries; {benchmark.name} has one "
+                                     "(BFCL v1 has the 2024-07-25 and 2024-08-11 runs)")
+        console.print(context["retest_skipped"], highlight=False)
+        return None
+    earlier = data_cfg.output_path(benchmark.earlier_run)
+    if earlier is None or not Path(earlier).exists():
+        console.print(f"test–retest skipped: no earlier run (outputs.{benchmark.earlier_run} in configs/data.yaml)")
+        return None
+    from evaluation.offline.retest import earlier_models, retest
+
+    if not {m.recording for m in pool.models} & earlier_models(earlier):
+        console.print(f"test–retest skipped: no pool model is in the earlier run {earlier}")
+        return None
+    held = set(ev.data.example_ids)
+    try:
+        return retest({k: v for k, v in examples.items() if k in held}, pool,
+                      [lb for lb in read_labels(labels_path) if lb.example_id in held], earlier)
+    except DataError as e:  # a report section, not the job: say why it is missing and go on
+        console.print(f"test–retest skipped: {e}", highlight=False)
+        context["retest_skipped"] = str(e)
+        return None
 
 
 def _companions(opts: ReproduceOptions, run: Path, console: Console) -> tuple[dict, list[str]]:

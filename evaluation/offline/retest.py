@@ -97,6 +97,35 @@ def bootstrap_interval(hits: np.ndarray, idx: np.ndarray, level: float = 0.95) -
     return Interval(float(np.quantile(means, q)), float(np.quantile(means, 1 - q)))
 
 
+def _per_model(pool: Pool, absent: list[str], now: dict, then: dict, skipped: Counter) -> pd.DataFrame:
+    """Each pool model's labels in both runs: accuracy then and now, agreement, kappa, flips either way."""
+    rows = []
+    for pm in pool.models:
+        if pm.name in absent:
+            rows.append({"model": pm.name, "in_earlier_run": False})
+            continue
+        ids_now = {e for e, m in now if m == pm.name}
+        ids_then = {e for e, m in then if m == pm.name}
+        both = sorted(ids_now & ids_then)
+        skipped[("per model", pm.name, "labelled in the later run only")] += len(ids_now - ids_then)
+        skipped[("per model", pm.name, "labelled in the earlier run only")] += len(ids_then - ids_now)
+        a = np.array([then[(e, pm.name)].correct for e in both], bool)  # earlier
+        b = np.array([now[(e, pm.name)].correct for e in both], bool)  # later
+        rows.append({
+            "model": pm.name, "in_earlier_run": True, "queries_both": len(both),
+            "accuracy_earlier": float(a.mean()) if len(both) else float("nan"),
+            "accuracy_later": float(b.mean()) if len(both) else float("nan"),
+            "agreement": float((a == b).mean()) if len(both) else float("nan"),
+            "kappa": cohen_kappa(a, b),
+            "right_to_wrong": int((a & ~b).sum()), "wrong_to_right": int((~a & b).sum()),
+        })
+    per_model = pd.DataFrame(rows, columns=["model", "in_earlier_run", "queries_both", "accuracy_earlier",
+                                            "accuracy_later", "agreement", "kappa", "right_to_wrong", "wrong_to_right"])
+    counts = ["queries_both", "right_to_wrong", "wrong_to_right"]
+    per_model[counts] = per_model[counts].astype("Int64")  # whole numbers; absent models' are <NA>
+    return per_model
+
+
 def retest(
     examples: Mapping[str, Example],
     pool: Pool,
@@ -129,30 +158,7 @@ def retest(
 
     now = {(lb.example_id, lb.model): lb for lb in labels_now}
     then = {(lb.example_id, lb.model): lb for lb in labels_then}
-    rows = []
-    for pm in pool.models:
-        if pm.name in absent:
-            rows.append({"model": pm.name, "in_earlier_run": False})
-            continue
-        ids_now = {e for e, m in now if m == pm.name}
-        ids_then = {e for e, m in then if m == pm.name}
-        both = sorted(ids_now & ids_then)
-        skipped[("per model", pm.name, "labelled in the later run only")] += len(ids_now - ids_then)
-        skipped[("per model", pm.name, "labelled in the earlier run only")] += len(ids_then - ids_now)
-        a = np.array([then[(e, pm.name)].correct for e in both], bool)  # earlier
-        b = np.array([now[(e, pm.name)].correct for e in both], bool)  # later
-        rows.append({
-            "model": pm.name, "in_earlier_run": True, "queries_both": len(both),
-            "accuracy_earlier": float(a.mean()) if len(both) else float("nan"),
-            "accuracy_later": float(b.mean()) if len(both) else float("nan"),
-            "agreement": float((a == b).mean()) if len(both) else float("nan"),
-            "kappa": cohen_kappa(a, b),
-            "right_to_wrong": int((a & ~b).sum()), "wrong_to_right": int((~a & b).sum()),
-        })
-    per_model = pd.DataFrame(rows, columns=["model", "in_earlier_run", "queries_both", "accuracy_earlier",
-                                            "accuracy_later", "agreement", "kappa", "right_to_wrong", "wrong_to_right"])
-    counts = ["queries_both", "right_to_wrong", "wrong_to_right"]
-    per_model[counts] = per_model[counts].astype("Int64")  # whole numbers; absent models' are <NA>
+    per_model = _per_model(pool, absent, now, then, skipped)
 
     names = [m.name for m in present]
     all_now = {e for e, _ in now}

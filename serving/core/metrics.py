@@ -117,6 +117,9 @@ class GatewayMetrics:
                                           multiprocess_mode="livemax")
         self.router_reloads = Counter("switchcraft_router_reloads", "Router reloads by outcome (ok | failed | refused)",
                                       ["outcome"], registry=r)
+        self._resilience(r)
+
+    def _resilience(self, r: CollectorRegistry) -> None:
         # Upstream resilience (serving/gateway/breaker.py, upstream.py).
         self.circuit_state = Gauge("switchcraft_circuit_state", "Circuit breaker per upstream endpoint: "
                                    "0 closed, 1 half-open, 2 open", ["endpoint"], registry=r,
