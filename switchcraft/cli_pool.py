@@ -140,10 +140,11 @@ def _print_summary(summary, out: Path) -> None:
 @pool_app.command("replay-server")
 def replay_server(
     outputs: Path = typer.Option(
-        None, help="outputs.parquet or a BFCL result directory (default: the data config's)."
+        None, help="A benchmark's recordings folder or an outputs.parquet (default: the recordings of --pool's "
+        "benchmark, else BFCL v1's)."
     ),
     examples: Path = typer.Option(
-        None, help="examples.parquet (default: <out_dir>/examples.parquet or BFCL v1)."
+        None, help="examples.parquet (default: the questions of the recordings' own benchmark)."
     ),
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback unless you mean it)."),
     port: int = typer.Option(8099),
@@ -169,10 +170,13 @@ def replay_server(
     from data.pool import load_pool
     from data.replay import Faults
     from data.replay.serve import build_state, serve
+    from data.schema import read_examples
 
     try:
         cfg = load_data_config(config, data_root=data_root)
-        outputs = outputs or Path(cfg.output_path("bfcl_v1"))
+        served = load_pool(pool) if pool else None
+        bench = _benchmark_of(outputs, served)
+        outputs = outputs or Path(bench.recordings_path(cfg))
         faults = Faults(
             rate_429=fault_429,
             rate_500=fault_500,
@@ -183,19 +187,32 @@ def replay_server(
             latency_s=latency_s,
             seed=seed,
         )
-        state = build_state(
-            outputs,
-            _load_examples(examples, config, data_root),
-            pool=load_pool(pool) if pool else None,
-            faults=faults,
-        )
+        questions = read_examples(examples) if examples is not None else bench.examples(cfg)
+        state = build_state(outputs, questions, pool=served, faults=faults)
     except DataError as e:
         fail(str(e))
-    typer.echo(
-        f"replaying {len(state.recordings)} model(s) from {outputs} on http://{host}:{port}/v1"
-    )
+    typer.echo(f"replaying {len(state.recordings)} model(s) from {outputs} ({bench.name}: "
+               f"{len(questions):,} questions) on http://{host}:{port}/v1")
     serve(state, host=host, port=port)
 
+
+def _benchmark_of(outputs: Path | None, pool):
+    """The benchmark whose questions the recordings answer: the one their folder holds, else the pool's, else
+    BFCL v1. A parquet of outputs names no benchmark: its ids' prefix does (`bfcl_v3:…`)."""
+    from data.benchmarks import find, get, names
+
+    if outputs is not None and outputs.is_dir():
+        found = find(outputs)
+        if found is not None:
+            return found
+    if outputs is not None and outputs.suffix == ".parquet" and outputs.is_file():
+        import pyarrow.parquet as pq
+
+        ids = pq.read_table(outputs, columns=["example_id"]).column(0).slice(0, 1).to_pylist()
+        prefix = ids[0].split(":", 1)[0] if ids else ""
+        if prefix in names():
+            return get(prefix)
+    return get(pool.benchmark if pool is not None else "bfcl_v1")
 
 @pool_app.command("profile")
 def profile(
