@@ -104,7 +104,7 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                       hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
-    keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
+    keys = keys or KeyStore.from_settings(cfg.auth, pool.names, store=state)  # the store's keys, seeded
     slot = RouterSlot(client, lambda c, runner: RoutingBatcher(c, metrics, max_batch_size=cfg.router.max_batch_size,
                                                                delay_s=cfg.router.batch_delay_ms / 1e3,
                                                                max_queue=cfg.router.max_queue,
@@ -209,6 +209,7 @@ def _lifespan(gw: Gateway, own_state: bool):
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         cfg = gw.cfg
+        await gw.keys.start()  # the configured keys seed the state store; its keys are loaded
         if gw.keys.mode == "none":
             log.warning(json.dumps({"event": "auth", "mode": "none",
                                     "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))

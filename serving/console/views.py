@@ -76,11 +76,12 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
             return gw.keys.local.key_id
         if request.headers.get("authorization"):
             try:
-                return admin_of(gw, request).key_id
+                return (await admin_of(gw, request)).key_id
             except GatewayError:
                 return None
         now = time.time()
         session = sessions.read(request.cookies.get(COOKIE), now=now)
+        await gw.keys.refresh()  # a revoked admin key's sessions end with it
         admins = {i.key_id for i in gw.keys.identities() if i.admin}
         if session is None or session.key_id not in admins:
             return None

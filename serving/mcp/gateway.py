@@ -51,15 +51,18 @@ def unknown_tool(name: str, clip_chars: int = 200) -> McpError:
     return McpError(INVALID_PARAMS, f"Unknown tool: {clip(name, clip_chars)}")
 
 
+def ledger_of(cfg: McpConfig) -> Ledger:
+    """The call ledger `cfg` names: its file, and the chat gateway's state store when `state:` is set."""
+    from serving.core.state import open_state
+
+    return Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
+                  max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)
+
+
 class McpGateway:
     def __init__(self, cfg: McpConfig, keys: KeyStore, bridge: Bridge, ledger: Ledger | None = None) -> None:
         self.cfg, self.keys, self.bridge = cfg, keys, bridge
-        if ledger is None:
-            from serving.core.state import open_state
-
-            ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
-                            max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)
-        self.ledger = ledger
+        self.ledger = ledger or ledger_of(cfg)
         self.upstreams = [Upstream(u, self._changed, refresh_s=cfg.refresh_s, retry_s=cfg.retry_s)
                           for u in cfg.upstreams]
         self.by_name = {u.name: u for u in self.upstreams}
@@ -83,7 +86,9 @@ class McpGateway:
             if isinstance(encoder, OnnxQueryEncoder) and cfg.retrieval.query_precision == "int8":
                 query_encoder = OnnxQueryEncoder.create(encoder.base, enc_dir, threads=cfg.retrieval.query_threads,
                                                         int8=True)
-        return cls(cfg, keys or KeyStore.from_settings(cfg.auth), Bridge(cfg, encoder, query_encoder))
+        ledger = ledger_of(cfg)  # its state store also holds the keys: the chat gateway's, seeded from cfg.auth
+        return cls(cfg, keys or KeyStore.from_settings(cfg.auth, store=ledger.store), Bridge(cfg, encoder, query_encoder),
+                   ledger)
 
     # -- upstreams and the catalog ---------------------------------------------
 
@@ -118,6 +123,7 @@ class McpGateway:
     async def running(self, ready_timeout_s: float | None = None):
         """Connect every upstream (each runs until the block ends), wait for each to list or fail once,
         build the first snapshot; the rebuilds after a change run in the background."""
+        await self.keys.start()
         async with anyio.create_task_group() as tg:
             for up in self.upstreams:
                 tg.start_soon(up.run)
