@@ -155,12 +155,7 @@ class KeyStore:
         if settings.mode == "none":
             keys = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits, True))
         else:
-            entries = []
-            if settings.keys_file:
-                entries += read_key_file(settings.keys_file)
-            raw = (os.environ if environ is None else environ).get(settings.keys_env or "", "")
-            if raw.strip():
-                entries += parse_entries(raw, f"${settings.keys_env}")
+            entries = configured_entries(settings, environ)
             if not entries and (store is None or not store.durable):
                 raise ValueError("auth.mode is keys but no keys are configured: make one with `switchcraft gateway-key "
                                  "--id NAME` and put its entry in auth.keys_file or $" + str(settings.keys_env)
@@ -216,6 +211,17 @@ class KeyStore:
             raise unauthorized("invalid_key", "the API key is not valid (keys are not echoed back); ask the operator "
                                "for one made with `switchcraft keys add` or `switchcraft gateway-key`")
         return ident
+
+
+def configured_entries(settings: AuthSettings, environ: dict[str, str] | None = None) -> list[KeyEntry]:
+    """The entries of auth.keys_file, then of $auth.keys_env (ValueError naming the source and field)."""
+    entries = []
+    if settings.keys_file:
+        entries += read_key_file(settings.keys_file)
+    raw = (os.environ if environ is None else environ).get(settings.keys_env or "", "")
+    if raw.strip():
+        entries += parse_entries(raw, f"${settings.keys_env}")
+    return entries
 
 
 def unauthorized(reason: str, message: str) -> GatewayError:

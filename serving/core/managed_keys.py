@@ -62,7 +62,8 @@ def checked_entry(data: dict[str, Any], pool_names: list[str] | None) -> KeyEntr
         raise ValueError(f"{where + ': ' if where else ''}{message}") from None
     unknown = [m for m in entry.limits.models or [] if pool_names is not None and m not in pool_names]
     if unknown:
-        raise ValueError(f"limits.models: {', '.join(unknown)} not in the pool; the pool: {', '.join(pool_names or [])}")
+        raise ValueError(f"limits.models: not in the pool: {', '.join(unknown)}; the pool: "
+                         f"{', '.join(pool_names or [])}")
     return entry
 
 
