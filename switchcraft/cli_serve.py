@@ -22,8 +22,8 @@ DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
 def register(app: typer.Typer) -> None:
     app.command("export", help="Export a trained router to ONNX (validated against PyTorch); --triton writes the model repository.")(export)
     app.command("serve", help="Run the routing gateway (OpenAI-compatible) from configs/serving.yaml.")(serve)
-    app.command("gateway-key", help="Make a gateway API key: prints it once, and the hashed entry for auth.keys_file.")(
-        gateway_key)
+    app.command("gateway-key", help="Make a gateway API key for auth.keys_file, a seed of the state store's keys "
+                "(`switchcraft keys add` stores one there directly): prints it once, and its hashed entry.")(gateway_key)
 
 
 def export(
@@ -128,7 +128,9 @@ def serve(
                   f"no provider key; export {', '.join(names)} (the pool file's api_key_env) or they answer 502"
                   + ("; /readyz is not ready until one has" if len(missing) == len(app.state.gateway.pool.models)
                      else ""), highlight=False)
-    keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(app.state.keys.identities())} API keys"
+    seeds = len(app.state.keys.seeds)
+    keys = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else (
+        f"API keys from the state store, {seeds} seeded from auth.keys_file / keys_env; `switchcraft keys list`")
     console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} (router {client.version}, {client.backend.name}, "
                   f"{keys})", highlight=False)
     run_served(cfg, app, client, sock)
