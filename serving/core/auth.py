@@ -1,6 +1,6 @@
 """Inbound authentication: API keys (stored hashed) → a caller identity and its limits.
 
-    keys = KeyStore.from_settings(cfg.auth, pool.names, store=state)   # keys_file (hashed) + keys_env (JSON): a seed
+    keys = store_keys(cfg.auth, pool.names, state)    # managed_keys.py: keys_file (hashed) + keys_env (JSON) seed the store
     await keys.start()                                                # the seeds into the store, its keys loaded
     ident = await keys.verify(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
     who = narrow(ident.caller, body_caller, "switchcraft.caller")     # the body may only narrow it (403 otherwise)
@@ -127,9 +127,9 @@ class Identity:
 
 
 class KeyStore:
-    """The keys a gateway accepts. Built from entries it is fixed; `from_settings(..., store=)` adds a KeyFeed
-    (serving/core/managed_keys.py): the keys are then the state store's, seeded from the entries, and reloaded by
-    `refresh()` on the requests' path when the store's version moved."""
+    """The keys a gateway accepts. Built from entries it is fixed; with a `feed` (serving/core/managed_keys.py
+    `store_keys`) they are the state store's, seeded from the entries, and reloaded by `refresh()` on the
+    requests' path when the store's version moved."""
 
     def __init__(self, entries: list[KeyEntry], *, mode: str = "keys", local: Identity | None = None) -> None:
         self.mode, self.local = mode, local
@@ -149,14 +149,14 @@ class KeyStore:
 
     @classmethod
     def from_settings(cls, settings: AuthSettings, pool_names: list[str] | None = None,
-                      environ: dict[str, str] | None = None, store=None) -> KeyStore:
+                      environ: dict[str, str] | None = None, *, durable_store: bool = False) -> KeyStore:
         """The keys of `settings` (file, then environment), checked; ValueError naming the source and field.
-        `store` (a StateStore): those entries seed it and the keys are its (`start()`, then `refresh()`)."""
+        `durable_store`: they seed a durable state store's keys (managed_keys.store_keys), so none may be given."""
         if settings.mode == "none":
             keys = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits, True))
         else:
             entries = configured_entries(settings, environ)
-            if not entries and (store is None or not store.durable):
+            if not entries and not durable_store:
                 raise ValueError("auth.mode is keys but no keys are configured: make one with `switchcraft gateway-key "
                                  "--id NAME` and put its entry in auth.keys_file or $" + str(settings.keys_env)
                                  + ", or keep keys in a state store (state.path or state.redis_url) and add them "
@@ -168,10 +168,6 @@ class KeyStore:
             if unknown:
                 raise ValueError(f"auth: key {ident.key_id!r} limits.models names {unknown}, not in the pool; "
                                  f"pool: {', '.join(pool_names or [])}")
-        if store is not None and keys.mode == "keys":
-            from serving.core.managed_keys import KeyFeed
-
-            keys.feed = KeyFeed(keys, store, refresh_s=settings.refresh_s, pool_names=pool_names)
         return keys
 
     def identities(self) -> list[Identity]:

@@ -1,7 +1,7 @@
 """API keys kept in the state store, where every gateway replica reads them; an operator adds, changes and revokes
 them while the gateways run (`switchcraft keys`, the console's Keys view).
 
-    keys = KeyStore.from_settings(cfg.auth, pool.names, store=state)   # the seeds, and a KeyFeed on the store
+    keys = store_keys(cfg.auth, pool.names, state)    # the configured keys as the seed, and a KeyFeed on the store
     await keys.start()        # at start: each seed put in the store if its id is absent, then every key read
     await keys.refresh()      # each request: the keys reloaded when the store's key version moved (every refresh_s)
     key = await add_key(store, "acme", caller={"tenant": "acme"}, limits={"usd_per_day": 5.0}, now=time.time())
@@ -35,6 +35,16 @@ from serving.core.state_base import StateStore, StateUnavailable, StoredKey
 
 log = logging.getLogger("switchcraft.gateway")
 HASH_SHOWN = 8  # hex characters of a key's sha256 a listing shows
+
+
+def store_keys(settings, pool_names: list[str] | None, store: StateStore,
+               environ: dict[str, str] | None = None) -> KeyStore:
+    """A door's keys over `store` (`settings`: AuthSettings): the configured entries seed it, and the keys are the
+    store's from `start()` on. ValueError as KeyStore.from_settings, which it calls."""
+    keys = KeyStore.from_settings(settings, pool_names, environ, durable_store=store.durable)
+    if keys.mode == "keys":
+        keys.feed = KeyFeed(keys, store, refresh_s=settings.refresh_s, pool_names=pool_names)
+    return keys
 
 
 def stored_entry(entry: KeyEntry) -> str:

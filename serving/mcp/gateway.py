@@ -37,6 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from serving.core.auth import Identity, KeyStore
+from serving.core.managed_keys import store_keys
 from serving.mcp.bridge import Bridge, Snapshot
 from serving.mcp.config import McpConfig
 from serving.mcp.ledger import Ledger, clip
@@ -87,8 +88,9 @@ class McpGateway:
                 query_encoder = OnnxQueryEncoder.create(encoder.base, enc_dir, threads=cfg.retrieval.query_threads,
                                                         int8=True)
         ledger = ledger_of(cfg)  # its state store also holds the keys: the chat gateway's, seeded from cfg.auth
-        return cls(cfg, keys or KeyStore.from_settings(cfg.auth, store=ledger.store), Bridge(cfg, encoder, query_encoder),
-                   ledger)
+        if keys is None:
+            keys = store_keys(cfg.auth, None, ledger.store) if ledger.store else KeyStore.from_settings(cfg.auth)
+        return cls(cfg, keys, Bridge(cfg, encoder, query_encoder), ledger)
 
     # -- upstreams and the catalog ---------------------------------------------
 

@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from serving.core.auth import AuthSettings, KeyStore, hash_key
+from serving.core.managed_keys import store_keys
 from serving.core.state import SQLiteState
 from switchcraft.cli import app
 from tests.routers import REPO
@@ -29,7 +30,7 @@ def keys(tmp_path, *args, env: dict | None = None):
 def loaded(tmp_path) -> KeyStore:
     """A gateway's keys over the store the commands wrote (no seed)."""
     store = SQLiteState(tmp_path / "state.sqlite")
-    keystore = KeyStore.from_settings(AuthSettings(keys_env=None), None, store=store)
+    keystore = store_keys(AuthSettings(keys_env=None), None, store)
 
     async def go():
         await keystore.start()

@@ -21,7 +21,7 @@ from evaluation.harness import LocalRedis
 from serving.app import create_app
 from serving.core.auth import AuthSettings, KeyStore
 from serving.core.errors import GatewayError
-from serving.core.managed_keys import add_key, list_keys, revoke_key, set_limits
+from serving.core.managed_keys import add_key, list_keys, revoke_key, set_limits, store_keys
 from serving.core.state import StateSettings, open_state
 from serving.gateway.config import ServingConfig
 from tests.serving.gateway.helpers import POOL, pool_env
@@ -65,7 +65,7 @@ def test_seeds_go_in_once_and_a_seed_changed_or_revoked_in_the_store_stays_so(st
         return {"K": json.dumps([{"id": "seed", "key": SEED, "limits": {"requests_per_minute": rpm}}, *more])}
 
     async def started(store, environ) -> KeyStore:  # a gateway's start over the store
-        keys = KeyStore.from_settings(AuthSettings(keys_env="K"), POOL.names, environ=environ, store=store)
+        keys = store_keys(AuthSettings(keys_env="K"), POOL.names, store, environ=environ)
         await keys.start()
         return keys
 
