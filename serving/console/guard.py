@@ -114,7 +114,11 @@ async def read_form(request: Request, limit: int, fields: tuple[str, ...] = FIEL
         if len(raw) > limit:  # stop reading: the rest stays on the connection, which is closed
             raise Refused(413, f"the form passed {limit:,} bytes; a console form is at most {limit:,} "
                                "(console.max_login_bytes)", {"connection": "close"})
-    form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=max(1, len(fields)) * 8)
+    most = max(1, len(fields)) * 8
+    try:
+        form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=most)
+    except ValueError:  # more fields than the form has, many times over
+        raise Refused(400, f"the form has more than {most} fields; send only {', '.join(fields) or 'none'}") from None
     return {f: (form.get(f) or [""])[0] for f in fields}
 
 

@@ -70,6 +70,11 @@ def test_the_forms_need_an_admin_session_and_refuse_another_sites_page(client, m
                                ("/console/keys/caller/limits", {"rpm": "1", "usd_per_day": "", "models": ""})):
                 r = httpx.post(url + path, data=data, headers=headers, cookies=cookies)
                 assert r.status_code == 403 and "another site" in r.text, (path, headers)
+        crowded = "&".join(f"f{i}=1" for i in range(40))  # more fields than any console form has: 400, never a 500
+        for path, extra in (("/console/keys/caller/revoke", {"cookies": cookies}), ("/console/login", {})):
+            r = httpx.post(url + path, content=crowded, headers={"content-type": "application/x-www-form-urlencoded"},
+                           **extra)
+            assert r.status_code == 400 and "more than" in r.text, (path, r.status_code)
         page = httpx.get(url + "/console/keys", cookies=cookies).text
         assert "planted" not in page and 'id="key-caller"' in page and route(url, CALLER) == 200
         assert "yes," not in page  # nothing was revoked
