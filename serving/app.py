@@ -58,6 +58,7 @@ from serving.client import RouterClient
 from serving.console import mount as mount_console
 from serving.gateway import admin
 from serving.core.auth import KeyStore
+from serving.core.managed_keys import store_keys
 from serving.gateway.batcher import RoutingBatcher
 from serving.core.budget import Budgets
 from serving.gateway.cascade import Cascade
@@ -109,7 +110,7 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                       hedge_after_s=cfg.upstream.hedge_after_s)
     forced = None if cfg.router.cascade is None else check_strategy(cfg.router.cascade.strategy(), pool.names,
                                                                     "router.cascade")
-    keys = keys or KeyStore.from_settings(cfg.auth, pool.names)
+    keys = keys or store_keys(cfg.auth, pool.names, state)  # the store's keys, seeded from cfg.auth
     slot = RouterSlot(client, lambda c, runner: RoutingBatcher(c, metrics, max_batch_size=cfg.router.max_batch_size,
                                                                delay_s=cfg.router.batch_delay_ms / 1e3,
                                                                max_queue=cfg.router.max_queue,
@@ -218,6 +219,7 @@ def _lifespan(gw: Gateway, own_state: bool):
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         cfg = gw.cfg
+        await gw.keys.start()  # the configured keys seed the state store; its keys are loaded
         if gw.keys.mode == "none":
             log.warning(json.dumps({"event": "auth", "mode": "none",
                                     "warning": UNAUTHENTICATED.format(where=f"{cfg.host}:{cfg.port}")}))

@@ -18,6 +18,7 @@ from switchcraft import (
     cli_bench,
     cli_fetch,
     cli_ingest,
+    cli_keys,
     cli_learn,
     cli_mcp,
     cli_outputs,
@@ -40,7 +41,7 @@ bench_app = typer.Typer(help="Benchmarks that write a table (figures in the READ
 app.add_typer(bench_app, name="bench")
 
 # The order here is the order `switchcraft --help` lists the commands in.
-for _module in (cli_ingest, cli_reproduce, cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_state,
+for _module in (cli_ingest, cli_reproduce, cli_outputs, cli_verify, cli_pool, cli_train, cli_serve, cli_keys, cli_state,
                 cli_learn, cli_traffic, cli_tools, cli_mcp, cli_fetch, cli_transfer):
     _module.register(app)
 cli_bench.register_bench(bench_app)

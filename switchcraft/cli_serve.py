@@ -23,8 +23,8 @@ DATA_ROOT = Path(os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"))
 def register(app: typer.Typer) -> None:
     app.command("export", help="Export a trained router to ONNX (validated against PyTorch); --triton writes the model repository.")(export)
     app.command("serve", help="Run the routing gateway (OpenAI-compatible) from configs/serving.yaml.")(serve)
-    app.command("gateway-key", help="Make a gateway API key: prints it once, and the hashed entry for auth.keys_file.")(
-        gateway_key)
+    app.command("gateway-key", help="Make a gateway API key for auth.keys_file, a seed of the state store's keys "
+                "(`switchcraft keys add` stores one there directly): prints it once, and its hashed entry.")(gateway_key)
 
 
 def export(
@@ -131,7 +131,7 @@ def serve(
             router = f"router {client.version}, {client.backend.name}"
         else:  # each worker loads the router itself (serving/app.py worker_app)
             pool = load_pool(cfg.upstream.pool)
-            keys = KeyStore.from_settings(cfg.auth, pool.names)
+            keys = KeyStore.from_settings(cfg.auth, pool.names, durable_store=True)  # workers share a store
             router = f"{cfg.workers} workers, router {cfg.router.dir}, {cfg.router.backend}"
         sock = bind(cfg)
     except (FileNotFoundError, DataError, ValueError, StateUnavailable) as e:
@@ -145,7 +145,9 @@ def serve(
                   f"no provider key; export {', '.join(names)} (the pool file's api_key_env) or they answer 502"
                   + ("; /readyz is not ready until one has" if len(missing) == len(pool.models) else ""),
                   highlight=False)
-    described = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else f"{len(keys.identities())} API keys"
+    described = "no API keys (auth.mode: none)" if cfg.auth.mode == "none" else (
+        f"API keys from the state store, {len(keys.seeds)} seeded from auth.keys_file / keys_env; "
+        "`switchcraft keys list`")
     console.print(f"switchcraft gateway on http://{cfg.host}:{cfg.port} ({router}, {described})", highlight=False)
     if cfg.workers == 1:
         run_served(cfg, app, client, sock)

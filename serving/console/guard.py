@@ -98,24 +98,28 @@ async def drain(request: Request, limit: int) -> None:
         return
 
 
-async def read_form(request: Request, limit: int) -> dict[str, str]:
-    """The form's `key` and `next` (empty when absent), read no further than `limit` bytes."""
+async def read_form(request: Request, limit: int, fields: tuple[str, ...] = FIELDS) -> dict[str, str]:
+    """The form's `fields` (the login's `key` and `next`; empty when absent), read no further than `limit` bytes."""
     media = (request.headers.get("content-type") or "").partition(";")[0].strip().lower()
     if media != FORM:
         raise Refused(415, f"send the form as {FORM} (got {media[:60] or 'no Content-Type'})",
                       {"connection": "close"})
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise Refused(413, f"the form is {int(declared):,} bytes; a login form is at most {limit:,} "
+        raise Refused(413, f"the form is {int(declared):,} bytes; a console form is at most {limit:,} "
                            "(console.max_login_bytes)", {"connection": "close"})
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > limit:  # stop reading: the rest stays on the connection, which is closed
-            raise Refused(413, f"the form passed {limit:,} bytes; a login form is at most {limit:,} "
+            raise Refused(413, f"the form passed {limit:,} bytes; a console form is at most {limit:,} "
                                "(console.max_login_bytes)", {"connection": "close"})
-    form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=len(FIELDS) * 8)
-    return {f: (form.get(f) or [""])[0] for f in FIELDS}
+    most = max(1, len(fields)) * 8
+    try:
+        form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=most)
+    except ValueError:  # more fields than the form has, many times over
+        raise Refused(400, f"the form has more than {most} fields; send only {', '.join(fields) or 'none'}") from None
+    return {f: (form.get(f) or [""])[0] for f in fields}
 
 
 class LoginThrottle:

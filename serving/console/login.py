@@ -68,7 +68,7 @@ def add_login_routes(router: APIRouter, gw, sessions: Sessions, page) -> None:
             return login_page(e.status, e.message, headers=e.headers)
         key, nxt = form["key"].strip(), console_path(form["next"])
         try:
-            ident = gw.keys.authenticate(f"Bearer {key}") if key else None
+            ident = await gw.keys.verify(f"Bearer {key}") if key else None
         except GatewayError:
             ident = None
         if ident is None or not ident.admin:

@@ -6,6 +6,7 @@ GET  /console/login            the form that takes an admin key once (POST /cons
 POST /console/logout           ends the session (revoked in the state store: a copy of the cookie is refused too)
 GET  /console/{view}           savings | quality | traffic | keys | requests | router   (?range=1h|24h|7d|30d|all)
 GET  /console/requests/{id}    one request's trace
+POST /console/keys[/{id}/limits | /{id}/revoke]   the Keys view's forms (serving/console/keys.py)
 
 A page needs a session cookie (serving/console/session.py) or an admin key in `Authorization: Bearer`; without
 either it redirects to the login page. The key is read from the form body only (never a URL) and never logged.
@@ -33,17 +34,17 @@ from markupsafe import Markup
 from serving.console import charts
 from serving.console.guard import HEADERS
 from serving.console.headline import MIN_EXPLORED, MIN_HOURS, headline, money
+from serving.console.keys import add_key_routes, keys_data
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import QualityCache
 from serving.console.search import search_requests, timeline
-from serving.console.queries import (cascades, filter_values, key_spend, version_costs,
-                                     router_versions, trace, traffic)
+from serving.console.queries import cascades, filter_values, router_versions, trace, traffic, version_costs
 from serving.console.login import REFUSED, add_login_routes  # noqa: F401 - REFUSED: the login page's words
 from serving.console.session import COOKIE, Sessions, revoked
 from serving.core.auth import admin_of
 from serving.core.errors import GatewayError
-from serving.core.state import StateUnavailable, utc_day
+from serving.core.state import StateUnavailable
 
 log = logging.getLogger("switchcraft.gateway")
 VIEWS = ("savings", "quality", "traffic", "keys", "requests", "router")
@@ -76,11 +77,12 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
             return gw.keys.local.key_id
         if request.headers.get("authorization"):
             try:
-                return admin_of(gw, request).key_id
+                return (await admin_of(gw, request)).key_id
             except GatewayError:
                 return None
         now = time.time()
         session = sessions.read(request.cookies.get(COOKIE), now=now)
+        await gw.keys.refresh()  # a revoked admin key's sessions end with it
         admins = {i.key_id for i in gw.keys.identities() if i.admin}
         if session is None or session.key_id not in admins:
             return None
@@ -100,6 +102,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
         return who
 
     add_login_routes(router, gw, sessions, page)
+    add_key_routes(router, gw, signed_in, page)  # the Keys view's forms: create, change limits, revoke
 
     @router.get("")
     @router.get("/")
@@ -240,18 +243,6 @@ async def traffic_data(gw, params, since: float, now: float, labels: QualityCach
         out["key_days"] = {"days": days, "keys": keys, "cell": cell}
 
     return out
-
-
-async def keys_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
-    try:
-        rows = await gw.state.ledger(day=utc_day(now))
-    except StateUnavailable as e:
-        return {"message": f"the ledger cannot be read now: {e}"}
-    limits = {i.key_id: i.limits.usd_per_day for i in gw.keys.identities()}
-    explore = gw.cfg.explore.usd_per_day if gw.cfg.explore.rate > 0 else None
-    k = key_spend(rows, now=now, limits=limits, explore_usd_per_day=explore)
-    chart = charts.bars([(t["key"], t["usd"]) for t in k["keys"]], title=f"spend per key on {k['day']}", unit="USD")
-    return {"k": k, "chart_keys": Markup(chart), "live": live_traffic(gw), "durable": gw.state.durable}
 
 
 def _number(params, name: str, what: str) -> float | None:

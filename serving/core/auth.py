@@ -1,13 +1,17 @@
 """Inbound authentication: API keys (stored hashed) → a caller identity and its limits.
 
-    keys = KeyStore.from_settings(cfg.auth, pool.names)          # keys_file (hashed) + keys_env (JSON)
-    ident = keys.authenticate(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
+    keys = store_keys(cfg.auth, pool.names, state)    # managed_keys.py: keys_file (hashed) + keys_env (JSON) seed the store
+    await keys.start()                                                # the seeds into the store, its keys loaded
+    ident = await keys.verify(request.headers.get("authorization"))   # Identity; GatewayError(401) without a valid key
     who = narrow(ident.caller, body_caller, "switchcraft.caller")     # the body may only narrow it (403 otherwise)
     ident.admin                                                       # the key's role: admin may read spend
 Limits (requests per minute, USD per day) are enforced in serving/core/budget.py, on counts kept in
 serving/core/state.py (SQLite or Redis): they survive restarts and span gateway processes.
 
-A key file (YAML; `switchcraft gateway-key` makes a key and prints its entry):
+The keys live in the state store (serving/core/managed_keys.py: `switchcraft keys add|set|revoke|list`, the
+console's Keys view), shared by every replica and reloaded when they change. The key file and the environment
+are its seed: each entry is put there at start if its id is absent. A key file (YAML; `switchcraft gateway-key`
+makes a key and prints its entry):
 
     keys:
       - id: acme-support              # the name in logs and metrics (the key itself never is)
@@ -99,6 +103,9 @@ class AuthSettings(BaseModel):
                                  "JSON list of key entries (sha256 or key).")
     local_caller: Caller = Field(default_factory=Caller, description="mode none: every request's identity.")
     local_limits: KeyLimits = Field(default_factory=KeyLimits, description="mode none: its limits.")
+    refresh_s: float = Field(default=1.0, ge=0, le=3600, description="How often at most a gateway asks the state "
+                             "store whether its keys changed (a revoked key is refused within this; 0: every "
+                             "request).")
 
 
 def hash_key(key: str) -> str:
@@ -120,43 +127,67 @@ class Identity:
 
 
 class KeyStore:
+    """The keys a gateway accepts. Built from entries it is fixed; with a `feed` (serving/core/managed_keys.py
+    `store_keys`) they are the state store's, seeded from the entries, and reloaded by `refresh()` on the
+    requests' path when the store's version moved."""
+
     def __init__(self, entries: list[KeyEntry], *, mode: str = "keys", local: Identity | None = None) -> None:
         self.mode, self.local = mode, local
-        self.by_digest: dict[str, Identity] = {}
+        self.feed = None  # a KeyFeed when the keys live in the state store
         seen: set[str] = set()
         for e in entries:
             if e.id in seen:
                 raise ValueError(f"auth: key id {e.id!r} is listed twice; give each key its own id")
             seen.add(e.id)
-            self.by_digest[e.digest()] = Identity(e.id, e.caller, e.limits, e.role == "admin")
+        self.seeds = list(entries)
+        self.install(entries, [])
+
+    def install(self, entries: list[KeyEntry], revoked: list[KeyEntry]) -> None:
+        """Accept `entries` from now on; refuse `revoked` as revoked."""
+        self.by_digest = {e.digest(): Identity(e.id, e.caller, e.limits, e.role == "admin") for e in entries}
+        self.revoked = {e.digest() for e in revoked}
 
     @classmethod
     def from_settings(cls, settings: AuthSettings, pool_names: list[str] | None = None,
-                      environ: dict[str, str] | None = None) -> KeyStore:
-        """The keys of `settings` (file, then environment), checked; ValueError naming the source and field."""
+                      environ: dict[str, str] | None = None, *, durable_store: bool = False) -> KeyStore:
+        """The keys of `settings` (file, then environment), checked; ValueError naming the source and field.
+        `durable_store`: they seed a durable state store's keys (managed_keys.store_keys), so none may be given."""
         if settings.mode == "none":
-            store = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits, True))
+            keys = cls([], mode="none", local=Identity("local", settings.local_caller, settings.local_limits, True))
         else:
-            entries = []
-            if settings.keys_file:
-                entries += read_key_file(settings.keys_file)
-            raw = (os.environ if environ is None else environ).get(settings.keys_env or "", "")
-            if raw.strip():
-                entries += parse_entries(raw, f"${settings.keys_env}")
-            if not entries:
+            entries = configured_entries(settings, environ)
+            if not entries and not durable_store:
                 raise ValueError("auth.mode is keys but no keys are configured: make one with `switchcraft gateway-key "
                                  "--id NAME` and put its entry in auth.keys_file or $" + str(settings.keys_env)
-                                 + ", or set auth.mode=none to serve unauthenticated (local use only)")
-            store = cls(entries)
-        for ident in store.identities():
+                                 + ", or keep keys in a state store (state.path or state.redis_url) and add them "
+                                 "with `switchcraft keys add --id NAME`, or set auth.mode=none to serve "
+                                 "unauthenticated (local use only)")
+            keys = cls(entries)
+        for ident in keys.identities():
             unknown = [m for m in ident.limits.models or [] if pool_names is not None and m not in pool_names]
             if unknown:
                 raise ValueError(f"auth: key {ident.key_id!r} limits.models names {unknown}, not in the pool; "
                                  f"pool: {', '.join(pool_names or [])}")
-        return store
+        return keys
 
     def identities(self) -> list[Identity]:
+        """Every key accepted now (revoked ones are not)."""
         return [self.local] if self.local else list(self.by_digest.values())
+
+    async def start(self) -> None:
+        """The state store's keys, seeded from the configured ones (at the door's start; nothing without a store)."""
+        if self.feed is not None:
+            await self.feed.start()
+
+    async def refresh(self) -> None:
+        """Reload the store's keys when they changed (checked at most every auth.refresh_s)."""
+        if self.feed is not None:
+            await self.feed.refresh()
+
+    async def verify(self, authorization: str | None) -> Identity:
+        """`authenticate`, on the keys as they are now in the store."""
+        await self.refresh()
+        return self.authenticate(authorization)
 
     def authenticate(self, authorization: str | None) -> Identity:
         """The identity of `Authorization: Bearer <key>`; GatewayError(401) without a valid key."""
@@ -167,11 +198,26 @@ class KeyStore:
             raise unauthorized("missing_key", "no API key: send the header `Authorization: Bearer <key>`")
         if scheme.lower() != "bearer" or not key.strip():
             raise unauthorized("missing_key", "the Authorization header must be `Bearer <key>`")
-        ident = self.by_digest.get(hash_key(key.strip()))
+        digest = hash_key(key.strip())
+        if digest in self.revoked:
+            raise unauthorized("revoked", "the API key was revoked (keys are not echoed back); ask the operator for "
+                               "a new one")
+        ident = self.by_digest.get(digest)
         if ident is None:
             raise unauthorized("invalid_key", "the API key is not valid (keys are not echoed back); ask the operator "
-                               "for one made with `switchcraft gateway-key`")
+                               "for one made with `switchcraft keys add` or `switchcraft gateway-key`")
         return ident
+
+
+def configured_entries(settings: AuthSettings, environ: dict[str, str] | None = None) -> list[KeyEntry]:
+    """The entries of auth.keys_file, then of $auth.keys_env (ValueError naming the source and field)."""
+    entries = []
+    if settings.keys_file:
+        entries += read_key_file(settings.keys_file)
+    raw = (os.environ if environ is None else environ).get(settings.keys_env or "", "")
+    if raw.strip():
+        entries += parse_entries(raw, f"${settings.keys_env}")
+    return entries
 
 
 def unauthorized(reason: str, message: str) -> GatewayError:
@@ -297,10 +343,10 @@ def too_many(reason: str, message: str, wait_s: float) -> GatewayError:
                         headers=retry_after_headers(ms), reason=reason)
 
 
-def admin_of(door, request) -> Identity:
+async def admin_of(door, request) -> Identity:
     """The request's admin identity; 401 without a valid key, 403 for a key without the admin role. `door` is
     any surface with the gateway's `keys` (KeyStore) and `metrics` (GatewayMetrics): the admin API, the console."""
-    ident = door.keys.authenticate(request.headers.get("authorization"))
+    ident = await door.keys.verify(request.headers.get("authorization"))
     if not ident.admin:
         door.metrics.auth_rejections.labels(key=ident.key_id, reason="admin").inc()
         raise forbidden("admin", "this API key is not an admin key (role: admin in its entry)", "authorization")

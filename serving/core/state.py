@@ -16,6 +16,10 @@ What is kept, per API key id (never the key):
 - the ledger: one row per charge (time, day, key, model, kind, USD, request id), kinds
   answer | cascade | abandoned | estimated | expired | explore (docs/serving.md, "State").
 
+And the API keys (serving/core/state_keys.py, serving/core/managed_keys.py): per key id its entry (the key's
+sha256, never the key), created and updated times, revoked or not, seed or managed; and a version that every key
+write changes, which each gateway process reads to know when to reload them.
+
 A request is admitted while `spent + reserved < usd_per_day`; a hold is made, or extended, only while that
 is true, atomically (a Lua script in Redis, a `BEGIN IMMEDIATE` transaction in SQLite), so concurrent
 requests see each other's holds, and a day ends at most one hold (or extension) past its limit.
@@ -34,12 +38,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from serving.core.state_base import (KINDS, Admission, Charge, LedgerRow, OverBudget, Reservation, StateStore,
-                                        StateUnavailable, utc_day)
+                                        StateUnavailable, StoredKey, utc_day)
 from serving.core.state_redis import RedisState
 from serving.core.state_sqlite import SQLiteState
 
 __all__ = ["KINDS", "Admission", "Charge", "LedgerRow", "OverBudget", "RedisState", "Reservation", "SQLiteState",
-           "StateSettings", "StateStore", "StateUnavailable", "open_state", "utc_day"]
+           "StateSettings", "StateStore", "StateUnavailable", "StoredKey", "open_state", "utc_day"]
 
 
 class StateSettings(BaseModel):

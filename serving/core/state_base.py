@@ -70,6 +70,19 @@ class Charge:
 
 
 @dataclass(frozen=True)
+class StoredKey:
+    """An API key the store keeps (serving/core/managed_keys.py): its entry is the key's JSON entry without the key
+    itself (id, sha256, caller, limits, role)."""
+
+    id: str
+    entry: str  # JSON
+    created: float
+    updated: float
+    revoked: bool = False
+    source: str = "managed"  # seed: put in from auth.keys_file / keys_env; managed: `switchcraft keys`, the console
+
+
+@dataclass(frozen=True)
 class LedgerRow:
     ts: float
     day: str
@@ -128,6 +141,23 @@ class StateStore(ABC):
 
     async def aclose(self) -> None:
         return None
+
+    @abstractmethod
+    async def keys_version(self) -> int:
+        """The API keys' version: a counter every key write changes (a replica reloads the keys when it moved)."""
+
+    @abstractmethod
+    async def keys_read(self) -> tuple[int, list[StoredKey]]:
+        """The version and every stored key (revoked ones included), read together, ordered by id."""
+
+    @abstractmethod
+    async def key_create(self, key: StoredKey) -> bool:
+        """Store a new key; False (nothing written) when its id is taken. Atomic with the version's change."""
+
+    @abstractmethod
+    async def key_change(self, key_id: str, *, now: float, entry: str | None = None,
+                         revoked: bool | None = None) -> bool:
+        """Replace a key's entry and/or set its revoked flag (`updated` becomes `now`); False when no key has the id."""
 
     @abstractmethod
     async def session_get(self, sid: str, now: float) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from serving.core.state_base import (SWEEP_EVERY_S, Admission, Charge, LedgerRow, OverBudget, Reservation,
                                         StateStore, StateUnavailable, utc_day)
+from serving.core.state_keys import RedisKeys
 
 ADMIT = """
 local now, rpm, lim = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -103,7 +104,7 @@ return #ids
 
 LEDGER_PAGE = 1_000  # ledger entries read from Redis at a time
 
-class RedisState(StateStore):
+class RedisState(RedisKeys, StateStore):
     """A real Redis server shared by any number of gateway processes. Every check-and-change is one Lua script
     (atomic on the server; the scripts above). Durable as the server is configured: run it with
     `appendonly yes` so a Redis restart keeps the ledger (docs/serving.md, "State")."""
@@ -122,6 +123,7 @@ class RedisState(StateStore):
         self._extend = self.redis.register_script(EXTEND)
         self._settle = self.redis.register_script(SETTLE)
         self._sweep = self.redis.register_script(SWEEP)
+        self._register_key_scripts()
         self.last_sweep = 0.0
 
     def _where(self) -> str:

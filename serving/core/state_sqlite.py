@@ -15,6 +15,7 @@ import anyio
 from serving.core.state_base import (SESSION_PRUNE_BATCH, SESSION_PRUNE_EVERY_S, SWEEP_EVERY_S, THREADS,
                                         WINDOW_S, Admission, Charge, LedgerRow, OverBudget, Reservation,
                                         StateStore, StateUnavailable, utc_day)
+from serving.core.state_keys import SQLITE_SCHEMA as KEYS_SCHEMA, SQLiteKeys
 
 
 SCHEMA = """
@@ -34,7 +35,7 @@ CREATE INDEX IF NOT EXISTS sessions_expires ON sessions (expires);
 """
 
 
-class SQLiteState(StateStore):
+class SQLiteState(SQLiteKeys, StateStore):
     """One SQLite file in WAL mode. Calls run in a worker thread (never on the event loop); writes are
     `BEGIN IMMEDIATE` transactions, so processes sharing the file on one machine stay consistent. A committed
     write survives `kill -9` of the process (synchronous=NORMAL: only a power loss may lose the last ones).
@@ -60,7 +61,7 @@ class SQLiteState(StateStore):
             if self.durable:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
+            self.db.executescript(SCHEMA + KEYS_SCHEMA)
         except (sqlite3.Error, OSError) as e:
             raise StateUnavailable(f"state store {self.path}: {e}") from None
         self.lock = threading.Lock()

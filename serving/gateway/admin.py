@@ -33,9 +33,9 @@ from serving.core.state import StateUnavailable
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
-def is_admin(gw: Gateway, request: Request) -> bool:
+async def is_admin(gw: Gateway, request: Request) -> bool:
     try:
-        admin_of(gw, request)
+        await admin_of(gw, request)
     except GatewayError:
         return False
     return True
@@ -60,7 +60,7 @@ async def readyz(gw: Gateway, request: Request) -> Response:
     if callable_models == 0:
         body["reason"] = ("no pool model has its provider key: export the variables the pool file names "
                           "(api_key_env), e.g. " + ", ".join(sorted(set(missing.values()))[:4]))
-    if is_admin(gw, request):
+    if await is_admin(gw, request):
         body["missing_credentials"] = missing
         try:
             await gw.state.ping()
@@ -75,7 +75,7 @@ async def readyz(gw: Gateway, request: Request) -> Response:
 async def prometheus(gw: Gateway, request: Request) -> Response:
     """Prometheus text; an admin key only (it names key ids, spend and upstream endpoints)."""
     try:
-        admin_of(gw, request)
+        await admin_of(gw, request)
     except GatewayError as e:
         return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
     return Response(gw.metrics.render(), media_type=gw.metrics.content_type)
@@ -84,7 +84,7 @@ async def prometheus(gw: Gateway, request: Request) -> Response:
 async def reload(gw: Gateway, request: Request) -> Response:
     """Serve another router directory from now on (admin keys): `{"dir": …}`, default router.dir."""
     try:
-        admin_of(gw, request)
+        await admin_of(gw, request)
         raw = await request.body()
         body = json.loads(raw) if raw.strip() else {}
         where = body.get("dir") if isinstance(body, dict) else None
@@ -109,7 +109,7 @@ async def reload(gw: Gateway, request: Request) -> Response:
 async def spend(gw: Gateway, request: Request, key: str | None, day: str | None) -> Response:
     """The ledger (admin keys): every charge of `key` (an id) on `day` (YYYY-MM-DD, UTC), and their totals."""
     try:
-        admin_of(gw, request)
+        await admin_of(gw, request)
         if day is not None and not DAY.fullmatch(day):
             raise GatewayError(400, f"day: {day!r} is not a UTC date YYYY-MM-DD", param="day")
         rows = await gw.state.ledger(key_id=key, day=day)

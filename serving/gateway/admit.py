@@ -47,7 +47,7 @@ async def authenticate(gw: Gateway, request: Request, authorization: str | None 
     `authorization`: the key as another header carried it (Anthropic's x-api-key), when there is no Authorization."""
     ident = None
     try:
-        ident = gw.keys.authenticate(request.headers.get("authorization") or authorization)
+        ident = await gw.keys.verify(request.headers.get("authorization") or authorization)
         await gw.budgets.admit(ident)
     except GatewayError as e:
         gw.metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=e.reason or "").inc()

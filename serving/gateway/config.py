@@ -190,9 +190,9 @@ class ConsoleSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_login_bytes: int = Field(default=4_096, ge=256, le=1_000_000, description="The login form's body at most "
-                                 "(a key is under 100 bytes); larger gets 413, and a body without a length is read "
-                                 "no further than this.")
+    max_login_bytes: int = Field(default=4_096, ge=256, le=1_000_000, description="A console form's body at most "
+                                 "(the login's, the Keys view's; a key is under 100 bytes); larger gets 413, and a "
+                                 "body without a length is read no further than this.")
     session_max_age_s: int = Field(default=28_800, ge=60, le=30 * 86_400, description="A console session cookie's "
                                    "lifetime from its login.")
     login_failures_per_address: int = Field(default=10, ge=1, description="Failed logins one client address may make "

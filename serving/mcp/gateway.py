@@ -37,6 +37,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from serving.core.auth import Identity, KeyStore
+from serving.core.managed_keys import store_keys
 from serving.mcp.bridge import Bridge, Snapshot
 from serving.mcp.config import McpConfig
 from serving.mcp.ledger import Ledger, clip
@@ -51,15 +52,18 @@ def unknown_tool(name: str, clip_chars: int = 200) -> McpError:
     return McpError(INVALID_PARAMS, f"Unknown tool: {clip(name, clip_chars)}")
 
 
+def ledger_of(cfg: McpConfig) -> Ledger:
+    """The call ledger `cfg` names: its file, and the chat gateway's state store when `state:` is set."""
+    from serving.core.state import open_state
+
+    return Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
+                  max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)
+
+
 class McpGateway:
     def __init__(self, cfg: McpConfig, keys: KeyStore, bridge: Bridge, ledger: Ledger | None = None) -> None:
         self.cfg, self.keys, self.bridge = cfg, keys, bridge
-        if ledger is None:
-            from serving.core.state import open_state
-
-            ledger = Ledger(cfg.log_path, store=open_state(cfg.state) if cfg.state is not None else None,
-                            max_mb=cfg.log_max_mb, keep=cfg.log_keep, clip_chars=cfg.clip_chars)
-        self.ledger = ledger
+        self.ledger = ledger or ledger_of(cfg)
         self.upstreams = [Upstream(u, self._changed, refresh_s=cfg.refresh_s, retry_s=cfg.retry_s)
                           for u in cfg.upstreams]
         self.by_name = {u.name: u for u in self.upstreams}
@@ -83,7 +87,10 @@ class McpGateway:
             if isinstance(encoder, OnnxQueryEncoder) and cfg.retrieval.query_precision == "int8":
                 query_encoder = OnnxQueryEncoder.create(encoder.base, enc_dir, threads=cfg.retrieval.query_threads,
                                                         int8=True)
-        return cls(cfg, keys or KeyStore.from_settings(cfg.auth), Bridge(cfg, encoder, query_encoder))
+        ledger = ledger_of(cfg)  # its state store also holds the keys: the chat gateway's, seeded from cfg.auth
+        if keys is None:
+            keys = store_keys(cfg.auth, None, ledger.store) if ledger.store else KeyStore.from_settings(cfg.auth)
+        return cls(cfg, keys, Bridge(cfg, encoder, query_encoder), ledger)
 
     # -- upstreams and the catalog ---------------------------------------------
 
@@ -118,6 +125,7 @@ class McpGateway:
     async def running(self, ready_timeout_s: float | None = None):
         """Connect every upstream (each runs until the block ends), wait for each to list or fail once,
         build the first snapshot; the rebuilds after a change run in the background."""
+        await self.keys.start()
         async with anyio.create_task_group() as tg:
             for up in self.upstreams:
                 tg.start_soon(up.run)

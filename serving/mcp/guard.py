@@ -101,7 +101,7 @@ class Gate:
             await jsonrpc_error(refused.status_code, text, "transport")(scope, receive, send)
             return
         try:
-            ident = self.gw.keys.authenticate(req.headers.get("authorization"))
+            ident = await self.gw.keys.verify(req.headers.get("authorization"))
         except GatewayError as e:
             await jsonrpc_error(e.status, e.message, e.reason or "auth", e.headers)(scope, receive, send)
             return

@@ -46,20 +46,23 @@ from serving.mcp.guard import Gate, JsonRpcErrors, JsonRpcShape, ListenCap, json
 log = logging.getLogger("switchcraft.mcp")
 
 
-def mcp_server(gw: McpGateway, fixed: tuple[Identity, str | None] | None = None) -> Server:
-    """The SDK server answering tools/list and tools/call for the caller and endpoint of each request."""
+def mcp_server(gw: McpGateway, fixed: tuple[str | None, str | None] | None = None) -> Server:
+    """The SDK server answering tools/list and tools/call for the caller and endpoint of each request; `fixed`:
+    one host's (Authorization, group) for the whole session (stdio), its key checked again on each request."""
 
     def who(ctx) -> tuple[Identity, str | None]:
         if fixed is not None:
-            return fixed
+            return gw.keys.authenticate(fixed[0]), fixed[1]
         req: Request = ctx.request
         return gw.keys.authenticate(req.headers.get("authorization")), req.path_params.get("group")
 
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
+        await gw.keys.refresh()  # HTTP: Gate did; stdio: a key revoked meanwhile is refused
         ident, group = who(ctx)
         return types.ListToolsResult(tools=gw.list_tools(ident, group))
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        await gw.keys.refresh()
         ident, group = who(ctx)
         return await gw.call(ident, group, params.name, params.arguments)
 
@@ -118,7 +121,7 @@ def http_app(gw: McpGateway, ready_timeout_s: float | None = None) -> Starlette:
         status = gw.status()
         ok = all(u["up"] for u in status["upstreams"])
         try:  # the groups and servers are the operator's: an admin key reads them, anyone the overall state
-            admin = gw.keys.authenticate(request.headers.get("authorization")).admin
+            admin = (await gw.keys.verify(request.headers.get("authorization"))).admin
         except GatewayError:
             admin = False
         body = {"status": "ok" if ok else "degraded", **(status if admin else {})}
@@ -127,7 +130,7 @@ def http_app(gw: McpGateway, ready_timeout_s: float | None = None) -> Starlette:
     async def no_route(request: Request, exc: HTTPException) -> JSONResponse:
         """404 and 405 after the key check, in JSON-RPC shape; never a redirect built from the caller's Host."""
         try:
-            gw.keys.authenticate(request.headers.get("authorization"))
+            await gw.keys.verify(request.headers.get("authorization"))
         except GatewayError as e:
             return jsonrpc_error(e.status, e.message, e.reason or "auth", e.headers)
         path = request.url.path
@@ -158,8 +161,9 @@ async def serve_stdio(gw: McpGateway, group: str | None = None, key_env: str = "
     from mcp.server.stdio import stdio_server
 
     key = os.environ.get(key_env, "")
-    ident = gw.keys.authenticate(f"Bearer {key}" if key else None)
-    server = mcp_server(gw, (ident, group))
-    async with gw.running():
+    authorization = f"Bearer {key}" if key else None
+    async with gw.running():  # the keys loaded (the state store's, when the config names one)
+        gw.keys.authenticate(authorization)  # a missing or invalid key: refused before any host is served
+        server = mcp_server(gw, (authorization, group))
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())

@@ -32,7 +32,7 @@ COMMANDS = list(_commands(typer.main.get_command(app)))
 def test_the_tree_has_every_area():
     top = {c[0] for c in COMMANDS}
     assert {"ingest", "reproduce", "evaluate", "import-outputs", "decode-report", "verify", "label", "verify-agreement",
-            "train", "export", "serve", "gateway-key", "spend", "learn", "data", "bench", "pool", "tools", "retest", "mcp", "transfer", "traffic", "readme-table"} == top
+            "train", "export", "serve", "gateway-key", "keys", "spend", "learn", "data", "bench", "pool", "tools", "retest", "mcp", "transfer", "traffic", "readme-table"} == top
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)

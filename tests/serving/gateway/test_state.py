@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from serving.core.state import StateSettings
-from serving.core.state import Charge, OverBudget, SQLiteState, StateUnavailable, open_state, utc_day
+from serving.core.state import Charge, OverBudget, SQLiteState, StateUnavailable, StoredKey, open_state, utc_day
 
 NOW = 1_764_600_000.0  # 2025-12-01T14:40:00Z
 DAY = utc_day(NOW)
@@ -184,4 +184,44 @@ def test_a_hold_extends_while_the_day_has_room_settles_once_and_expires_whole(ma
         assert await store.extend(lost, 0.5, limit=1.0, now=NOW + 68) == lost  # nothing left to extend
         assert await store.day_total("k", DAY) == pytest.approx((0.32, 0.0))
         await store.settle(other, [], now=NOW)
+    run(go())
+
+
+def test_api_keys_are_stored_by_id_with_a_version_every_write_changes(make_store):
+    a, b = make_store(), make_store()  # two handles on one store: two gateway replicas
+    entry = '{"id": "acme", "sha256": "' + "ab" * 32 + '"}'
+
+    async def go():
+        assert await a.keys_read() == (0, []) and await b.keys_version() == 0
+        assert await a.key_create(StoredKey("acme", entry, NOW, NOW, source="seed"))
+        assert await b.keys_version() == 1
+        assert not await b.key_create(StoredKey("acme", '{"id": "acme", "other": 1}', NOW + 1, NOW + 1))  # ids unique
+        assert await a.keys_version() == 1  # a refused write changes nothing
+        assert await b.key_create(StoredKey("zed", entry.replace("acme", "zed"), NOW + 2, NOW + 2))
+        version, keys = await a.keys_read()
+        assert version == 2 and [(k.id, k.entry, k.created, k.updated, k.revoked, k.source) for k in keys] == [
+            ("acme", entry, NOW, NOW, False, "seed"), ("zed", entry.replace("acme", "zed"), NOW + 2, NOW + 2, False,
+                                                       "managed")]
+        assert await b.key_change("acme", now=NOW + 3, entry='{"id": "acme", "limits": 1}')
+        assert await a.key_change("acme", now=NOW + 4, revoked=True)
+        assert not await a.key_change("nobody", now=NOW + 5, revoked=True)
+        version, keys = await b.keys_read()
+        assert version == 4 and (keys[0].entry, keys[0].revoked, keys[0].created, keys[0].updated) == (
+            '{"id": "acme", "limits": 1}', True, NOW, NOW + 4)
+        assert keys[1].revoked is False
+    run(go())
+    again = make_store()  # a restart keeps every key, its revocation and the version
+    version, keys = run(again.keys_read())
+    assert version == 4 and [(k.id, k.revoked) for k in keys] == [("acme", True), ("zed", False)]
+
+
+def test_concurrent_creates_of_one_id_leave_exactly_one_key(make_store):
+    stores = [make_store(), make_store()]
+
+    async def go():
+        made = await asyncio.gather(*(stores[i % 2].key_create(StoredKey("same", f'{{"n": {i}}}', NOW + i, NOW + i))
+                                      for i in range(12)))
+        assert sum(made) == 1
+        version, keys = await stores[0].keys_read()
+        assert version == 1 and len(keys) == 1 and keys[0].entry == f'{{"n": {made.index(True)}}}'
     run(go())
