@@ -207,6 +207,10 @@ def _routes(app: FastAPI, gw: Gateway) -> None:
     async def admin_reload(request: Request) -> Response:
         return await admin.reload(gw, request)
 
+    @app.post("/v1/admin/rollback")
+    async def admin_rollback(request: Request) -> Response:
+        return await admin.rollback(gw, request)
+
     @app.get("/v1/admin/spend")
     async def admin_spend(request: Request, key: str | None = None, day: str | None = None) -> Response:
         return await admin.spend(gw, request, key, day)

@@ -48,4 +48,4 @@ def live_router(gw) -> dict[str, Any]:
     reloads = {labels["outcome"]: v for labels, v in samples(gw.metrics.router_reloads)}
     return {"version": client.version, "backend": client.backend.name, "dir": gw.slot.loaded_from,
             "models": list(client.models), "reloads_ok": reloads.get("ok", 0.0),
-            "reloads_failed": reloads.get("failed", 0.0)}
+            "reloads_failed": reloads.get("failed", 0.0), "previous_dir": (gw.slot.history or [None])[-1]}

@@ -35,6 +35,7 @@ from serving.console import charts
 from serving.console.guard import HEADERS
 from serving.console.headline import MIN_EXPLORED, MIN_HOURS, headline, money
 from serving.console.keys import add_key_routes, keys_data
+from serving.console.rollback import add_rollback_route
 from serving.console.live import live_router, live_traffic
 from serving.console.logdb import DEFAULT_RANGE, RANGES, open_log, since_of
 from serving.console.quality import QualityCache
@@ -103,6 +104,7 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
 
     add_login_routes(router, gw, sessions, page)
     add_key_routes(router, gw, signed_in, page)  # the Keys view's forms: create, change limits, revoke
+    add_rollback_route(router, gw, signed_in, page)  # the Router view's rollback
 
     @router.get("")
     @router.get("/")

@@ -8,6 +8,8 @@
     POST /v1/admin/reload         serve another router directory: {"dir": …}, default router.dir (admin key);
                                   409 for a router `switchcraft learn` said to keep out of service, unless
                                   {"force": true}
+    POST /v1/admin/rollback       serve the router served before the last reload again (admin key); 409 when
+                                  nothing was reloaded since start
 
 Each is a plain function of the gateway's parts (serving/gateway/parts.py) and the request.
 """
@@ -105,6 +107,18 @@ async def reload(gw: Gateway, request: Request) -> Response:
         return JSONResponse(GatewayError(422, f"router not reloaded: {e}", param="dir").body(), status_code=422)
     return JSONResponse(out)
 
+
+async def rollback(gw: Gateway, request: Request) -> Response:
+    """The router served before the last reload, served again (admin keys)."""
+    try:
+        await admin_of(gw, request)
+        out = await gw.slot.rollback()
+    except GatewayError as e:
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+    except ValueError as e:
+        return JSONResponse(GatewayError(409, f"router not rolled back: {e}", type="no_earlier_router").body(),
+                            status_code=409)
+    return JSONResponse(out)
 
 async def spend(gw: Gateway, request: Request, key: str | None, day: str | None) -> Response:
     """The ledger (admin keys): every charge of `key` (an id) on `day` (YYYY-MM-DD, UTC), and their totals."""

@@ -36,6 +36,7 @@ from serving.client import RouterClient
 
 log = logging.getLogger("switchcraft.gateway")
 DRAIN_S = 30.0
+HISTORY = 16  # routers remembered for rollbacks
 
 
 class RolloutRefused(ValueError):
@@ -133,12 +134,15 @@ class RouterSlot:
         self.loaded_from = default_dir
         self.loaded: RouterClient | None = None  # a client this slot loaded (closed when replaced); not the first
         self.shared: SharedRouter | None = None  # several workers: the reloads they share
+        self.history: list[str] = []  # the directories served before, oldest first (a rollback takes the last)
 
-    async def reload(self, path: str | None = None, *, force: bool = False, publish: bool = True) -> dict:
+    async def reload(self, path: str | None = None, *, force: bool = False, publish: bool = True,
+                     remember: bool = True) -> dict:
         """Serve the router in `path` (default: the configured router.dir) from now on; ValueError /
         FileNotFoundError (nothing changed) when it cannot be served, RolloutRefused when `switchcraft learn` said
         to keep the router in service (router.json `rollout`) and `force` is not given. `publish`: tell the other
-        workers (when there are: `shared`)."""
+        workers (when there are: `shared`). `remember`: the router replaced goes on `history` (a rollback's
+        does not)."""
         path = path or self.default_dir
         if not path:
             raise ValueError("no router directory to reload: give {\"dir\": …}")
@@ -161,6 +165,8 @@ class RouterSlot:
                 log.error(json.dumps({"event": "router_reload", "ok": False, "dir": str(path), "error": message}))
                 raise ValueError(message) from None
             old_client, old_batcher, owned = self.client, self.batcher, self.loaded
+            if remember and self.loaded_from and self.loaded_from != str(path):
+                self.history = [*self.history[-(HISTORY - 1):], self.loaded_from]
             self.client, self.batcher, self.loaded_from, self.loaded = new, self.make_batcher(new, self.runner), str(path), new
             task = asyncio.get_running_loop().create_task(self._drain(old_batcher, owned))
             self.draining.add(task)
@@ -172,6 +178,16 @@ class RouterSlot:
                    "load_ms": round((time.perf_counter() - t0) * 1e3, 1)}
             log.info(json.dumps({"event": "router_reload", "ok": True, **out}))
             return out
+
+    async def rollback(self) -> dict:
+        """Serve the router served before the last reload again (forced: it was in service); ValueError when there
+        is none (nothing reloaded since start) or it can no longer be loaded (it stays on `history`)."""
+        if not self.history:
+            raise ValueError("no earlier router to roll back to: nothing was reloaded since the gateway started")
+        previous = self.history[-1]
+        out = await self.reload(previous, force=True, remember=False)
+        self.history.pop()
+        return {**out, "rolled_back": True}
 
     async def catch_up(self) -> None:
         """Load the router another worker reloaded since this one last looked (a failure is logged and counted by

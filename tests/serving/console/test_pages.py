@@ -265,6 +265,39 @@ def test_the_router_view_shows_a_reload_and_the_last_learn_comparison(served, ex
     assert "learned learned-v2" in table and "0.900" in table and "417" in table and "0.800" in table
 
 
+def test_the_router_view_rolls_back_to_the_router_served_before(served, exported, tmp_path):
+    """Two reloads, then the Router view's rollback serves the first again; the API's rollback too; another site's
+    post and a caller key are refused and change nothing."""
+    url = served["url"]
+    first, second = tmp_path / "first", tmp_path / "second"
+    for where in (first, second):
+        shutil.copytree(exported[0], where)
+        for body in ({"dir": str(where)},):
+            assert httpx.post(url + "/v1/admin/reload", json=body, headers=bearer(KEY)).status_code == 200
+    s = session(url)
+    assert shown(s.get("/console/router").text, "rollback").startswith(f"Roll back to the router served before ({first})")
+    refused = s.post("/console/router/rollback", headers={"origin": "https://evil.example"})
+    assert refused.status_code == 403 and str(second) in s.get("/console/router").text
+    assert httpx.post(url + "/v1/admin/rollback", headers=bearer(CALLER)).status_code == 403
+    rolled = s.post("/console/router/rollback", follow_redirects=False)
+    assert rolled.status_code == 303 and rolled.headers["location"] == "/console/router"
+    page = s.get("/console/router").text
+    assert f'<td class="l">{first}</td>' in page  # the directory in service is the first again
+    again = httpx.post(url + "/v1/admin/rollback", headers=bearer(KEY))  # the API: to what served before `first`
+    assert again.status_code in (200, 409) and (again.status_code == 409 or again.json()["rolled_back"])
+
+
+def test_a_gateway_that_never_reloaded_has_nothing_to_roll_back(client, monkeypatch):  # noqa: F811
+    use_keys(monkeypatch)
+    for m in POOL.models:
+        monkeypatch.setenv(m.api_key_env, SECRET)
+    with Loopback(create_app(ServingConfig(), client=client, pool=POOL)) as url:
+        s = session(url)
+        assert "No earlier router to roll back to" in s.get("/console/router").text
+        assert s.post("/console/router/rollback").status_code == 409
+        r = httpx.post(url + "/v1/admin/rollback", headers=bearer(KEY))
+        assert r.status_code == 409 and r.json()["error"]["type"] == "no_earlier_router"
+
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason=browser_missing() or "")
 def test_a_real_browser_searches_pages_and_reads_a_timeline_the_traffic_tables_and_the_router(served, exported,
                                                                                            tmp_path):
