@@ -67,7 +67,7 @@ from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
 from serving.core.decision_log import DecisionLog
-from serving.core.errors import CatchAll, route_errors
+from serving.core.errors import ROUTE_ENDPOINTS, CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics
 from serving.gateway.overhead import Overhead
@@ -168,9 +168,11 @@ def create_app(cfg: ServingConfig, *, client: RouterClient, pool: Pool,
     app.state.observers = gw.observers
     shapes = ({api.path: api.error_body for api in inbound_apis.apis()}
               | {api.count_path: api.error_body for api in inbound_apis.apis() if api.count_path})
-    app.add_exception_handler(StarletteHTTPException, route_errors(shapes))  # 404/405 in the API's error shape
-    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes)
-    app.add_middleware(Overhead, metrics=gw.metrics)  # outermost: x-switchcraft-overhead-ms on every /v1 answer
+    endpoints = ROUTE_ENDPOINTS | {api.path: api.endpoint for api in inbound_apis.apis()}  # the metrics' labels
+    app.add_exception_handler(StarletteHTTPException, route_errors(shapes, endpoints))  # 404/405 in the API's shape
+    app.add_middleware(CatchAll, metrics=gw.metrics, log=log, body_timeout_s=cfg.body_timeout_s, shapes=shapes,
+                       endpoints=endpoints)
+    app.add_middleware(Overhead, metrics=gw.metrics, endpoints=endpoints)  # outermost: x-switchcraft-overhead-ms
     _routes(app, gw)
     mount_console(app, gw)  # /console: the operator's pages (serving/console/), admin keys only
     return app

@@ -33,8 +33,7 @@ from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
-ENDPOINTS = {"/v1/route": "route", "/v1/chat/completions": "chat", "/v1/messages": "messages",
-             "/v1/responses": "responses"}
+ROUTE_ENDPOINTS = {"/v1/route": "route"}  # the decision-only endpoint; the wire APIs' come from their registry
 
 
 @dataclass
@@ -79,7 +78,7 @@ def retry_after_headers(ms: int) -> dict[str, str]:
     return {"retry-after": str(math.ceil(ms / 1e3)), "retry-after-ms": str(ms)}
 
 
-def route_errors(shapes: dict):
+def route_errors(shapes: dict, endpoints: dict[str, str] | None = None):
     """The handler of Starlette's own 404 and 405 (`app.add_exception_handler(HTTPException, …)`): the error object
     of the API whose path this nearly is (`/v1/messages/` answers Anthropic's shape), not Starlette's
     `{"detail": …}`; a trailing slash is named as the likely mistake."""
@@ -88,7 +87,7 @@ def route_errors(shapes: dict):
         path = request.url.path
         shape = shapes.get(path.rstrip("/"), GatewayError.body)
         if exc.status_code == 404:
-            hint = f"; without the trailing slash: {path.rstrip('/')}" if path.rstrip("/") in ENDPOINTS else ""
+            hint = f"; without the trailing slash: {path.rstrip('/')}" if path.rstrip("/") in (endpoints or shapes) else ""
             e = GatewayError(404, f"no such endpoint: {request.method} {path}{hint}", type="not_found_error")
         elif exc.status_code == 405:
             e = GatewayError(405, f"{path} does not take {request.method}", type="invalid_request_error",
@@ -114,8 +113,9 @@ class CatchAll:
     `switchcraft_client_timeouts_total{phase="body"}`."""
 
     def __init__(self, app, metrics, log: logging.Logger, body_timeout_s: float | None = 30.0,
-                 shapes: dict | None = None) -> None:
+                 shapes: dict | None = None, endpoints: dict[str, str] | None = None) -> None:
         self.app, self.metrics, self.log, self.body_timeout_s = app, metrics, log, body_timeout_s
+        self.endpoints = endpoints or dict(ROUTE_ENDPOINTS)  # path -> its `endpoint` metric label
         self.shapes = shapes or {}  # path -> the error object of the API spoken there (OpenAI's by default)
 
     def _error(self, path: str, status: int, message: str, type_: str, param: str | None) -> dict[str, Any]:
@@ -161,7 +161,7 @@ class CatchAll:
             await self.app(scope, self._deadline(receive), tracking)
         except ClientDisconnect:  # the client went away mid-body: nobody to answer, nothing of ours failed
             path = scope.get("path", "")
-            endpoint = ENDPOINTS.get(path, path)
+            endpoint = self.endpoints.get(path, path)
             self.metrics.requests.labels(endpoint=endpoint, status="499").inc()
             self.metrics.client_disconnects.labels(endpoint=endpoint).inc()
             self.log.info(json.dumps({"event": "client_disconnect", "path": path, "status": 499,
@@ -170,7 +170,7 @@ class CatchAll:
         except BodyTimeout as exc:
             path = scope.get("path", "")
             rid = _request_id(scope)
-            self.metrics.requests.labels(endpoint=ENDPOINTS.get(path, path), status="408").inc()
+            self.metrics.requests.labels(endpoint=self.endpoints.get(path, path), status="408").inc()
             self.metrics.client_timeouts.labels(phase="body").inc()
             self.log.info(json.dumps({"event": "client_timeout", "phase": "body", "path": path, "status": 408,
                                       "request_id": rid, "ms": round((time.perf_counter() - t0) * 1e3, 2)}))
@@ -180,7 +180,7 @@ class CatchAll:
         except Exception as exc:  # noqa: BLE001 - the point of this class
             path = scope.get("path", "")
             rid = _request_id(scope)
-            self.metrics.requests.labels(endpoint=ENDPOINTS.get(path, path), status="500").inc()
+            self.metrics.requests.labels(endpoint=self.endpoints.get(path, path), status="500").inc()
             self.log.error(json.dumps({
                 "event": "unhandled", "path": path, "request_id": rid, "status": 500, "error": type(exc).__name__,
                 "response_started": started, "ms": round((time.perf_counter() - t0) * 1e3, 2),

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from serving.core.errors import ENDPOINTS
+from serving.core.errors import ROUTE_ENDPOINTS
 
 HEADER = "x-switchcraft-overhead-ms"
 
@@ -87,15 +87,16 @@ class Overhead:
     """ASGI middleware: a clock for every request; on a /v1 answer, the overhead header when the response starts
     and the histogram when its last byte goes out."""
 
-    def __init__(self, app, metrics) -> None:
+    def __init__(self, app, metrics, endpoints: dict[str, str] | None = None) -> None:
         self.app, self.metrics = app, metrics
+        self.endpoints = endpoints or dict(ROUTE_ENDPOINTS)  # path -> its `endpoint` metric label
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or not scope.get("path", "").startswith("/v1/"):
             return await self.app(scope, receive, send)
         clock = Clock()
         token = CLOCK.set(clock)
-        endpoint = ENDPOINTS.get(scope["path"], "other")
+        endpoint = self.endpoints.get(scope["path"], "other")
 
         async def timing(message) -> None:
             if message["type"] == "http.response.start":

@@ -279,3 +279,7 @@ def test_the_gateway_serves_callers_that_speak_the_new_api(gateway, echo_replay,
     assert counted.status_code == 200 and counted.json()["echo_tokens"] > 0
     models = httpx.get(gateway + "/v1/models", headers={**headers, "x-echo-client": "1"}, timeout=30)
     assert models.status_code == 200 and models.json()["echo_models"][0] == "router" and B in models.json()["echo_models"]
+    assert "x-switchcraft-overhead-ms" in r.headers
+    metrics = httpx.get(gateway + "/metrics", headers={"authorization": f"Bearer {KEY}"}, timeout=30).text
+    assert 'switchcraft_requests_total{endpoint="echo",status="200"}' in metrics  # its label, from its registration
+    assert 'switchcraft_gateway_overhead_seconds_count{endpoint="echo"}' in metrics
