@@ -8,6 +8,17 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+def import_modules(package: str, skip: set[str] | frozenset[str] = frozenset()) -> None:
+    """Import every module of `package` but `skip` and the private ones (`_x`): each registers itself at import,
+    so adding an entry to a registry is adding a module."""
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if mod.name not in skip and not mod.name.startswith("_"):
+            importlib.import_module(f"{package}.{mod.name}")
+
+
 class UnknownNameError(KeyError):
     """Raised for a name no entry was registered under; the message lists the known ones."""
 

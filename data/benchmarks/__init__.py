@@ -18,7 +18,7 @@ from pathlib import Path
 
 from data.benchmarks.base import Benchmark
 from data.errors import DataError
-from data.registry import Registry, UnknownNameError
+from data.registry import Registry, UnknownNameError, import_modules
 
 BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
 _NOT_ADAPTERS = {"base", "lines"}  # the modules here that every adapter builds on
@@ -32,12 +32,7 @@ def register(cls: type[Benchmark]) -> type[Benchmark]:
 
 def load() -> Registry[Benchmark]:
     """Import every adapter module (each registers itself) and return the registry."""
-    import importlib
-    import pkgutil
-
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_") and mod.name not in _NOT_ADAPTERS:
-            importlib.import_module(f"{__name__}.{mod.name}")
+    import_modules(__name__, _NOT_ADAPTERS)
     return BENCHMARKS
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from data.registry import Registry
+from data.registry import Registry, import_modules
 from data.schema import Example
 
 
@@ -47,12 +47,7 @@ ADAPTERS: Registry[Adapter] = Registry("source")
 
 def load_adapters() -> Registry[Adapter]:
     """Import every adapter module (each registers itself) and return the registry."""
-    import importlib
-    import pkgutil
-
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_") and mod.name != "bfcl_common":
-            importlib.import_module(f"{__name__}.{mod.name}")
+    import_modules(__name__, {"bfcl_common"})
     return ADAPTERS
 
 

@@ -17,13 +17,11 @@ the same name.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from data.registry import Registry
+from data.registry import Registry, import_modules
 
 JSON = dict[str, Any]
 NOT_APIS = {"common", "raw", "registry"}  # the package's helpers, not APIs
@@ -76,9 +74,7 @@ def register(api: WireApi) -> WireApi:
 @functools.cache
 def load() -> Registry[WireApi]:
     """Import every API module of this package once (each registers itself); the registry."""
-    for mod in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
-        if mod.name not in NOT_APIS and not mod.name.startswith("_"):
-            importlib.import_module(f"{__package__}.{mod.name}")
+    import_modules(__package__, NOT_APIS)
     return WIRE_APIS
 
 

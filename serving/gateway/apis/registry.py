@@ -15,11 +15,9 @@ file.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 
 from data.wire import registry as wire
-from data.registry import Registry
+from data.registry import Registry, import_modules
 from serving.gateway.apis import Api
 
 NOT_APIS = {"models", "registry", "tokens"}  # the package's helpers, not APIs
@@ -38,9 +36,7 @@ def register(api: Api) -> Api:
 @functools.cache
 def load() -> Registry[Api]:
     """Import every API module of this package once (each registers itself); the registry."""
-    for mod in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
-        if mod.name not in NOT_APIS and not mod.name.startswith("_"):
-            importlib.import_module(f"{__package__}.{mod.name}")
+    import_modules(__package__, NOT_APIS)
     return INBOUND
 
 

@@ -22,6 +22,7 @@ the server's tools in a `namespace` tool; the stand-in calls one, and Codex runs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -122,19 +123,29 @@ def offered(body: dict) -> set[str]:
     return {t.get("name") or t.get("function", {}).get("name") for t in body.get("tools") or []}
 
 
-@pytest.fixture(scope="module")
-def agent_gateway(client):
-    """(gateway URL, stand-in): every pool model answered by the stand-in under its provider API (APIS)."""
-    stand_in = StandIn()
+@contextlib.contextmanager
+def gateway_over(stand_in: StandIn, client, observers: list | None = None):
+    """The gateway's URL, every pool model answered by the stand-in under its provider API (APIS)."""
     mp = pytest.MonkeyPatch()
     pool_env(mp)
-    with Loopback(stand_in.app()) as upstream:
-        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
-                  for m in POOL.models]
-        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}))
-        with Loopback(app) as url:
-            yield url, stand_in
-    mp.undo()
+    try:
+        with Loopback(stand_in.app()) as upstream:
+            models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
+                      for m in POOL.models]
+            app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}),
+                             observers=observers)
+            with Loopback(app) as url:
+                yield url
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def agent_gateway(client):
+    """(gateway URL, stand-in)."""
+    stand_in = StandIn()
+    with gateway_over(stand_in, client) as url:
+        yield url, stand_in
 
 
 @pytest.fixture
@@ -254,16 +265,8 @@ def observed(client, task):
     """(gateway URL, the `switchcraft.session` trace of every request it served) over the stand-in."""
     _, _, stand_in = task
     sessions: list[dict] = []
-    mp = pytest.MonkeyPatch()
-    pool_env(mp)
-    with Loopback(stand_in.app()) as upstream:
-        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
-                  for m in POOL.models]
-        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}),
-                         observers=[lambda served: sessions.append(served.meta.get("session"))])
-        with Loopback(app) as url:
-            yield url, sessions
-    mp.undo()
+    with gateway_over(stand_in, client, [lambda served: sessions.append(served.meta.get("session"))]) as url:
+        yield url, sessions
 
 
 def one_session(sessions: list[dict], named_by: str) -> None:
@@ -313,16 +316,8 @@ def novel(exported, bfcl_examples, task, tmp_path):
     client = RouterClient.from_dir(with_novelty(exported[0], fitted, tmp_path / "router"), threads=1)
     _, _, stand_in = task
     decisions: list[dict] = []
-    mp = pytest.MonkeyPatch()
-    pool_env(mp)
-    with Loopback(stand_in.app()) as upstream:
-        models = [m.model_copy(update={"base_url": upstream + "/v1", "api": APIS.get(m.name, m.api)})
-                  for m in POOL.models]
-        app = create_app(ServingConfig(), client=client, pool=POOL.model_copy(update={"models": models}),
-                         observers=[lambda served: decisions.append(served.meta.get("decision"))])
-        with Loopback(app) as url:
-            yield url, decisions, fitted
-    mp.undo()
+    with gateway_over(stand_in, client, [lambda served: decisions.append(served.meta.get("decision"))]) as url:
+        yield url, decisions, fitted
     client.close()
 
 
