@@ -101,6 +101,27 @@ def chat_events() -> tuple[list[bytes], list[bytes]]:
         sse(None, "[DONE]")]
 
 
+def chat_call_events(name: str) -> tuple[list[bytes], list[bytes]]:
+    """A chat stream calling `name`: its arguments (a freeform tool's `input`, else a city) in two pieces."""
+    base = {"id": "chatcmpl-2", "object": "chat.completion.chunk", "created": 0, "model": "provider-model"}
+    args = json.dumps({"input": "*** Begin Patch"} if name.endswith("apply_patch") else {"city": "Paris"})
+
+    def chunk(delta: dict, finish: str | None = None) -> bytes:
+        return sse(None, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    call = {"index": 0, "id": "call_St4nd", "type": "function", "function": {"name": name, "arguments": args[:6]}}
+    return [chunk({"role": "assistant", "content": None, "tool_calls": [call]})], [
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[6:]}}]}), chunk({}, "tool_calls"),
+        sse(None, {**base, "choices": [], "usage": CHAT_USAGE}), sse(None, "[DONE]")]
+
+
+def called(body: dict) -> str | None:
+    """The tool a chat request's last user message asks the stand-in to call (`CALL <name>`), if any."""
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    text = users[-1].get("content") if users else None
+    return text[5:] if isinstance(text, str) and text.startswith("CALL ") else None
+
+
 EVENTS = {"messages": message_events, "responses": response_events, "chat/completions": chat_events}
 ANSWERS = {"messages": MESSAGE, "responses": RESPONSE, "chat/completions": CHAT}
 
@@ -118,8 +139,10 @@ class NativeUpstream:
         async def upstream(path: str, request: Request):
             raw = await request.body()
             self.seen.append((path, raw, dict(request.headers)))
-            if json.loads(raw).get("stream"):
-                first, rest = EVENTS[path]()
+            body = json.loads(raw)
+            if body.get("stream"):
+                tool = called(body) if path == "chat/completions" else None
+                first, rest = chat_call_events(tool) if tool else EVENTS[path]()
 
                 async def events():
                     for e in first:
