@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
@@ -51,9 +51,9 @@ from serving.gateway.streams import sse_passthrough
 from serving.gateway.tool_choice import ToolChoice
 from serving.gateway.upstream import Native, UpstreamResult
 
-if TYPE_CHECKING:
-    from serving.gateway.chat import Outcome, Pending, Plan
-
+# `at` is the request so far (serving/gateway/chat.py `Pending`), `at.plan` its `Plan`, `out` its `Outcome`: typed
+# Any here, since chat.py imports this module.
+Pending = Plan = Outcome = Any
 OWN_FIELD = "switchcraft"  # the gateway's own object in a body: never sent upstream
 
 
