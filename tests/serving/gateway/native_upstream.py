@@ -2,7 +2,8 @@
 pass-through and live-stream tests: it records every request (path, raw bytes, headers) and answers each API
 with its own answer — a Message with a thinking block and its signature and a cited text, a Response with an
 encrypted reasoning item — or, streamed, with that API's events: the first token at once, the rest after
-`DELAY_S` (what a model's time to first token looks like to the gateway).
+`DELAY_S` (what a model's time to first token looks like to the gateway); a request saying BREAK has its stream
+dropped after the first token.
 """
 
 from __future__ import annotations
@@ -144,10 +145,14 @@ class NativeUpstream:
                 tool = called(body) if path == "chat/completions" else None
                 first, rest = chat_call_events(tool) if tool else EVENTS[path]()
 
+                broken = b"BREAK" in raw  # the connection drops after the first token
+
                 async def events():
                     for e in first:
                         yield e
-                    await asyncio.sleep(DELAY_S)
+                    await asyncio.sleep(0.05 if broken else DELAY_S)
+                    if broken:
+                        raise ConnectionAbortedError("the stand-in drops the stream")
                     for e in rest:
                         yield e
 

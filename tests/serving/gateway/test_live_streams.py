@@ -163,3 +163,20 @@ def test_a_translated_stream_renders_calls_as_they_come(live):
             assert (item["type"], item["name"], item["namespace"], json.loads(item["arguments"])) == (
                 "function_call", "get_weather", "mcp__files", {"city": "Paris"})
         assert done.model_extra["switchcraft"]["answered_by"] == CHAT_MODEL and done.usage.output_tokens == 7
+
+
+@pytest.mark.parametrize("path, model", [("messages", MESSAGES_MODEL), ("responses", RESPONSES_MODEL)])
+def test_a_passed_through_stream_that_breaks_ends_with_the_apis_error_event_and_is_charged(live, path, model):
+    """The provider's connection drops after the first token: the caller gets that token, then its API's error
+    event; the call is charged (the usage the provider reported by then, else an estimate)."""
+    url, _, _ = live
+    body = {"model": model, "stream": True, **({"max_tokens": 100, "messages": [{"role": "user", "content": "BREAK"}]}
+                                               if path == "messages" else {"input": "BREAK", "max_output_tokens": 100})}
+    with httpx.stream("POST", f"{url}/v1/{path}", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {KEY}"}) as r:
+        got, headers = events_of(r.read()), r.headers
+    last = json.loads(got[-1].split(b"data: ", 1)[1])
+    assert got[-1].startswith(b"event: error\n") and last["type"] == "error"
+    assert "stream broke" in json.dumps(last) and any(FIRST.encode() in e for e in got[:-1])
+    rows = wait_for(lambda: ledger(url, headers["x-request-id"]))
+    assert [row["model"] for row in rows] == [model] and rows[0]["usd"] > 0
