@@ -260,9 +260,9 @@ async def stream_single(gw: Gateway, p: Plan) -> Outcome:
         gw.cascade.read(run_.returned, result.body, p.asked.tools,
                         AUTO if "native_body" in result.extra else ToolChoice.of(p.body))
         if not run_.returned.ok:
-            run_.returned = None
-            return Outcome(run_, GatewayError(502, f"upstream {result.model} sent a completion without a readable "
-                                                   "message", type="upstream_error"))
+            unmet, run_.returned = run_.returned.answer is not None, None  # read, without the call tool_choice asks
+            return Outcome(run_, gw.cascade.no_answer(run_) if unmet else GatewayError(
+                502, f"upstream {result.model} sent a completion without a readable message", type="upstream_error"))
     gw.cascade.record(run_)
     return Outcome(run_, upstream=result)
 
