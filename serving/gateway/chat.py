@@ -158,7 +158,7 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         one_call = False
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint
-            one_call = own_api.choose(gw, at, inbound.body, sent, request.headers)
+            one_call = own_api.choose(gw, at, sent, request.headers)
         at.res = await reserve(gw, at)
         gated = GATE.set(at.hold)
         try:

@@ -10,8 +10,9 @@ the plan's strategy is one model (its fallbacks after it):
 - **passed through**: the model's provider speaks the caller's API (its pool
   `api:`) and it is a native model (not prompt style, whose functions must be
   written into its prompt). The caller's body goes upstream as it was sent —
-  every field, block and tool — with only `model` the pool's model_id, the tools
-  the tool router took out left out, and the output cap the hold was priced at
+  every field, block and tool — with only `model` the pool's model_id, with
+  tool routing its tools replaced by the routed set (in the API's own form, the
+  wire API's mapping), and the output cap the hold was priced at
   (the caller's when it gave one: serving/core/budget.py), with the caller's
   version and beta headers of that API (`PassThrough.headers`). The provider's
   JSON comes back as it sent it, plus `switchcraft` (the trace and what was
@@ -27,9 +28,12 @@ A plan that needs the translated answer whole keeps today's path (the finished
 answer, as JSON or as events): an agreement cascade; a stream whose calls must be
 checked first (a constrained tool_choice; tool routing that drops or refuses
 calls of tools it did not show, `tools.rejected_calls` other than `pass`); a
-prompt-style model (read whole, whatever the route). A passed-through answer
-whose calls name a tool the tool router did not show, under `drop` or
-`refuse`, goes back translated, without them.
+prompt-style model (read whole, whatever the route). With tool routing, a
+routed tool whose name a provider would not take as it is (a catalog's
+`namespace.name`: the translated path renames it and maps the calls back) keeps
+the request translated; a passed-through answer whose calls name a tool the
+tool router did not show, under `drop` or `refuse`, goes back translated,
+without them.
 """
 
 from __future__ import annotations
@@ -41,9 +45,11 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
+from data import wire
 from data.pool import PoolModel
-from data.pool_runner.request import output_cap
+from data.pool_runner.request import openai_function_name, output_cap
 from serving.core.budget import StreamCharge
+from serving.gateway.answers import upstream_body
 from serving.gateway.apis import Api, Reply
 from serving.gateway.live import relay, translated
 from serving.gateway.parts import Gateway
@@ -62,34 +68,26 @@ def speaks(model: PoolModel, api: Api) -> bool:
     return model.api == api.name and model.prompt_style == "native"
 
 
-def choose(gw: Gateway, at: Pending, internal: dict[str, Any], sent: dict[str, Any], headers) -> bool:
+def choose(gw: Gateway, at: Pending, sent: dict[str, Any], headers) -> bool:
     """How a translated API's planned request runs: True when as one call (passed through, or streamed live),
-    False for the strategy's run. `internal`: the translated body before tool routing; `sent`: the caller's."""
+    False for the strategy's run. `sent`: the caller's body; `headers`: its request headers."""
     p, api = at.plan, at.api
     if api.reply is None or p.ran.kind != "single":
         return False
     live = gw.tools is None or gw.tools.rejected == "pass"  # else a stream's calls are checked before it is sent
-    native = api.passthrough is not None and speaks(gw.pool.get(p.ran.first[0]), api) and (not at.stream or live)
+    native = api.passthrough is not None and speaks(gw.pool.get(p.ran.first[0]), api) and (not at.stream or live) \
+        and all(openai_function_name(t.name) == t.name for t in (p.asked.tools if p.asked.tooled else []))
     streamed = at.stream and live and api.live is not None and not ToolChoice.of(p.body).constrained
     if native:
-        p.native = native_bodies(gw, p, api, internal, sent, headers)
+        p.native = native_bodies(gw, p, api, sent, headers)
     if streamed:  # the translated models' payloads stream too (upstream_body asks for the usage chunk)
         p.body = {**p.body, "stream": True}
     return native or streamed
 
 
-def tool_names(tools: Any) -> set[str]:
-    return {t["function"]["name"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
-            and isinstance(t["function"].get("name"), str)}
-
-
-def native_bodies(gw: Gateway, p: Plan, api: Api, internal: dict[str, Any], sent: dict[str, Any],
-                  headers) -> Callable[[str], Native | None]:
+def native_bodies(gw: Gateway, p: Plan, api: Api, sent: dict[str, Any], headers) -> Callable[[str], Native | None]:
     """Per model of the plan, the caller's body as that model takes it (None: it does not speak the API)."""
-    offered = tool_names(internal.get("tools"))
-    kept = tool_names(p.body.get("tools")) if p.asked.tooled is not None else offered
-    body = api.passthrough.narrow({k: v for k, v in sent.items() if k != OWN_FIELD},
-                                  lambda name: name not in offered or name in kept)
+    body = {k: v for k, v in sent.items() if k != OWN_FIELD}
     forwarded = {h: headers[h] for h in api.passthrough.headers if h in headers}
     p.meta["passthrough"] = {"models": [m for m in p.ran.models if speaks(gw.pool.get(m), api)],
                              "headers": sorted(forwarded)}
@@ -99,7 +97,12 @@ def native_bodies(gw: Gateway, p: Plan, api: Api, internal: dict[str, Any], sent
         if not speaks(m, api):
             return None
         cap = output_cap(p.body, m, gw.cfg.state.default_output_tokens)  # the caller's, else what the hold priced
-        return Native({**body, "model": m.endpoint_model, api.passthrough.cap_field: cap}, forwarded)
+        out = body
+        if p.asked.tooled is not None:  # the routed set, as the translated path offers it, in the API's own form
+            offered = upstream_body({"messages": []}, p.asked.tools, m).get("tools") or []
+            out = api.passthrough.routed(body, wire.native_request(m.api, {"messages": [], "tools": offered})
+                                         .get("tools") or [])
+        return Native({**out, "model": m.endpoint_model, api.passthrough.cap_field: cap}, forwarded)
 
     return body_for
 

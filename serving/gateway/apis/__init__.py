@@ -120,9 +120,16 @@ class PassThrough:
 
     cap_field: str  # the body's output cap: set to the cap the request's hold was priced at
     headers: tuple[str, ...]  # the caller's request headers sent on with it (the API's version, its betas)
-    narrow: Callable[[dict, Callable[[str], bool]], dict]  # the body with only the tools whose internal name is kept
+    routed: Callable[[dict, list[dict]], dict]  # the body with the tool router's tools (in its form) as its tools
     traced: Callable[[dict, dict], dict]  # the data of the stream's last event with the `switchcraft` trace in it
     error_event: Callable[[str], bytes]  # the API's in-band error event, for a stream that broke half-way
+
+
+def with_tools(body: dict[str, Any], tools: list[dict]) -> dict[str, Any]:
+    """`body` offering exactly `tools` (none: no `tools`, no `tool_choice`)."""
+    if tools:
+        return {**body, "tools": tools}
+    return {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
 
 
 def openai_models(names: list[str]) -> dict[str, Any]:

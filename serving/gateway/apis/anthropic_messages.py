@@ -24,8 +24,8 @@ other top-level fields are accepted and not translated, as are `?beta=true` and
 Passed through (`PASSTHROUGH`: the plan is one model whose provider speaks
 Messages natively): the caller's body goes upstream as it is — thinking blocks
 and their signatures, cache_control, citations, tool_reference, server tools
-and every other field — with `model` the pool's model_id, the tools the tool
-router took out left out, `max_tokens` the cap the hold was priced at (the
+and every other field — with `model` the pool's model_id (with tool routing,
+`tools` the routed set), `max_tokens` the cap the hold was priced at (the
 caller's), and the caller's `anthropic-version` and `anthropic-beta` headers;
 the provider's Message or stream comes back as it sent it, with `switchcraft`
 (in the body, or in message_stop).
@@ -51,7 +51,6 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -60,7 +59,7 @@ from fastapi.responses import JSONResponse, Response
 from data.wire.anthropic_messages import STOP_REASONS, message_body, message_events, messages_usage
 from data.wire.common import sse, usage_numbers
 from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
-                                  string, tool_fields)
+                                  string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
@@ -409,20 +408,8 @@ def error_event(message: str) -> bytes:
     return sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})
 
 
-CLIENT_TOOLS = (None, "custom")  # the tools the tool router sees (server tools are the provider's)
-
-
-def narrow(body: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:
-    """The body without the client tools `keep` refuses (server tools stay: the provider runs them)."""
-    tools = body.get("tools")
-    if not isinstance(tools, list):
-        return body
-    return {**body, "tools": [t for t in tools if not isinstance(t, dict) or t.get("type") not in CLIENT_TOOLS
-                              or keep(t.get("name"))]}
-
-
-PASSTHROUGH = PassThrough(cap_field="max_tokens", headers=("anthropic-version", "anthropic-beta"), narrow=narrow,
-                          traced=lambda data, trace: {**data, "switchcraft": trace}, error_event=error_event)
+PASSTHROUGH = PassThrough(cap_field="max_tokens", headers=("anthropic-version", "anthropic-beta"),
+                          routed=with_tools,                          traced=lambda data, trace: {**data, "switchcraft": trace}, error_event=error_event)
 
 
 def count_body(n: int) -> dict[str, Any]:

@@ -42,8 +42,8 @@ Errors are OpenAI's error object, naming the caller's field.
 Passed through (`PASSTHROUGH`: the plan is one model whose provider speaks
 Responses natively): the caller's body goes upstream as it is — reasoning
 items, `include`, `store`, `prompt_cache_key`, namespace, custom and hosted
-tools and every other field — with `model` the pool's model_id, the tools the
-tool router took out left out (inside namespaces and `additional_tools` too),
+tools and every other field — with `model` the pool's model_id (with tool
+routing, `tools` the routed set and no `additional_tools` items),
 `max_output_tokens` the cap the hold was priced at (the caller's, when it gave
 one), and the caller's `openai-beta` header; the provider's Response or stream
 comes back as it sent it, with `switchcraft` (in the body, or in the last
@@ -64,9 +64,9 @@ from fastapi.responses import JSONResponse, Response
 from data.wire.common import sse, usage_numbers
 from data.wire.openai_responses import response_body, response_events, responses_usage
 from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
-                                  string, tool_fields)
+                                  string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
-from serving.gateway.apis.responses_tools import Tools, custom_input, narrow
+from serving.gateway.apis.responses_tools import Tools, custom_input
 from serving.core.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -348,6 +348,15 @@ def error_event(message: str) -> bytes:
     return sse("error", {"type": "error", "code": "upstream_error", "message": message, "param": None})
 
 
+def routed(body: dict[str, Any], tools: list[dict]) -> dict[str, Any]:
+    """The body offering the tool router's tools: `tools` replaced, `additional_tools` items taken out."""
+    out = with_tools(body, tools)
+    if isinstance(body.get("input"), list):
+        out["input"] = [item for item in body["input"]
+                        if not (isinstance(item, dict) and item.get("type") == "additional_tools")]
+    return out
+
+
 def traced(data: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
     """The last event's response with `switchcraft` in it (an event without a response: at its top level)."""
     if isinstance(data.get("response"), dict):
@@ -355,7 +364,7 @@ def traced(data: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
     return {**data, "switchcraft": trace}
 
 
-PASSTHROUGH = PassThrough(cap_field="max_output_tokens", headers=("openai-beta",), narrow=narrow, traced=traced,
+PASSTHROUGH = PassThrough(cap_field="max_output_tokens", headers=("openai-beta",), routed=routed, traced=traced,
                           error_event=error_event)
 
 

@@ -1,13 +1,12 @@
 """The tools of a Responses request as the gateway offers them, and back: namespaces flattened, freeform (custom)
-tools as functions of one string, hosted tools left out and named; `narrow` takes tools out of a body passed
-through as it is (serving/gateway/apis/openai_responses.py says what each becomes).
+tools as functions of one string, hosted tools left out and named (serving/gateway/apis/openai_responses.py says
+what each becomes).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
 from serving.gateway.apis import check_keys, string
@@ -114,30 +113,3 @@ def custom_input(arguments: str) -> str:
     except ValueError:
         return arguments
     return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else arguments
-
-
-def narrow(body: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:
-    """The body without the function and custom tools `keep` refuses (by their flat name: `<namespace>__<name>`
-    inside a namespace), in `tools` and in `additional_tools` items; hosted tools stay (the provider runs them)."""
-
-    def kept(tools: Any, namespace: str | None = None) -> Any:
-        if not isinstance(tools, list):
-            return tools
-        out = []
-        for t in tools:
-            kind = t.get("type") if isinstance(t, dict) else None
-            if kind == "namespace" and namespace is None:
-                inner = kept(t.get("tools"), t.get("name") if isinstance(t.get("name"), str) else "")
-                if inner:
-                    out.append({**t, "tools": inner})
-            elif kind not in ("function", "custom") or not isinstance(t.get("name"), str) \
-                    or keep(Tools.flat(t["name"], namespace)):
-                out.append(t)
-        return out
-
-    out = {**body, "tools": kept(body["tools"])} if "tools" in body else dict(body)
-    if isinstance(body.get("input"), list):
-        out["input"] = [{**item, "tools": kept(item["tools"])} if isinstance(item, dict)
-                        and item.get("type") == "additional_tools" and "tools" in item else item
-                        for item in body["input"]]
-    return out
