@@ -8,7 +8,8 @@ routes a tool-calling request to the cheapest model predicted to get it right, t
 Endpoints: POST /v1/route (the decision only), POST /v1/chat/completions
 (OpenAI-compatible: `model: "router"` or `"router-<τ>"` routes, a pool model
 name passes through; streaming passes through), POST /v1/messages and /v1/responses
-(translated onto chat's path: serving/gateway/apis/; their token counts and GET
+(translated onto chat's path: serving/gateway/apis/, or passed through to a model
+whose provider speaks them: serving/gateway/passthrough.py; their token counts and GET
 /v1/models for agent clients), GET /healthz, /readyz, /metrics.
 Each model is asked the way it was labelled and its answer decoded into OpenAI `tool_calls`
 (serving/gateway/answers.py); the decision's strategy runs (serving/gateway/cascade.py: one

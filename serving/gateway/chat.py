@@ -15,8 +15,10 @@ the observers (serving/core/record.py), failed ones too.
 
 POST /v1/messages and /v1/responses take this same path (`serve` with their
 `Api`, serving/gateway/apis/): their body is translated into a chat body
-first, their answer out of the chat answer last, errors in their own shape;
-their streams are the finished answer as events (the strategy runs whole).
+first, their answer out of the chat answer last, errors in their own shape.
+Planned on one model, they run as one call (serving/gateway/passthrough.py):
+their own body passed through to a model whose provider speaks their API, or
+their stream rendered as it comes; a cascade runs whole (its answer as events).
 
 A request of an agent session (serving/gateway/sessions.py) keeps the model of
 the session's previous turn while its cached prefix makes that cheaper, and the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +40,7 @@ from starlette.background import BackgroundTask
 from data.pool import Pool
 from serving.gateway.admit import authenticate, read_body, request_id
 from serving.gateway.answers import upstream_body
-from serving.gateway.apis import Api, Inbound, Reply, openai_chat
+from serving.gateway.apis import Api, Inbound, openai_chat
 from serving.core.auth import Identity
 from serving.core.budget import (Hold, StreamCharge, call_worst_case_usd, charges_of, first_step, first_step_usd,
                                  payload_size, tokens_in)
@@ -46,12 +49,13 @@ from serving.core.errors import GatewayError, error_response
 from serving.gateway.fairshare import CALLER
 from serving.gateway.overhead import CLOCK, Clock
 from serving.gateway.parts import Gateway
+from serving.gateway import passthrough as own_api
 from serving.core.record import Served, notify, notify_ended
 from serving.gateway.requests import check_chat_fields, model_mode
 from serving.gateway.route import Asked, decide, read_asked
 from serving.gateway.sessions import Session, grow_tools, keep_or_switch, open_session, remember
 from serving.core.state import Charge, Reservation
-from serving.gateway.tool_choice import ToolChoice
+from serving.gateway.tool_choice import AUTO, ToolChoice
 from serving.gateway.streams import json_as_sse, sse_passthrough, wants_usage
 from serving.gateway.upstream import GATE, Attempt, UpstreamResult
 from training.policy import Strategy
@@ -75,10 +79,13 @@ class Plan:
     meta: dict[str, Any]
     pool: Pool = field(repr=False)
     payloads: dict[str, dict] = field(default_factory=dict)  # per model, built once
+    native: Callable[[str], dict | None] | None = None  # the caller's own body for a model that takes it as it is
 
     def body_for(self, model: str) -> dict:
         if model not in self.payloads:
-            self.payloads[model] = upstream_body(self.body, self.asked.tools, self.pool.get(model))
+            native = self.native(model) if self.native is not None else None
+            self.payloads[model] = native if native is not None else upstream_body(self.body, self.asked.tools,
+                                                                                   self.pool.get(model))
         return self.payloads[model]
 
 
@@ -127,7 +134,7 @@ def handler(gw: Gateway, api: Api):
 
 async def serve(gw: Gateway, request: Request, api: Api) -> Response:
     """Every step below, in order, for a request in `api`; an error at any step answers with what it knows, in
-    `api`'s error shape. Only chat passes an upstream's stream through; the others run the strategy whole."""
+    `api`'s error shape. Chat passes a stream through; the others run as one call on one model (passthrough.py)."""
     clock = CLOCK.get() or Clock()  # set by the Overhead middleware when the request came through the app
     at = Pending(request_id(request), clock.started, time.time(), api=api, clock=clock)
     inbound: Inbound | None = None
@@ -152,12 +159,14 @@ async def serve(gw: Gateway, request: Request, api: Api) -> Response:
         named, threshold = (None, arg) if mode == "route" else (arg, None)
         at.session = await open_session(gw, request.headers, body, api, at.ident.key_id, sent)
         at.plan = await plan(gw, body, named, threshold, at.ident, passthrough, at.session)
+        one_call = False
         if api.reply is not None:
             at.plan.meta["api"] = api.endpoint
+            one_call = own_api.choose(gw, at, sent, request.headers)
         at.res = await reserve(gw, at)
         gated = GATE.set(at.hold)
         try:
-            out = await run(gw, at.plan, passthrough)
+            out = await run(gw, at.plan, passthrough or one_call)
         finally:
             GATE.reset(gated)
             at.res = at.hold.res
@@ -228,9 +237,10 @@ async def reserve(gw: Gateway, at: Pending) -> Reservation | None:
     return res
 
 
-async def run(gw: Gateway, p: Plan, stream: bool) -> Outcome:
-    """The strategy's run over the upstreams; a stream: the first model of `ran` that answers."""
-    if stream:
+async def run(gw: Gateway, p: Plan, one_call: bool) -> Outcome:
+    """The strategy's run over the upstreams; one call (a stream, a passed-through body): the first model of `ran`
+    that answers."""
+    if one_call:
         return await stream_single(gw, p)
     run_ = await gw.cascade.run(p.strategy, CascadeRequest(p.body_for, p.asked.tools, p.ranking, p.costs,
                                                            choice=ToolChoice.of(p.body)))
@@ -238,7 +248,8 @@ async def run(gw: Gateway, p: Plan, stream: bool) -> Outcome:
 
 
 async def stream_single(gw: Gateway, p: Plan) -> Outcome:
-    """The first model that answers, its stream passed through; a prompt-style one answers whole, decoded."""
+    """The first model that answers, its stream passed through; a prompt-style one answers whole, decoded and held
+    to the caller's tool_choice (a passed-through body's provider holds its answer to it)."""
     run_ = Run(p.ran)
     try:
         result = await gw.upstreams.call(p.body_for, list(p.ran.models), gw.cfg.upstream.max_attempts, p.costs)
@@ -250,11 +261,12 @@ async def stream_single(gw: Gateway, p: Plan) -> Outcome:
     run_.returned = run_.calls[-1]
     run_.rule = "single" if len(run_.calls) == 1 else "fallback"
     if result.body is not None:  # a JSON answer (prompt style, or an upstream that does not stream)
-        gw.cascade.read(run_.returned, result.body, p.asked.tools)
+        gw.cascade.read(run_.returned, result.body, p.asked.tools,
+                        AUTO if "native_body" in result.extra else ToolChoice.of(p.body))
         if not run_.returned.ok:
-            run_.returned = None
-            return Outcome(run_, GatewayError(502, f"upstream {result.model} sent a completion without a readable "
-                                                   "message", type="upstream_error"))
+            unmet, run_.returned = run_.returned.answer is not None, None  # read, without the call tool_choice asks
+            return Outcome(run_, gw.cascade.no_answer(run_) if unmet else GatewayError(
+                502, f"upstream {result.model} sent a completion without a readable message", type="upstream_error"))
     gw.cascade.record(run_)
     return Outcome(run_, upstream=result)
 
@@ -294,8 +306,7 @@ def respond(gw: Gateway, at: Pending, out: Outcome, charged: list[Charge], heade
     answer = run_.returned.answer
     served = observe(gw, at, 200, run_, charged, open_stream=at.stream and answer is None and at.api.reply is None)
     if at.api.reply is not None:
-        return at.api.reply(Reply(answer.body, run_.returned.model, meta, charged, headers, at.stream,
-                                  caller_body or {}, at.rid))
+        return own_api.answer(gw, at, out, charged, headers, caller_body or {})
     if at.stream and answer is None:
         settle_stream = StreamCharge(gw.budgets, gw.pool, gw.cfg.state, at.ident, at.res, charged, run_.returned,
                                      at.rid, p.payloads.get(run_.returned.model, {}), response=out.upstream.response)

@@ -75,7 +75,7 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
                     if isinstance(chunk, dict):
                         if isinstance(chunk.get("usage"), dict):
                             usage = chunk["usage"]
-                        output_bytes += _output_bytes(chunk)
+                        output_bytes += chunk_output_bytes(chunk)
                         if not keep_usage and "usage" in chunk:
                             chunk.pop("usage")
                             if not chunk.get("choices"):
@@ -99,7 +99,7 @@ async def sse_passthrough(result: UpstreamResult, meta: dict, tools: list[Tool],
             await end(abandoned=not read_all)
 
 
-def _output_bytes(chunk: dict) -> int:
+def chunk_output_bytes(chunk: dict) -> int:
     """Bytes of text and call arguments in a streamed chunk (what an estimate of its output tokens counts)."""
     n = 0
     for choice in chunk.get("choices") or []:

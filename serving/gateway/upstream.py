@@ -33,7 +33,10 @@ openai_responses, …): the chat payload is sent as that API's request and its
 answer decoded back into a chat completion, usage and cache counts included
 (the pool runner's translators); a stream of an API with its own events is
 read as chat chunks (`NativeStream`), so everything after the upstream sees
-one shape.
+one shape. A `Native` payload (serving/gateway/passthrough.py) is the caller's own body in the provider's API:
+it is sent as it is, with the caller's headers of that API, and its answer kept as the provider sent it
+(`extra["native_body"]`, the JSON; `extra["native_stream"]`, the open stream unread) beside the decoded
+chat completion.
 """
 
 from __future__ import annotations
@@ -99,6 +102,15 @@ class Attempt:
         return self.outcome not in SKIPPED
 
 
+class Native(dict):
+    """A body the provider's API takes as it is (a caller of that same API, passed through): sent as compact
+    JSON, unchanged, with `headers` (the caller's `anthropic-beta`, … of that API) after the key's."""
+
+    def __init__(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        super().__init__(body)
+        self.headers = dict(headers or {})
+
+
 @dataclass
 class UpstreamResult:
     model: str
@@ -129,6 +141,11 @@ class Upstreams:
         m = self.pool.get(model)
         headers = {"content-type": "application/json", **wire.auth_headers(m.api, self._key(model))}
         timeout = self.timeout_s or m.timeout_s
+        if isinstance(payload, Native):  # the caller's own body: its cap is already the one reserved
+            content = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+            return self.http.build_request("POST", wire.url(m.base_url, m.api), content=content,
+                                           headers={**headers, **payload.headers},
+                                           timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
         return self.http.build_request("POST", wire.url(m.base_url, m.api), json=wire.native_request(
             m.api, with_output_cap(payload, m, self.default_output_tokens)),
                                        headers=headers, timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
@@ -240,12 +257,16 @@ class Upstreams:
             self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
             attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
             api = self.pool.get(model).api  # a stream of chat chunks passes through; another API's is decoded
+            if isinstance(payload, Native):
+                return UpstreamResult(model, attempts, response=response, extra={"native_stream": True})
             return UpstreamResult(model, attempts, response=response if wire.get(api).stream is None
                                   else NativeStream(response, api))
+        native = None
         try:  # a JSON answer (also an upstream that ignores stream=true: the caller converts it)
             with waiting():
                 raw = await response.aread()
-            data = wire.chat_completion(self.pool.get(model).api, json.loads(raw))
+            native = json.loads(raw)
+            data = wire.chat_completion(self.pool.get(model).api, native)
             valid = isinstance(data.get("choices"), list)
         except WireError:
             valid = False
@@ -258,7 +279,8 @@ class Upstreams:
             return self._failed(attempts, model, "bad_body", 200, t0)
         self.metrics.upstream_latency.labels(model=model).observe(time.perf_counter() - t0)
         attempts.append(Attempt(model, "ok", 200, (time.perf_counter() - t0) * 1e3))
-        return UpstreamResult(model, attempts, body=data)
+        return UpstreamResult(model, attempts, body=data,
+                              extra={"native_body": native} if isinstance(payload, Native) else {})
 
     async def call(self, body_for: Callable[[str], dict[str, Any]], candidates: list[str], max_attempts: int,
                    costs: dict[str, float] | None = None) -> UpstreamResult:

@@ -8,9 +8,13 @@
 serving/gateway/chat.py `serve` runs every API the same way (admit → plan →
 reserve → run → settle → respond): only the body going in, the answer going
 out and the error's shape differ. `Api()` with no arguments is Chat
-Completions itself. A translated API's request never streams upstream: the
-strategy runs whole (a cascade included) and the finished answer is sent as
-that API's event sequence.
+Completions itself. When the plan is one model (its fallbacks after it) and
+that model's provider speaks the caller's API natively, the caller's own body
+goes upstream as it is (`PassThrough`, serving/gateway/passthrough.py) and the
+provider's answer or stream comes back as it was sent. Otherwise a streamed
+request on one model is rendered in the caller's API as the chat chunks come
+(`live`); a cascade runs whole and its finished answer is sent as that API's
+event sequence.
 
 Each API is one module that registers its `Api` under the name of its wire
 API (registry.py; the outbound half is data/wire/): openai_chat.py
@@ -27,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi.responses import Response, StreamingResponse
 
@@ -100,6 +104,34 @@ class Reply:
         return message, choice.get("finish_reason") if isinstance(choice, dict) else None
 
 
+class LiveEvents(Protocol):
+    """An API's stream made while the chat chunks of the answer come (serving/gateway/live.py drives it)."""
+
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]: ...  # a chat.completion.chunk (the caller's tool names)
+
+    def close(self, charged: list) -> list[bytes]: ...  # the last events; `charged`: what the key was charged
+
+    def fail(self, message: str) -> list[bytes]: ...  # the stream broke after bytes reached the caller
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """How a caller's body of this API goes, as it is, to a provider that speaks the API natively."""
+
+    cap_field: str  # the body's output cap: set to the cap the request's hold was priced at
+    headers: tuple[str, ...]  # the caller's request headers sent on with it (the API's version, its betas)
+    routed: Callable[[dict, list[dict]], dict]  # the body with the tool router's tools (in its form) as its tools
+    traced: Callable[[dict, dict], dict]  # the data of the stream's last event with the `switchcraft` trace in it
+    error_event: Callable[[str], bytes]  # the API's in-band error event, for a stream that broke half-way
+
+
+def with_tools(body: dict[str, Any], tools: list[dict]) -> dict[str, Any]:
+    """`body` offering exactly `tools` (none: no `tools`, no `tool_choice`)."""
+    if tools:
+        return {**body, "tools": tools}
+    return {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
+
+
 def openai_models(names: list[str]) -> dict[str, Any]:
     """GET /v1/models in OpenAI's shape."""
     return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "switchcraft"}
@@ -125,6 +157,8 @@ class Api:
     models_body: Callable[[list[str]], dict] = openai_models  # GET /v1/models for such a caller
     session_user: bool = False  # its `user` (Messages: metadata.user_id) names an agent session (sessions.py)
     session_cache_key: bool = True  # its `prompt_cache_key` names an agent session
+    passthrough: PassThrough | None = None  # its body passed through to a provider of the same API
+    live: Callable[[Reply], LiveEvents] | None = None  # its stream, rendered from chat chunks as they come
 
 
 def event_stream(chunks: Iterable[bytes], headers: dict[str, str]) -> StreamingResponse:

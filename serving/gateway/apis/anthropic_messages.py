@@ -17,18 +17,28 @@ says so), `tool_choice` (auto, any, tool, none; disable_parallel_tool_use),
 `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `metadata` (user_id
 becomes the chat `user`), `stream`, and the gateway's own `switchcraft` object.
 `cache_control`, `top_k`, `thinking`, `context_management`, `output_config` and
-other top-level fields are accepted and not forwarded, as are `?beta=true` and
+other top-level fields are accepted and not translated, as are `?beta=true` and
 `anthropic-beta`. Each becomes the chat request the gateway routes
 (serving/gateway/chat.py `serve`).
 
-Out: the served answer as a Message: text as a `text` block, each call as a
-`tool_use` block (its arguments as `input`), `stop_reason` (tool_use, end_turn,
+Passed through (`PASSTHROUGH`: the plan is one model whose provider speaks
+Messages natively): the caller's body goes upstream as it is — thinking blocks
+and their signatures, cache_control, citations, tool_reference, server tools
+and every other field — with `model` the pool's model_id (with tool routing,
+`tools` the routed set), `max_tokens` the cap the hold was priced at (the
+caller's), and the caller's `anthropic-version` and `anthropic-beta` headers;
+the provider's Message or stream comes back as it sent it, with `switchcraft`
+(in the body, or in message_stop).
+
+Translated out: the served answer as a Message: text as a `text` block, each
+call as a `tool_use` block (its arguments as `input`), `stop_reason` (tool_use, end_turn,
 max_tokens), `usage` of the answer returned, `model` the pool model that served,
 and `switchcraft` (the decision trace and what was charged). With `stream`, the
-finished answer as the Messages events: message_start, for each block
-content_block_start / one delta (text_delta or input_json_delta) /
-content_block_stop, message_delta (stop_reason, usage), message_stop (which
-carries `switchcraft`). Errors are Anthropic's error object,
+Messages events: message_start, for each block content_block_start, its deltas
+(text_delta or input_json_delta) and content_block_stop, message_delta
+(stop_reason, usage), message_stop (which carries `switchcraft`); made as the
+chat chunks come (`LiveMessage`) when one model streams, else from the finished
+answer (a cascade, a prompt-style model). Errors are Anthropic's error object,
 `{"type": "error", "error": {"type": "invalid_request_error", "message": …}}`,
 naming the caller's field (the message begins with it).
 
@@ -40,14 +50,16 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.wire.anthropic_messages import message_body, message_events
-from data.wire.common import usage_numbers
-from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
-                                  tool_fields)
+from data.wire.anthropic_messages import STOP_REASONS, message_body, message_events, messages_usage
+from data.wire.common import sse, usage_numbers
+from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
+                                  string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
@@ -314,6 +326,92 @@ def reply(r: Reply) -> Response:
     return event_stream(events(msg), r.headers) if r.stream else JSONResponse(msg, headers=r.headers)
 
 
+class LiveMessage:
+    """The Messages stream of an answer whose chat chunks are still coming: a block opened per text run and per
+    call, each delta sent as it comes; message_delta and message_stop (with `switchcraft`) once it ends."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply, self.started, self.index, self.open = reply, False, -1, None
+        self.calls: dict[int, int] = {}  # the chat call's index → its block's
+        self.finish: str | None = None
+        self.usage: dict | None = None
+
+    def _start(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        return [sse("message_start", {"type": "message_start", "message": {
+            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant", "model": self.reply.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}})]
+
+    def _block(self, opened: dict, key: Any) -> list[bytes]:
+        out = self._stop()
+        self.index, self.open = self.index + 1, key
+        return out + [sse("content_block_start", {"type": "content_block_start", "index": self.index,
+                                                  "content_block": opened})]
+
+    def _stop(self) -> list[bytes]:
+        if self.open is None:
+            return []
+        self.open = None
+        return [sse("content_block_stop", {"type": "content_block_stop", "index": self.index})]
+
+    def _delta(self, index: int, delta: dict) -> bytes:
+        return sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+        out = self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                if self.open != "text":
+                    out += self._block({"type": "text", "text": ""}, "text")
+                out.append(self._delta(self.index, {"type": "text_delta", "text": delta["content"]}))
+            for tc in delta.get("tool_calls") or []:
+                out += self._call(tc if isinstance(tc, dict) else {})
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return out
+
+    def _call(self, tc: dict) -> list[bytes]:
+        k, fn = tc.get("index", 0), tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        out = []
+        if k not in self.calls:
+            out += self._block({"type": "tool_use", "id": tc.get("id") or f"toolu_{uuid.uuid4().hex[:24]}",
+                                "name": fn.get("name") or "", "input": {}}, ("call", k))
+            self.calls[k] = self.index
+        if isinstance(fn.get("arguments"), str) and fn["arguments"]:
+            out.append(self._delta(self.calls[k], {"type": "input_json_delta", "partial_json": fn["arguments"]}))
+        return out
+
+    def close(self, charged: list) -> list[bytes]:
+        stop = "tool_use" if self.calls else STOP_REASONS.get(self.finish, "end_turn")
+        trace = replace(self.reply, charged=charged).trace()
+        if dropped := dropped_tools(self.reply.request):
+            trace["dropped_tools"] = dropped
+        return self._start() + self._stop() + [
+            sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                  "usage": messages_usage(usage_numbers(self.usage))}),
+            sse("message_stop", {"type": "message_stop", "switchcraft": trace})]
+
+    def fail(self, message: str) -> list[bytes]:
+        return [error_event(message)]
+
+
+def error_event(message: str) -> bytes:
+    """Anthropic's in-band stream error (the SDK raises it)."""
+    return sse("error", {"type": "error", "error": {"type": "api_error", "message": message}})
+
+
+PASSTHROUGH = PassThrough(cap_field="max_tokens", headers=("anthropic-version", "anthropic-beta"),
+                          routed=with_tools,                          traced=lambda data, trace: {**data, "switchcraft": trace}, error_event=error_event)
+
+
 def count_body(n: int) -> dict[str, Any]:
     """POST /v1/messages/count_tokens's answer (serving/gateway/apis/tokens.py)."""
     return {"input_tokens": n}
@@ -329,4 +427,4 @@ API = register(Api(name="anthropic_messages", path="/v1/messages", endpoint="mes
                    reply=reply, error_body=error_body, key_header="x-api-key", aliased=True,
                    count_path="/v1/messages/count_tokens", count_body=count_body,
                    models_header="anthropic-version", models_body=models_body, session_user=True,
-                   session_cache_key=False))
+                   session_cache_key=False, passthrough=PASSTHROUGH, live=LiveMessage))

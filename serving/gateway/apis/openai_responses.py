@@ -30,29 +30,43 @@ Out: a Response whose `output` holds the text as a `message` item and each call
 as a `function_call` item (call_id, name, arguments), `status` (completed, or
 incomplete when the answer hit max_output_tokens), `usage`, `model` the pool
 model that served, and `switchcraft` (the decision trace and what was
-charged). With `stream`, the finished answer as the Responses events:
-response.created, response.in_progress, per item response.output_item.added,
-its deltas (response.output_text.delta with the content part events, or
+charged). With `stream`, the Responses events: response.created,
+response.in_progress, per item response.output_item.added, its deltas
+(response.output_text.delta with the content part events, or
 response.function_call_arguments.delta) and their done events,
 response.output_item.done, then response.completed (its response carries
-`switchcraft`). Errors are OpenAI's error object, naming the caller's field.
+`switchcraft`); made as the chat chunks come (`LiveResponse`) when one model
+streams, else from the finished answer (a cascade, a prompt-style model).
+Errors are OpenAI's error object, naming the caller's field.
+
+Passed through (`PASSTHROUGH`: the plan is one model whose provider speaks
+Responses natively): the caller's body goes upstream as it is — reasoning
+items, `include`, `store`, `prompt_cache_key`, namespace, custom and hosted
+tools and every other field — with `model` the pool's model_id (with tool
+routing, `tools` the routed set and no `additional_tools` items),
+`max_output_tokens` the cap the hold was priced at (the caller's, when it gave
+one), and the caller's `openai-beta` header; the provider's Response or stream
+comes back as it sent it, with `switchcraft` (in the body, or in the last
+event's response).
 Also: POST /v1/responses/input_tokens (tokens.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 
-from data.wire.common import usage_numbers
-from data.wire.openai_responses import response_body, response_events
-from serving.gateway.apis import (Api, Inbound, Reply, check_keys, copy_fields, event_stream, kind_of, string,
-                                  tool_fields)
+from data.wire.common import sse, usage_numbers
+from data.wire.openai_responses import response_body, response_events, responses_usage
+from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
+                                  string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
+from serving.gateway.apis.responses_tools import Tools, custom_input
 from serving.core.errors import GatewayError, bad
 
 STORED = {"previous_response_id": "responses are not stored here: send the whole conversation in `input`",
@@ -60,8 +74,6 @@ STORED = {"previous_response_id": "responses are not stored here: send the whole
           "prompt": "stored prompts are not kept here: send `instructions` and `input`"}
 ROLES = {"user", "assistant", "system", "developer"}
 TEXT_PARTS = {"input_text", "output_text", "text"}
-SEPARATOR = "__"  # <namespace>__<name>: the flat name a namespaced tool is offered under
-MAX_NAME = 64  # a function name's length at most (Chat Completions and Responses alike)
 DROPPED_ITEMS = {"reasoning", "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
                  "local_shell_call", "local_shell_call_output", "mcp_list_tools", "mcp_call", "computer_call",
                  "computer_call_output", "tool_search_call", "tool_search_output"}
@@ -167,105 +179,6 @@ def _content(content: Any, at: str) -> str:
     return "\n".join(texts)
 
 
-class Tools:
-    """The request's tools as chat function tools: namespaces flattened, custom tools as one-string functions,
-    hosted tools dropped (`dropped`); `calls` maps a flat name back to (namespace, name, custom?)."""
-
-    def __init__(self) -> None:
-        self.offered: list[dict] = []
-        self.paths: list[str] = []  # per offered tool, where the caller declared it
-        self.dropped: list[dict[str, str]] = []
-        self.calls: dict[str, tuple[str | None, str, bool]] = {}
-
-    @classmethod
-    def of(cls, body: dict[str, Any]) -> Tools:
-        out = cls()
-        tools = body.get("tools")
-        if tools is not None:
-            if not isinstance(tools, list):
-                raise bad("must be a list of tools {type: function, name, parameters}", "tools")
-            for i, t in enumerate(tools):
-                out.add(t, f"tools[{i}]")
-        items = body.get("input")
-        for i, item in enumerate(items if isinstance(items, list) else []):
-            if isinstance(item, dict) and item.get("type") == "additional_tools":
-                extra = item.get("tools")
-                if not isinstance(extra, list):
-                    raise bad("must be a list of tools", f"input[{i}].tools")
-                for j, t in enumerate(extra):
-                    out.add(t, f"input[{i}].tools[{j}]")
-        return out
-
-    def add(self, t: Any, at: str, namespace: str | None = None) -> None:
-        kind = check_keys(t, at).get("type")
-        if kind == "namespace" and namespace is None:
-            ns = string(t.get("name"), f"{at}.name")
-            inner = t.get("tools")
-            if not isinstance(inner, list):
-                raise bad("must be a list of function or custom tools", f"{at}.tools")
-            for j, tool in enumerate(inner):
-                self.add(tool, f"{at}.tools[{j}]", ns)
-            return
-        if kind not in ("function", "custom"):
-            self.dropped.append({"tool": str(t.get("name") or kind)[:80], "type": str(kind)[:40],
-                                 "why": "a hosted tool; the pool's models are offered function tools only"})
-            return
-        name = string(t.get("name"), f"{at}.name")
-        flat = self.flat(name, namespace)
-        self.calls[flat] = (namespace, name, kind == "custom")
-        fn = {k: t[k] for k in ("description", "parameters", "strict") if t.get(k) is not None}
-        if kind == "custom":
-            fn = _custom_function(t)
-        self.offered.append({"type": "function", "function": {"name": flat, **fn}})
-        self.paths.append(at)
-
-    @staticmethod
-    def flat(name: str, namespace: str | None) -> str:
-        """`<namespace>__<name>`; past the 64 characters a function name may have, cut and told apart by a
-        hash (the answer's calls are mapped back by `calls`, so any unique name will do)."""
-        if not namespace:
-            return name
-        flat = f"{namespace}{SEPARATOR}{name}"
-        if len(flat) <= MAX_NAME:
-            return flat
-        return f"{flat[:MAX_NAME - 9]}_{hashlib.sha256(flat.encode()).hexdigest()[:8]}"
-
-    def output(self, items: list[dict]) -> list[dict]:
-        """The answer's function_call items under the caller's names: namespace apart, custom calls as
-        custom_tool_call with their `input`."""
-        out = []
-        for item in items:
-            ns, name, custom = self.calls.get(item.get("name"), (None, item.get("name"), False))
-            if item.get("type") == "function_call" and custom:
-                item = {"type": "custom_tool_call", "id": "ctc" + item["id"][2:], "call_id": item["call_id"],
-                        "name": name, "input": _custom_input(item["arguments"]), "status": item["status"]}
-            elif item.get("type") == "function_call":
-                item = {**item, "name": name}
-            if ns is not None:
-                item["namespace"] = ns
-            out.append(item)
-        return out
-
-
-def _custom_function(t: dict) -> dict:
-    """A freeform tool as a function of one string: its format (a grammar) told in the description."""
-    description = t.get("description") or ""
-    fmt = t.get("format")
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
-        description += (f"\n\nThe input follows this {fmt.get('syntax', '')} grammar:\n{fmt.get('definition', '')}")
-    return {"description": description, "parameters": {
-        "type": "object", "properties": {"input": {"type": "string", "description": "The tool's free-text input."}},
-        "required": ["input"], "additionalProperties": False}}
-
-
-def _custom_input(arguments: str) -> str:
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else arguments
-
-
 def _tool_choice(choice: Any) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
@@ -315,6 +228,146 @@ def reply(r: Reply) -> Response:
     return event_stream(events(done), r.headers) if r.stream else JSONResponse(done, headers=r.headers)
 
 
+class LiveResponse:
+    """The Responses stream of an answer whose chat chunks are still coming: an item per text run and per call
+    (under the caller's names: namespace apart, a custom tool's call as custom_tool_call), each delta sent as it
+    comes (a custom call's input once whole: it arrives as JSON arguments); response.completed at the end."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply, self.tools, self.n = reply, Tools.of(reply.request), 0
+        self.skeleton = response_body({}, None, usage_numbers(None), reply.model, reply.request)
+        self.items: list[dict] = []  # output items, finished or open (the last)
+        self.open: dict | None = None
+        self.calls: dict[int, dict] = {}  # the chat call's index → its item
+        self.finish: str | None = None
+        self.usage: dict | None = None
+
+    def _event(self, kind: str, **data) -> bytes:
+        self.n += 1
+        return sse(kind, {"type": kind, "sequence_number": self.n - 1, **data})
+
+    def _start(self) -> list[bytes]:
+        if self.n:
+            return []
+        started = {**self.skeleton, "status": "in_progress", "output": [], "usage": None}
+        return [self._event(kind, response=started) for kind in ("response.created", "response.in_progress")]
+
+    def _add(self, item: dict) -> list[bytes]:
+        out = self._stop()
+        self.items.append(item)
+        self.open = item
+        shown = {**item, "content": []} if item["type"] == "message" else {**item, "status": "in_progress"}
+        return out + [self._event("response.output_item.added", output_index=len(self.items) - 1, item=shown)]
+
+    def _stop(self) -> list[bytes]:
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        ids = {"item_id": item["id"], "output_index": self.items.index(item)}
+        if item["type"] == "message":
+            part = item["content"][0]
+            out = [self._event("response.output_text.done", **ids, content_index=0, text=part["text"], logprobs=[]),
+                   self._event("response.content_part.done", **ids, content_index=0, part=part)]
+        elif item["type"] == "custom_tool_call":
+            item["input"] = custom_input(item.pop("arguments"))
+            out = [self._event("response.custom_tool_call_input.delta", **ids, delta=item["input"]),
+                   self._event("response.custom_tool_call_input.done", **ids, input=item["input"])]
+        else:
+            out = [self._event("response.function_call_arguments.done", **ids, name=item["name"],
+                               arguments=item["arguments"])]
+        item["status"] = "completed"
+        return out + [self._event("response.output_item.done", output_index=ids["output_index"], item=item)]
+
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+        out = self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                out += self._text(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                out += self._call(tc if isinstance(tc, dict) else {})
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return out
+
+    def _text(self, text: str) -> list[bytes]:
+        out = []
+        if self.open is None or self.open["type"] != "message":
+            item = {"type": "message", "id": f"msg_{uuid.uuid4().hex[:24]}", "status": "in_progress", "role": "assistant",
+                    "content": [{"type": "output_text", "text": "", "annotations": []}]}
+            out += self._add(item)
+            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=len(self.items) - 1,
+                                   content_index=0, part=item["content"][0]))
+        self.open["content"][0]["text"] += text
+        return out + [self._event("response.output_text.delta", item_id=self.open["id"],
+                                  output_index=len(self.items) - 1, content_index=0, delta=text, logprobs=[])]
+
+    def _call(self, tc: dict) -> list[bytes]:
+        k, fn = tc.get("index", 0), tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        out = []
+        if k not in self.calls:
+            ns, name, custom = self.tools.calls.get(fn.get("name"), (None, fn.get("name") or "", False))
+            call_id = tc.get("id") or f"call_{uuid.uuid4().hex[:24]}"
+            item = ({"type": "custom_tool_call", "id": f"ctc_{uuid.uuid4().hex[:24]}", "call_id": call_id, "name": name,
+                     "arguments": "", "status": "in_progress"} if custom else
+                    {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:24]}", "call_id": call_id, "name": name,
+                     "arguments": "", "status": "in_progress"})
+            if ns is not None:
+                item["namespace"] = ns
+            out += self._add(item)
+            self.calls[k] = item
+        item, args = self.calls[k], fn.get("arguments")
+        if isinstance(args, str) and args:
+            item["arguments"] += args
+            if item["type"] == "function_call":
+                out.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                       output_index=self.items.index(item), delta=args))
+        return out
+
+    def close(self, charged: list) -> list[bytes]:
+        out = self._start() + self._stop()
+        incomplete = self.finish == "length" and not self.calls
+        done = {**self.skeleton, "status": "incomplete" if incomplete else "completed", "output": self.items,
+                "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+                "usage": responses_usage(usage_numbers(self.usage))}
+        trace = replace(self.reply, charged=charged).trace()
+        if self.tools.dropped:
+            trace["dropped_tools"] = self.tools.dropped
+        return out + [self._event(f"response.{done['status']}", response={**done, "switchcraft": trace})]
+
+    def fail(self, message: str) -> list[bytes]:
+        return [error_event(message)]
+
+
+def error_event(message: str) -> bytes:
+    """The Responses stream's error event."""
+    return sse("error", {"type": "error", "code": "upstream_error", "message": message, "param": None})
+
+
+def routed(body: dict[str, Any], tools: list[dict]) -> dict[str, Any]:
+    """The body offering the tool router's tools: `tools` replaced, `additional_tools` items taken out."""
+    out = with_tools(body, tools)
+    if isinstance(body.get("input"), list):
+        out["input"] = [item for item in body["input"]
+                        if not (isinstance(item, dict) and item.get("type") == "additional_tools")]
+    return out
+
+
+def traced(data: dict[str, Any], trace: dict[str, Any]) -> dict[str, Any]:
+    """The last event's response with `switchcraft` in it (an event without a response: at its top level)."""
+    if isinstance(data.get("response"), dict):
+        return {**data, "response": {**data["response"], "switchcraft": trace}}
+    return {**data, "switchcraft": trace}
+
+
+PASSTHROUGH = PassThrough(cap_field="max_output_tokens", headers=("openai-beta",), routed=routed, traced=traced,
+                          error_event=error_event)
+
+
 def count_body(n: int) -> dict[str, Any]:
     """POST /v1/responses/input_tokens's answer (serving/gateway/apis/tokens.py)."""
     return {"object": "response.input_tokens", "input_tokens": n}
@@ -322,4 +375,4 @@ def count_body(n: int) -> dict[str, Any]:
 
 API = register(Api(name="openai_responses", path="/v1/responses", endpoint="responses", inbound=to_internal,
                    reply=reply, error_body=error_body, aliased=True, count_path="/v1/responses/input_tokens",
-                   count_body=count_body))
+                   count_body=count_body, passthrough=PASSTHROUGH, live=LiveResponse))

@@ -20,7 +20,7 @@ from data.wire import registry as wire
 from data.registry import Registry, import_modules
 from serving.gateway.apis import Api
 
-NOT_APIS = {"models", "registry", "tokens"}  # the package's helpers, not APIs
+NOT_APIS = {"models", "registry", "responses_tools", "tokens"}  # the package's helpers, not APIs
 INBOUND: Registry[Api] = Registry("inbound wire API")
 
 

@@ -10,8 +10,14 @@ content comes back in a tool result, turn 2 with a final text quoting it. The
 test asserts the client printed that text and the upstream saw the file's
 content: the tool really ran. The stand-in speaks each pool model's provider
 API (`api:` in the pool: Chat Completions, Messages or Responses) and its prompt
-style (native tool calls, or the text a prompt-style model writes), so `router`
-(whatever the tiny router picks) and a named pool model both run end to end.
+style (native tool calls, or the text a prompt-style model writes), as JSON or,
+when asked to stream (the real clients stream), as that API's events, so `router`
+(whatever the tiny router picks) and a named pool model both run end to end. A
+native pool model behind the client's own API gets the client's body passed
+through (Claude Code's Messages to `open-mistral-nemo-2407-FC-Auto` here, Codex's
+Responses to `gpt-4o-2024-08-06-FC`): the stand-in reads its tools as that API
+declares them (namespaces, freeform tools, `additional_tools` items) and answers
+in it.
 With no model set, each client asks for its own default model, routed by the
 default aliases: Claude Code's `claude-opus-*`, and Codex's `gpt-*`, for which
 Codex declares its tools in an `additional_tools` item and runs commands
@@ -31,10 +37,11 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import StreamingResponse
 
-from data.wire.anthropic_messages import message_body
-from data.wire.openai_responses import response_body
+from data.wire.anthropic_messages import message_body, message_events
+from data.wire.openai_responses import response_body, response_events
+from serving.gateway.apis.responses_tools import Tools
 from serving.app import create_app
 from serving.gateway.config import ServingConfig
 from tests.routers import REPO
@@ -44,10 +51,13 @@ from tests.serving.helpers import KEY, Loopback
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BIN = REPO / "node" / "node_modules" / ".bin"
 CLAUDE, CODEX = BIN / "claude", BIN / "codex"
-# The pool models' provider APIs here: one native model behind Responses, a prompt-style one behind Messages.
+# The pool models' provider APIs here: a native model behind Responses and one behind Messages (each passed its
+# client's body through), prompt-style ones behind Messages.
 APIS = {"gpt-4o-2024-08-06-FC": "openai_responses", "claude-3-haiku-20240307": "anthropic_messages",
-        "claude-3-5-sonnet-20240620": "anthropic_messages", "claude-3-opus-20240229": "anthropic_messages"}
+        "claude-3-5-sonnet-20240620": "anthropic_messages", "claude-3-opus-20240229": "anthropic_messages",
+        "open-mistral-nemo-2407-FC-Auto": "anthropic_messages"}
 NATIVE_CODEX, PROMPT_CLAUDE = "gpt-4o-2024-08-06-FC", "claude-3-haiku-20240307"
+NATIVE_CLAUDE = "open-mistral-nemo-2407-FC-Auto"  # native, behind Messages
 NATIVE_CHAT = "gemini-1.5-flash-preview-0514"  # native, behind Chat Completions
 MCP_READ = "mcp__files__read_text_file"  # the filesystem MCP server's read_text_file in Codex's `mcp__files` namespace
 TIMEOUT_S = 240
@@ -59,34 +69,37 @@ def needs(binary: Path) -> None:
 
 
 class StandIn:
-    """A scripted upstream speaking Chat Completions, Messages and Responses: a call of the client's file tool
-    until the note's content is in the request, then a final text quoting it. Records every body it gets."""
+    """A scripted upstream speaking Chat Completions, Messages and Responses, as JSON or streamed: a call of the
+    client's file tool until the note's content is in the request, then a final text quoting it. Records every
+    body it gets (`seen`) and its headers (`headers`)."""
 
     def __init__(self) -> None:
         self.note = ""  # the secret text of note.txt for this run
         self.path = ""  # note.txt's absolute path
         self.load = ""  # a deferred tool to load with Claude Code's ToolSearch first (then answer), if any
         self.seen: list[tuple[str, dict]] = []
+        self.headers: list[dict[str, str]] = []
 
     def answer(self, body: dict) -> dict:
-        """The chat message the model 'says': native tool calls when `tools` are offered, else a prompt-style
+        """The chat message the model 'says': native tool calls when tools are offered, else a prompt-style
         model's text."""
-        text = json.dumps(body)
+        text, tools = json.dumps(body), offered(body)
         if self.load:
-            if self.load in offered(body):
+            if self.load in tools:
                 return {"role": "assistant", "content": self.final()}
             name, args = "ToolSearch", {"query": f"select:{self.load}"}
         elif self.note and self.note in text:
             return {"role": "assistant", "content": self.final()}
-        elif MCP_READ in offered(body):  # an MCP server's tool, which Codex sends inside a namespace
+        elif MCP_READ in tools:  # an MCP server's tool, which Codex sends inside a namespace
             name, args = MCP_READ, {"path": self.path}
-        elif "functions__exec" in text:  # Codex's default model: one freeform JavaScript tool calling the others
+        elif "functions__exec" in tools or "functions__exec" in text:  # Codex's default model: one freeform
+            # JavaScript tool calling the others (a prompt-style model reads its flat name in its prompt)
             name, args = "functions__exec", {"input": 'text(await tools.exec_command({cmd: "cat note.txt"}));'}
-        elif "exec_command" in text:
+        elif "exec_command" in tools or "exec_command" in text:
             name, args = "exec_command", {"cmd": "cat note.txt"}
         else:
             name, args = "Read", {"file_path": self.path}
-        if "tools" in body:
+        if tools:
             return {"role": "assistant", "content": None, "tool_calls": [
                 {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                  "function": {"name": name, "arguments": json.dumps(args)}}]}
@@ -103,24 +116,54 @@ class StandIn:
         async def upstream(path: str, request: Request):
             body = await request.json()
             self.seen.append((path, body))
-            if body.get("stream"):
-                return JSONResponse({"error": {"message": "the gateway never streams a translated request"}}, 400)
+            self.headers.append(dict(request.headers))
             msg = self.answer(body)
             finish = "tool_calls" if msg.get("tool_calls") else "stop"
             if path == "messages":
-                return message_body(msg, finish, usage, body["model"])
-            if path == "responses":
-                return response_body(msg, finish, usage, body["model"], body)
-            return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                    "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}}
+                answer = message_body(msg, finish, usage, body["model"])
+                events = message_events(answer) if body.get("stream") else None
+            elif path == "responses":  # a call of a namespaced or freeform tool, as the Responses API answers it
+                answer = response_body(msg, finish, usage, body["model"], body)
+                answer["output"] = Tools.of(body).output(answer["output"])
+                events = response_events(answer) if body.get("stream") else None
+            else:
+                answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                          "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                          "usage": {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020}}
+                events = chat_events(answer) if body.get("stream") else None
+            if events is None:
+                return answer
+            return StreamingResponse(events, media_type="text/event-stream")
 
         return app
 
 
+def chat_events(answer: dict):
+    """A chat completion as its stream: the message in one delta, the finish, the usage chunk, [DONE]."""
+    base = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = answer["choices"][0]
+    message = dict(choice["message"])
+    if message.get("tool_calls"):
+        message["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(message["tool_calls"])]
+    for delta, finish in ((message, None), ({}, choice["finish_reason"])):
+        yield f"data: {json.dumps({**base, 'choices': [{'index': 0, 'delta': delta, 'finish_reason': finish}]})}\n\n"
+    yield f"data: {json.dumps({**base, 'choices': [], 'usage': answer['usage']})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
 def offered(body: dict) -> set[str]:
-    """The names of the native tools a request offers, in any of the three APIs."""
-    return {t.get("name") or t.get("function", {}).get("name") for t in body.get("tools") or []}
+    """The names of the native tools a request offers, in any of the three APIs (a namespace's inner tools as
+    `<namespace>__<name>`, with those of Responses' `additional_tools` items)."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+    tools = [*(body.get("tools") or []), *(t for item in items if isinstance(item, dict)
+                                             and item.get("type") == "additional_tools" for t in item["tools"])]
+    names = set()
+    for t in tools:
+        if t.get("type") == "namespace":
+            names |= {f"{t['name']}__{inner['name']}" for inner in t.get("tools") or []}
+        elif t.get("name") or t.get("function", {}).get("name"):
+            names.add(t.get("name") or t["function"]["name"])
+    return names
 
 
 @contextlib.contextmanager
@@ -158,6 +201,7 @@ def task(agent_gateway, tmp_path):
     stand_in.path = str(work / "note.txt")
     (work / "note.txt").write_text(stand_in.note + "\n")
     stand_in.seen.clear()
+    stand_in.headers.clear()
     stand_in.load = ""
     return work, home, stand_in
 
@@ -197,7 +241,7 @@ def tool_ran(stand_in: StandIn) -> list[str]:
     return [path for path, body in stand_in.seen if stand_in.note in json.dumps(body)]
 
 
-@pytest.mark.parametrize("model", ["router", PROMPT_CLAUDE, None])
+@pytest.mark.parametrize("model", ["router", PROMPT_CLAUDE, NATIVE_CLAUDE, None])
 def test_claude_code_reads_a_file_and_answers_through_the_gateway(agent_gateway, task, model):
     needs(CLAUDE)
     url, _ = agent_gateway
@@ -210,6 +254,11 @@ def test_claude_code_reads_a_file_and_answers_through_the_gateway(agent_gateway,
         assert {path for path, _ in stand_in.seen} == {"messages"}
         assert all("tools" not in body and POOL.get(PROMPT_CLAUDE).model_id == body["model"]
                    for _, body in stand_in.seen)
+    if model == NATIVE_CLAUDE:  # passed through: Claude Code's own body and beta headers
+        assert {path for path, _ in stand_in.seen} == {"messages"}
+        assert all(isinstance(body["system"], list) and body["model"] == POOL.get(NATIVE_CLAUDE).model_id
+                   and body["stream"] is True for _, body in stand_in.seen)
+        assert all(h.get("anthropic-beta") for h in stand_in.headers), stand_in.headers[0]
 
 
 def test_claude_codes_tool_search_loads_a_deferred_tool_through_the_gateway(agent_gateway, task):
@@ -240,7 +289,8 @@ def test_codex_runs_a_shell_command_and_answers_through_the_gateway(agent_gatewa
     if model == NATIVE_CODEX:  # asked its own way: Responses, with native function tools
         assert {path for path, _ in stand_in.seen} == {"responses"}
         first = stand_in.seen[0][1]
-        assert "exec_command" in [t["name"] for t in first["tools"]] and first["model"] == "gpt-4o-2024-08-06"
+        assert "exec_command" in offered(first) and first["model"] == "gpt-4o-2024-08-06"
+        assert first["stream"] is True and "store" in first  # passed through: Codex's own body
 
 
 

@@ -144,6 +144,9 @@ class StrategyKind(ABC):
     compares: ClassVar[bool] = False  # runs compare answers: the trace has an `agreement` section and a verdict
     # Asks its models in turn until one answers: a stream runs it as it is; a session may keep its previous model.
     one_at_a_time: ClassVar[bool] = False
+    # Its answer is the first model's as the model wrote it (later models only when a call fails): a caller whose
+    # API that model's provider speaks may be passed through (serving/gateway/passthrough.py).
+    answers_as_written: ClassVar[bool] = False
 
     @abstractmethod
     def check(self, s: StrategyRoles) -> None:

@@ -19,6 +19,7 @@ from training.policy.kinds.base import Answers, Executor, Path, StrategyKind, St
 class Single(StrategyKind):
     name = "single"
     one_at_a_time = True
+    answers_as_written = True
 
     def check(self, s: StrategyRoles) -> None:
         if len(s.first) != 1:
