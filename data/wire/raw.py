@@ -132,17 +132,24 @@ def usage_from_wire(usage: dict[str, Any] | None) -> Usage:
     """Input, output and reasoning tokens, and of the input those read from (`prompt_tokens_details.cached_tokens`)
     and written to (`cache_write_tokens`, from a Messages upstream) the prompt cache; each stays None when the
     server did not say."""
-    if not usage:
+    if not isinstance(usage, dict) or not usage:
         return Usage()
     details = usage.get("completion_tokens_details") or {}
     prompt = usage.get("prompt_tokens_details") or {}
+    details, prompt = (d if isinstance(d, dict) else {} for d in (details, prompt))
     return Usage(
-        input_tokens=usage.get("prompt_tokens"),
-        output_tokens=usage.get("completion_tokens"),
-        reasoning_tokens=details.get("reasoning_tokens"),
-        cached_input_tokens=prompt.get("cached_tokens") if isinstance(prompt, dict) else None,
-        cache_write_tokens=prompt.get("cache_write_tokens") if isinstance(prompt, dict) else None,
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
+        reasoning_tokens=_count(details.get("reasoning_tokens")),
+        cached_input_tokens=_count(prompt.get("cached_tokens")),
+        cache_write_tokens=_count(prompt.get("cache_write_tokens")),
     )
+
+
+def _count(v: Any) -> int | None:
+    """A token count as the server gave it; anything but a whole number ≥ 0 (a negative, a string, a bool) is a
+    count the server did not really give: None, so the cost falls back to the estimate."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def parse_completion(body: bytes | str) -> tuple[JSON, Usage, dict[str, Any]]:

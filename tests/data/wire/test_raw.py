@@ -100,3 +100,15 @@ def test_every_recorded_output_round_trips(shared_data):
             assert json.dumps(back) == json.dumps(raw), (f, line[:120])
             n += 1
     assert n == 71 * 1630
+
+
+def test_a_usage_count_that_is_not_a_whole_number_is_taken_as_not_given():
+    """A provider's `input_tokens: -1` (found by the hypothesis test above) or a count as text is no count: the
+    cost falls back to the estimate instead of the answer failing."""
+    from data.wire.raw import usage_from_wire
+
+    u = usage_from_wire({"prompt_tokens": -1, "completion_tokens": "7", "prompt_tokens_details": {"cached_tokens": True},
+                         "completion_tokens_details": {"reasoning_tokens": 3}})
+    assert (u.input_tokens, u.output_tokens, u.cached_input_tokens, u.reasoning_tokens) == (None, None, None, 3)
+    assert usage_from_wire({"prompt_tokens": 5, "completion_tokens": 2}).input_tokens == 5
+    assert usage_from_wire(["not", "a", "dict"]).input_tokens is None
