@@ -66,7 +66,7 @@ from serving.gateway.apis import registry as inbound_apis, tokens
 from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
-from serving.core.decision_log import DecisionLog
+from serving.core.decision_log import LogQueue, open_decision_log
 from serving.core.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics
@@ -117,16 +117,18 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                                                                length_ratio=cfg.router.batch_length_ratio,
                                                                executor=runner),
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
-    if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
+    if cfg.log.path or cfg.log.url:  # every served request and every answer, for `switchcraft learn`
+        replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
         try:
-            replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
-            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
+            observers.insert(0, open_decision_log(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
+        except ConnectionError as e:  # log.url: the server cannot be reached, or refused this user
+            raise ValueError(f"log.url: {e}; start the server, or check the URL and the user's rights") from None
         except (OSError, sqlite3.Error) as e:
             raise ValueError(f"log.path {cfg.log.path}: the decision log cannot be written there "
                              f"({getattr(e, 'strerror', None) or e}); give a folder this process may write, or "
                              "log.path=null for no decision log") from None
     if cfg.explore.rate > 0:  # after answering, the pool models the strategy did not call (own budget)
-        decision_log = next((o for o in observers if isinstance(o, DecisionLog)), None)
+        decision_log = next((o for o in observers if isinstance(o, LogQueue)), None)
         observers.insert(1 if decision_log else 0, Explorer(cfg.explore, pool, cascade, budgets, decision_log, metrics,
                                                             state_settings=cfg.state))
     return Gateway(cfg, pool, metrics, keys, state, budgets, upstreams, cascade, slot, tools, tool_selector, forced,

@@ -165,7 +165,7 @@ def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_
     Whole hours of the range come from each file's summary, the partial hours at its edges (and every hour of a
     file without a summary, or with `raw_only`) from its rows, through the same SQL the writer used
     (`facet_sql`): the sums are those of the rows."""
-    from serving.core.decision_log import MEASURES, NEEDS, facet_sql
+    from serving.core.log_tables import MEASURES, NEEDS, facet_sql
 
     sums = ", ".join(f"SUM({m})" for m in MEASURES[:6])
     out: dict[str, dict[tuple, list]] = {name: {} for name in wanted}

@@ -23,7 +23,7 @@ from typing import Any
 
 from data.pool import Pool
 from serving.console.logdb import BY_HOUR, HOUR, LogConnection, facets
-from serving.core.decision_log import LATENCY_BUCKETS_PER_E
+from serving.core.log_tables import LATENCY_BUCKETS_PER_E
 from serving.core.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
