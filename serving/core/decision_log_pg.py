@@ -52,8 +52,11 @@ class PostgresDecisionLog(LogQueue):
         try:
             with db.transaction():  # replicas starting together: one creates the tables, the others find them
                 db.execute("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
-                for statement in postgres_schema():
-                    db.execute(statement)
+                found = db.execute("SELECT to_regclass('requests'), to_regclass('answers'), "
+                                   "to_regclass('summary')").fetchone()
+                if None in tuple(found):  # made once, by a user who may; the writers then need no more than DML
+                    for statement in postgres_schema():
+                        db.execute(statement)
         except psycopg.Error as e:  # e.g. a user without the right to create them
             db.close()
             raise ConnectionError(f"the decision log at {self.where}: its tables cannot be created: "

@@ -197,3 +197,19 @@ def test_the_log_is_a_folder_or_a_url_never_both():
     with pytest.raises(ValidationError, match="postgresql://user@host:port/database") as e:
         ServingConfig(log={"url": "mysql://gw:pw@db/log"})
     assert ":pw" not in e.value.errors()[0]["msg"]  # what the config loader shows (data/yaml_config.py)
+
+
+def test_once_made_the_log_needs_only_row_rights_to_write_and_read(default_pool, pg_log):
+    """PostgreSQL 15 lets no ordinary user create tables in `public`: the tables are made once (here by the
+    server's superuser), then a gateway user with SELECT, INSERT, UPDATE and DELETE on them writes, prunes and reads."""
+    PostgresDecisionLog(pg_log).close()
+    with psycopg.connect(pg_log, autocommit=True) as admin:
+        admin.execute("CREATE ROLE gateway LOGIN")
+        admin.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON requests, answers, summary TO gateway")
+    url = pg_log.replace("postgres@", "gateway@")
+    log = PostgresDecisionLog(url, keep_days=1.0)
+    log.write(records(default_pool, 40, days=0.5, now=time.time()))
+    log.close()
+    with open_log(url, 0.0) as db:
+        assert traffic(db, since=0.0, now=time.time())["requests"] == 40
+    assert len(read_log(url)[0]) == 40
