@@ -66,7 +66,8 @@ from serving.gateway.apis import registry as inbound_apis, tokens
 from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
-from serving.core.decision_log import LogQueue, open_decision_log
+from serving.core.decision_log import open_decision_log
+from serving.core.log_queue import LogQueue
 from serving.core.errors import CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics

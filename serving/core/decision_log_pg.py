@@ -21,7 +21,7 @@ import logging
 import math
 import time
 
-from serving.core.decision_log import LogQueue
+from serving.core.log_queue import LogQueue
 from serving.core.log_sql import PgConnection, connect, redact_url
 from serving.core.log_tables import add_to_summary, postgres_schema
 
