@@ -27,8 +27,9 @@ need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
 unexpected exception answers 500 with `connection: close` (serving/core/errors.py).
 
 `switchcraft serve --workers N` runs N such processes on one socket (`run_workers`, uvicorn's supervisor): each
-builds its own app (`worker_app`), they share the state store and the decision log's folder, their /metrics add
-up, and a router reload in one reaches every one (docs/serving.md, "Running N workers and replicas").
+builds its own app (`worker_app`), they share the state store and the decision log (its folder, or its PostgreSQL
+database), their /metrics add up, and a router reload in one reaches every one (docs/serving.md, "Running N
+workers and replicas").
 
 This module is the wiring, above the three folders it joins (none of them imports another's wiring):
 `build_gateway` makes the parts (serving/gateway/parts.py
@@ -320,8 +321,8 @@ def serve_from(config: Path, overrides: list[str]) -> None:
 def run_workers(config: Path, overrides: list[str], cfg: ServingConfig, sock: socket.socket) -> None:
     """cfg.workers processes serving `sock`, under uvicorn's own supervisor (a worker that dies is replaced; SIGHUP
     replaces each in turn; SIGTERM or SIGINT stops them all). Each builds the app from `config` and `overrides`
-    (`worker_app`) and loads the router itself. They share the state store and the decision log's folder (a file
-    each); their /metrics add up (prometheus_client's multiprocess mode, in a folder of this run's own) and a
+    (`worker_app`) and loads the router itself. They share the state store and the decision log (a file each in its
+    folder, or one PostgreSQL database); their /metrics add up (prometheus_client's multiprocess mode, in a folder of this run's own) and a
     router reload in one reaches them all (serving/gateway/reload.py SharedRouter, in the same folder).
     ValueError when a worker could not start (its error is logged)."""
     import shutil

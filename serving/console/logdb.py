@@ -201,11 +201,12 @@ def _id_window(db: sqlite3.Connection, f: LogFile, t0: float, t1: float | None) 
 def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_only: bool = False,
            where: dict[str, str] | None = None) -> dict[str, dict[tuple, list]]:
     """The summary's figures of the range `open_log` was given, summed over the log's files: per facet
-    (serving.core.decision_log.FACETS) {(time bucket, d1, d2, d3): [n, s1, s2, s3, s4, s5, lo, hi]}.
+    (serving.core.log_tables.FACETS) {(time bucket, d1, d2, d3): [n, s1, s2, s3, s4, s5, lo, hi]}.
 
     `wanted` maps each facet to its time bucket: `HOURLY` or `DAILY` (the bucket's name, UTC), `BY_HOUR` for the
-    hour number, or None for no time (the bucket is then ''). `where` maps a facet to a condition on its dimensions (d1, d2, d3),
-    e.g. {"answer": "d2 = 'explore'"}: only those rows are summed (a month of hours grouped is slow to sort).
+    hour number, or None for no time (the bucket is then ''). `where` maps a facet to a condition on its
+    dimensions (d1, d2, d3), e.g. {"answer": "d2 = 'explore'"}: only those rows are summed (a month of hours
+    grouped is slow to sort).
     Whole hours of the range come from each file's summary, the partial hours at its edges (and every hour of a
     file without a summary, or with `raw_only`) from its rows, through the same SQL the writer used
     (`facet_sql`): the sums are those of the rows."""
