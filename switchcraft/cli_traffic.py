@@ -1,6 +1,7 @@
 """`switchcraft traffic report`: what the operator's console shows, written as files (no browser).
 
     switchcraft traffic report --log runs/gateway/log --out runs/traffic
+    switchcraft traffic report --log postgresql://console@db:5432/switchcraft --out runs/traffic   # a fleet's log
     switchcraft traffic report --log runs/gateway/log --state runs/gateway --out runs/traffic --range 7d \
         --reference gpt-4o-2024-05-13 --keys configs/gateway_keys.yaml
 
@@ -29,7 +30,8 @@ def register(app: typer.Typer) -> None:
 
 
 def report(
-    log: Path = typer.Option(..., "--log", help="The decision log folder (the gateway's log.path)."),
+    log: str = typer.Option(..., "--log", help="The decision log: its folder (the gateway's log.path) or its "
+                            "PostgreSQL URL (log.url, postgresql://user@host:port/db: every replica's requests)."),
     out: Path = typer.Option(..., "--out", help="Folder the report is written into."),
     state_path: str = typer.Option(None, "--state", help="A state.path folder: adds spend per key (the ledger)."),
     redis_url: str = typer.Option(None, "--redis", help="A Redis URL holding the ledger (instead of --state)."),
@@ -43,6 +45,7 @@ def report(
     png: bool = typer.Option(True, "--png/--no-png", help="Also draw each chart as PNG (matplotlib)."),
 ) -> None:
     from data.errors import DataError
+    from data.logged import is_log_url
     from data.pool import load_pool
     from serving.console.headline import money, share_text
     from serving.console.report import traffic_report
@@ -67,9 +70,9 @@ def report(
             if redis_url is None and not (Path(state_path) / "state.sqlite").exists():
                 fail(f"--state {state_path}: no state.sqlite there (the gateway's state.path folder)")
             state = StateSettings(path=state_path, redis_url=redis_url)
-        n = traffic_report(log, out, pool=the_pool, state=state, range_name=range_name, reference=reference,
+        n = traffic_report(log if is_log_url(log) else Path(log), out, pool=the_pool, state=state, range_name=range_name, reference=reference,
                            limits=limits, png=png, router_info=router_info)
-    except (DataError, FileNotFoundError, KeyError, ValueError, StateUnavailable) as e:
+    except (DataError, FileNotFoundError, ConnectionError, KeyError, ValueError, StateUnavailable) as e:
         fail(str(e).strip('"'))
     s, q = n["savings"], n["quality"]["served"]
     console.print(f"{n['traffic']['requests']} requests; spent {money(s['spent_usd'])} + exploration "

@@ -5,8 +5,10 @@ read are session-scoped here; servers with state a test changes are module-scope
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,29 @@ def encoder():
     from serving.tools.encoder import MiniLMEncoder
 
     return MiniLMEncoder.load()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on loopback for the session (evaluation/harness.py LocalPostgres: a throwaway
+    cluster); the tests that need it are skipped, saying why, where its binaries are not installed."""
+    from evaluation.harness import LocalPostgres, postgres_missing
+
+    if (why := postgres_missing()) is not None:
+        pytest.skip(why)
+    server = LocalPostgres()
+    server.start()
+    yield server
+    server.stop()
+
+
+_DATABASES = itertools.count()
+
+
+@pytest.fixture()
+def pg_log(postgres, request) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server: a decision log of the test's own."""
+    return postgres.create_database(f"t{next(_DATABASES)}_" + re.sub(r"\W+", "_", request.node.name)[:40].lower())
 
 
 @pytest.fixture()

@@ -2,6 +2,7 @@
 directory ready to serve, compared with the one in service on held-out logged requests.
 
     switchcraft learn --from-log runs/gateway/log --run-dir runs/learned [--pool configs/pool.yaml]
+    switchcraft learn --from-log postgresql://learn@db:5432/switchcraft --run-dir runs/learned   # a fleet's log
     curl -X POST -H "authorization: Bearer $ADMIN_KEY" -d '{"dir": "runs/learned/router_onnx"}' .../v1/admin/reload
 
 The log must keep request text (`log.requests: true`) and hold every pool model's answer on the requests it
@@ -38,7 +39,7 @@ import pandas as pd
 
 from data.errors import DataError
 from data.pool import Pool, load_pool
-from data.logged import complete_rows, log_contracts, read_log
+from data.logged import complete_rows, is_log_url, log_contracts, read_log, redact_url
 from data.schema import Example, Output, write_examples, write_outputs
 from evaluation.offline.stats import paired_bootstrap
 from training.policy.replay import replay
@@ -209,13 +210,14 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         timings[name] = round(time.perf_counter() - t0, 2)
         return out
 
-    requests, answers = read_log(log_path)
+    requests, answers = read_log(log_path)  # a folder, or a PostgreSQL URL (every replica's requests)
+    shown = redact_url(log_path) if is_log_url(log_path) else log_path  # never a password in a message or record
     examples, outputs = log_contracts(requests, answers, pool)
     complete = sorted(complete_rows(examples, outputs, pool), key=lambda e: e.meta["ts"])
     console.print(f"{len(examples):,} logged requests with text, {len(complete):,} answered by all "
                   f"{len(pool.names)} pool models", highlight=False)
     if len(complete) < MIN_COMPLETE:
-        raise DataError(too_few_explored(len(complete), len(examples)), path=log_path,
+        raise DataError(too_few_explored(len(complete), len(examples)), path=shown,
                         hint="serve with log.requests=true and explore.rate > 0 (e.g. 0.05), or raise explore.rate "
                              "or explore.usd_per_day, then learn again")
     n_hold = max(10, int(round(holdout * len(complete))))
@@ -258,7 +260,7 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     result = LearnResult(run, router, onnx_dir, len(examples), len(train), len(held), consensus.agreement,
                          comparison, timings)
     (run / "learn.json").write_text(json.dumps({
-        "command": "switchcraft learn", "log": str(log_path), "pool": str(pool_path), "requests": len(examples),
+        "command": "switchcraft learn", "log": str(shown), "pool": str(pool_path), "requests": len(examples),
         "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
         "comparison": comparison, "timings_s": timings}, indent=1, default=str))
     return result

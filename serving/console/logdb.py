@@ -4,6 +4,7 @@
         db.execute("SELECT COUNT(*) FROM requests WHERE ts >= ?", (since,)).fetchone()
 
     with open_log("runs/gateway/log", since=since_of("24h")) as db:   # the views hold only the last day
+    with open_log("postgresql://console@db:5432/switchcraft") as db:  # a fleet's log (log.url): every replica's
 
 The views `requests` and `answers` are `UNION ALL`s over each file's own tables, so every query runs in SQLite
 and nothing loads the whole log into Python. A time range is applied when the log is opened, on the indexed row
@@ -13,6 +14,11 @@ minutes after it arrived) and the first answer written for it; a range then read
 the log's size. The answers of a range are those logged from its first request on (an exploration's answers
 to a request just before the range may be among them). The files are attached read-only (`mode=ro`): the
 console and `switchcraft traffic report` never write the gateway's log.
+
+A PostgreSQL log (`log.url`) is opened the same way, as one "file" (its schema): temporary views of the same
+names over its tables, one snapshot for every query of the connection (repeatable read, rolled back at the end),
+the same queries with SQLite's placeholders (serving/core/log_sql.py rewrites them, and `db.dialect` spells what
+differs).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from data.logged import FILE, log_files
+from serving.core.log_sql import SQLITE, PgConnection, connect, is_log_url, redact_url
+from serving.core.log_tables import MEASURES, NEEDS, facet_sql, typed_dims
 
 RANGES = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400, "all": None}
 DEFAULT_RANGE = "7d"
@@ -79,7 +87,7 @@ class LogFile:
     """One attached file of the log: its schema name, the first request and answer ids of the range, and
     whether it holds the writer's per-hour summary."""
     schema: str
-    path: Path
+    path: Path | str  # a file, or the PostgreSQL URL (without its password)
     first_request: int
     first_answer: int
     summary: bool
@@ -88,41 +96,77 @@ class LogFile:
 
 class LogConnection(sqlite3.Connection):
     """The connection `open_log` returns: `files` (oldest first) and `since`, for the queries that read each file
-    on its own (the summary, the newest rows first)."""
+    on its own (the summary, the newest rows first); `dialect` (serving/core/log_sql.py). A PostgreSQL log's
+    connection (PgConnection) has the same three."""
     files: list[LogFile]
     since: float
+    dialect = SQLITE
 
 
 @contextmanager
-def open_log(folder: str | Path, since: float = 0.0) -> Iterator[LogConnection]:
-    """A connection whose `requests` and `answers` views span every file of the log, holding only what was logged
-    from `since` on (FileNotFoundError when the folder holds no log). SQLite attaches at most 10 files by
-    default: more than the log keeps (`log.keep`)."""
-    files = log_files(folder)
+def open_log(source: str | Path, since: float = 0.0) -> Iterator[LogConnection | PgConnection]:
+    """A connection whose `requests` and `answers` views span every file of the log (or the PostgreSQL log at a
+    postgresql:// URL), holding only what was logged from `since` on (FileNotFoundError when there is no log yet;
+    ConnectionError when PostgreSQL cannot be reached). SQLite attaches at most 10 files by default: more than the
+    log keeps (`log.keep`)."""
+    if is_log_url(source):
+        with _open_postgres(str(source), since) as db:
+            yield db
+        return
+    files = log_files(source)
     if not files:
-        raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
+        raise FileNotFoundError(f"{source}: no decision log ({FILE}); serve with log.path={source} first")
     db = sqlite3.connect(":memory:", uri=True, check_same_thread=False, factory=LogConnection)
     db.row_factory = sqlite3.Row
     db.files, db.since = [], since
     try:
-        parts: dict[str, list[str]] = {"requests": [], "answers": []}
         for i, path in enumerate(files):
             db.execute(f"ATTACH DATABASE ? AS f{i}", (f"file:{quote(str(Path(path).resolve()))}?mode=ro",))
-            req_lo = first_id(db, f"f{i}.requests", since) if since > 0 else 0
-            ans_lo = first_answer_id(db, f"f{i}", req_lo) if req_lo > 0 else 0
             summary = db.execute(f"SELECT 1 FROM f{i}.sqlite_master WHERE name = 'summary'").fetchone() is not None
             columns = frozenset(r[1] for r in db.execute(f"PRAGMA f{i}.table_info(requests)"))
-            db.files.append(LogFile(f"f{i}", Path(path), req_lo, ans_lo, summary, columns))
-            selected = ", ".join(c if c in columns else f"NULL AS {c}" for c in COLUMNS["requests"])
-            parts["requests"].append(f"SELECT {selected} FROM f{i}.requests "
-                                     f"WHERE id >= {int(req_lo)} AND ts >= {float(since)!r}")
-            parts["answers"].append(f"SELECT {', '.join(COLUMNS['answers'])} FROM f{i}.answers "
-                                    f"WHERE id >= {int(ans_lo)}")
-        for table, selects in parts.items():
-            db.execute(f"CREATE TEMP VIEW {table} AS {' UNION ALL '.join(selects)}")
+            db.files.append(_log_file(db, f"f{i}", Path(path), since, summary, columns))
+        _views(db)
         yield db
     finally:
         db.close()
+
+
+@contextmanager
+def _open_postgres(url: str, since: float) -> Iterator[PgConnection]:
+    db = connect(url, autocommit=False, repeatable_read=True)
+    db.since = since
+    try:
+        schema = db.execute("SELECT current_schema()").fetchone()[0]
+        if db.execute("SELECT to_regclass(?)", (f"{schema}.requests",)).fetchone()[0] is None:
+            raise FileNotFoundError(f"{redact_url(url)}: no decision log there yet (no requests table); serve "
+                                    "with log.url set to it first")
+        db.files = [_log_file(db, schema, redact_url(url), since, True, frozenset(COLUMNS["requests"]))]
+        _views(db)  # in pg_temp, which PostgreSQL searches before the tables' schema
+        yield db
+    finally:
+        if not db.broken:
+            db.rollback()  # nothing was written but the temporary views, which go with the session
+        db.close()
+
+
+def _log_file(db, schema: str, path, since: float, summary: bool, columns: frozenset[str]) -> LogFile:
+    """One file (or a PostgreSQL schema) of the log, with the first request and answer ids of the range."""
+    req_lo = first_id(db, f"{schema}.requests", since) if since > 0 else 0
+    ans_lo = first_answer_id(db, schema, req_lo) if req_lo > 0 else 0
+    return LogFile(schema, path, req_lo, ans_lo, summary, columns)
+
+
+def _views(db) -> None:
+    """The `requests` and `answers` views over every file's rows of the range."""
+    parts: dict[str, list[str]] = {"requests": [], "answers": []}
+    for f in db.files:
+        selected = ", ".join(c if c in f.columns else f"NULL AS {c}" for c in COLUMNS["requests"])
+        parts["requests"].append(f"SELECT {selected} FROM {f.schema}.requests "
+                                 f"WHERE id >= {int(f.first_request)} AND ts >= {float(db.since)!r}")
+        parts["answers"].append(f"SELECT {', '.join(COLUMNS['answers'])} FROM {f.schema}.answers "
+                                f"WHERE id >= {int(f.first_answer)}")
+    for table, selects in parts.items():
+        db.execute(f"CREATE TEMP VIEW {table} AS {' UNION ALL '.join(selects)}")
 
 
 # ---------------------------------------------------------------------------------------------- the summary
@@ -157,16 +201,19 @@ def _id_window(db: sqlite3.Connection, f: LogFile, t0: float, t1: float | None) 
 def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_only: bool = False,
            where: dict[str, str] | None = None) -> dict[str, dict[tuple, list]]:
     """The summary's figures of the range `open_log` was given, summed over the log's files: per facet
-    (serving.core.decision_log.FACETS) {(time bucket, d1, d2, d3): [n, s1, s2, s3, s4, s5, lo, hi]}.
+    (serving.core.log_tables.FACETS) {(time bucket, d1, d2, d3): [n, s1, s2, s3, s4, s5, lo, hi]}.
 
-    `wanted` maps each facet to the strftime format of its time bucket (UTC), `BY_HOUR` for the hour number, or
-    None for no time (the bucket is then ''). `where` maps a facet to a condition on its dimensions (d1, d2, d3),
-    e.g. {"answer": "d2 = 'explore'"}: only those rows are summed (a month of hours grouped is slow to sort).
+    `wanted` maps each facet to its time bucket: `HOURLY` or `DAILY` (the bucket's name, UTC), `BY_HOUR` for the
+    hour number, or None for no time (the bucket is then ''). `where` maps a facet to a condition on its
+    dimensions (d1, d2, d3), e.g. {"answer": "d2 = 'explore'"}: only those rows are summed (a month of hours
+    grouped is slow to sort).
     Whole hours of the range come from each file's summary, the partial hours at its edges (and every hour of a
     file without a summary, or with `raw_only`) from its rows, through the same SQL the writer used
     (`facet_sql`): the sums are those of the rows."""
-    from serving.core.decision_log import MEASURES, NEEDS, facet_sql
-
+    d = db.dialect
+    unknown = [f for f in wanted.values() if f not in (BY_HOUR, HOURLY, DAILY, None)]
+    if unknown:
+        raise ValueError(f"time buckets {unknown}: give BY_HOUR, HOURLY, DAILY or None")
     sums = ", ".join(f"SUM({m})" for m in MEASURES[:6])
     out: dict[str, dict[tuple, list]] = {name: {} for name in wanted}
     for f in db.files:
@@ -175,16 +222,15 @@ def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_
         for name, fmt in wanted.items():
             # Hours and days are grouped as integers and named once per group: strftime on every summary row
             # (a month of latency histograms is ~10^5 rows) costs more than the rest of the query.
-            hours_per = 1 if fmt in (BY_HOUR, HOURLY) else 24 if fmt == DAILY else None
+            hours_per = 24 if fmt == DAILY else 1
             name_of = _bucket_namer(fmt) if fmt in (HOURLY, DAILY) else None
-            g = (f"hour / {hours_per}" if hours_per else
-                 f"strftime('{fmt}', hour * {HOUR}, 'unixepoch')" if fmt else "''")
+            g = f"hour / {hours_per}" if fmt else "''"
             by = "1, 2, 3, 4" if fmt else "d1, d2, d3"  # without time: the summary's key order, no sort
-            cond = f"({(where or {})[name]})" if name in (where or {}) else "1"
+            cond = f"({(where or {})[name]})" if name in (where or {}) else "TRUE"
             readable = NEEDS.get(name, "id") in f.columns  # a file older than the facet's column has none of it
-            sources = [f"{facet_sql(name, f.schema, window=w)}" for w in spans if w[0] < w[1] and readable]
-            queries = [f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM ({s}) WHERE {cond} GROUP BY {by}"
-                       for s in sources]
+            sources = [facet_sql(name, f.schema, window=w, dialect=d) for w in spans if w[0] < w[1] and readable]
+            queries = [f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM ({s}) AS w WHERE {cond} "
+                       f"GROUP BY {by}" for s in sources]
             if hours is not None:
                 queries.append(f"SELECT {g}, d1, d2, d3, {sums}, MIN(lo), MAX(hi) FROM {f.schema}.summary WHERE "
                                f"facet = '{name}' AND hour >= {hours[0]} AND hour < {hours[1]} AND {cond} "
@@ -193,6 +239,8 @@ def facets(db: LogConnection, wanted: dict[str, str | None], *, now: float, raw_
             for q in queries:
                 for row in db.execute(q):
                     key, values = tuple(row[:4]), list(row[4:])
+                    if d is not SQLITE:  # PostgreSQL's dimensions are text
+                        key = (key[0], *typed_dims(name, key[1:]))
                     if name_of is not None:
                         key = (name_of(key[0]), *key[1:])
                     have = acc.get(key)

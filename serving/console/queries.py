@@ -8,8 +8,8 @@
 
 One implementation for the browser (serving/console/views.py) and `switchcraft traffic report`
 (serving/console/report.py). Every function returns plain dicts of numbers (JSON-ready); none loads the log into
-Python: aggregates, latency histograms (`quantiles`) and filters run in SQLite, on views that `open_log(folder,
-since)` already restricted to the range.
+Python: aggregates, latency histograms (`quantiles`) and filters run in the database (SQLite, or PostgreSQL for a
+fleet's log), on views that `open_log(source, since)` already restricted to the range.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from typing import Any
 
 from data.pool import Pool
 from serving.console.logdb import BY_HOUR, HOUR, LogConnection, facets
-from serving.core.decision_log import LATENCY_BUCKETS_PER_E
+from serving.core.log_sql import dialect_of
+from serving.core.log_tables import LATENCY_BUCKETS_PER_E, latency_bucket
 from serving.core.state import utc_day
 
 SERVED = "kind = 'served' AND ts >= ?"
@@ -42,8 +43,9 @@ def histograms(db: sqlite3.Connection, source: str, params: tuple = (), by: str 
     """Per group `by`, the latency histogram over `FROM … WHERE …` (`source`: rows with a `latency_ms`), counted
     by SQLite in one scan: (bucket, rows), buckets of ln(1 + ms) × BUCKETS_PER_E."""
     hist: dict[str, list[tuple[int, int]]] = {}
-    for group, b, n in db.execute(f"SELECT {by}, CAST(ln(1 + MAX(latency_ms, 0)) * {BUCKETS_PER_E} AS INTEGER) AS b, "
-                                  f"COUNT(*) {source} AND latency_ms IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2", params):
+    bucket = latency_bucket(dialect_of(db), "latency_ms")
+    for group, b, n in db.execute(f"SELECT {by}, {bucket} AS b, COUNT(*) {source} AND latency_ms IS NOT NULL "
+                                  "GROUP BY 1, 2 ORDER BY 1, 2", params):
         hist.setdefault(str(group), []).append((b, n))
     return hist
 

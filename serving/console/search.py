@@ -20,7 +20,7 @@ from serving.console.queries import SERVED
 
 PAGE_SIZE = 50
 COLUMNS = ("ts, request_id, key_id, router_version, status, chosen, rule, strategy, verdict, answered_by, cost_usd, "
-           "latency_ms, stream, example_id")
+           "latency_ms, stream, example_id, {replica}")
 
 
 def search_requests(db: LogConnection, *, since: float, page: int = 0, size: int = PAGE_SIZE, q: str | None = None,
@@ -41,7 +41,7 @@ def search_requests(db: LogConnection, *, since: float, page: int = 0, size: int
         params.append(latency_above)
     if q:
         where.append("(request_id = ? OR substr(request_id, 1, ?) = ? OR example_id = ? OR "
-                     "(request IS NOT NULL AND instr(request, ?) > 0))")
+                     f"(request IS NOT NULL AND {db.dialect.contains('request', '?')}))")
         params += [q, len(q), q, q, q]
     wanted, rows = (page + 1) * size + 1, []
     for f in reversed(db.files):
@@ -51,8 +51,9 @@ def search_requests(db: LogConnection, *, since: float, page: int = 0, size: int
         if explored is not None:
             clauses.append(f"{'' if explored else 'NOT '}EXISTS (SELECT 1 FROM {f.schema}.answers x WHERE "
                            "x.request_id = r.request_id AND x.role = 'explore')")
+        columns = COLUMNS.format(replica="replica" if "replica" in f.columns else "NULL AS replica")
         rows += [dict(r) for r in db.execute(
-            f"SELECT {COLUMNS} FROM {f.schema}.requests r WHERE id >= ? AND {' AND '.join(clauses)} "
+            f"SELECT {columns} FROM {f.schema}.requests r WHERE id >= ? AND {' AND '.join(clauses)} "
             "ORDER BY id DESC LIMIT ?", (f.first_request, *params, wanted - len(rows)))]
     return {"rows": rows[page * size: (page + 1) * size], "page": page, "size": size, "more": len(rows) >= wanted}
 

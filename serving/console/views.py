@@ -149,18 +149,28 @@ def console_routes(gw, sessions: Sessions | None = None) -> APIRouter:
     return router
 
 
+def log_source(gw) -> str | None:
+    """The decision log the gateway writes: its PostgreSQL URL (log.url: every replica's rows) or its folder."""
+    return gw.cfg.log.url or gw.cfg.log.path
+
+
 async def _query(gw, fn, since: float = 0.0):
-    """fn(db) over the decision log from `since` on, in a worker thread; a message string when there is no log."""
-    folder = gw.cfg.log.path
-    if not folder:
-        return "the gateway keeps no decision log (log.path is null): set log.path to see this view"
+    """fn(db) over the decision log from `since` on, in a worker thread; a message string when there is no log, or
+    when its PostgreSQL server cannot be reached."""
+    source = log_source(gw)
+    if not source:
+        return ("the gateway keeps no decision log (log.path and log.url are null): set log.path, or log.url for "
+                "a fleet's, to see this view")
 
     def run():
         try:
-            with open_log(folder, since) as db:
+            with open_log(source, since) as db:
                 return fn(db)
         except FileNotFoundError:
             return no_requests(gw)
+        except ConnectionError as e:
+            log.warning(json.dumps({"event": "console_log_unavailable", "error": str(e)}))
+            return f"the decision log cannot be read now: {e}"
     return await anyio.to_thread.run_sync(run)
 
 
@@ -183,7 +193,7 @@ async def savings_data(gw, params, since: float, now: float, labels: QualityCach
         raise ValueError(f"ref {asked!r} is not a model of the served pool; the pool: {', '.join(gw.pool.names)}")
     info = gw.slot.client.info
     def figures(db):
-        per_model = None if asked else labels.get(db, gw.cfg.log.path, since=since, now=now,
+        per_model = None if asked else labels.get(db, log_source(gw), since=since, now=now,
                                                    pool_names=gw.pool.names)["per_model"]
         return {"s": headline(db, gw.pool, since=since, now=now, reference=asked, router_info=info,
                               per_model=per_model)}
@@ -204,7 +214,7 @@ async def savings_data(gw, params, since: float, now: float, labels: QualityCach
 
 async def quality_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     def both(db):
-        return {"q": labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names),
+        return {"q": labels.get(db, log_source(gw), since=since, now=now, pool_names=gw.pool.names),
                 "c": cascades(db, since=since, now=now)}
     out = _data(await _query(gw, both, since))
     out["text_kept"], out["explore"] = gw.cfg.log.requests, gw.cfg.explore
@@ -288,7 +298,7 @@ async def requests_data(gw, params, since: float, now: float, labels: QualityCac
 
 async def router_data(gw, params, since: float, now: float, labels: QualityCache) -> dict[str, Any]:
     def figures(db):
-        q = labels.get(db, gw.cfg.log.path, since=since, now=now, pool_names=gw.pool.names)["per_version"]
+        q = labels.get(db, log_source(gw), since=since, now=now, pool_names=gw.pool.names)["per_version"]
         cost = version_costs(db, since=since, now=now)
         versions = router_versions(db, since=since, now=now)
         for v in versions:

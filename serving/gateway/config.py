@@ -147,18 +147,32 @@ class OtelSettings(BaseModel):
 
 
 class DecisionLogSettings(BaseModel):
-    """`log:` the decision log (serving/core/decision_log.py): what `switchcraft learn` learns from."""
+    """`log:` the decision log (serving/core/decision_log.py): what `switchcraft learn` learns from. SQLite files
+    under `path` (one machine), or one PostgreSQL database at `url` that every gateway of a fleet writes."""
 
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = Field(default=None, description="Folder of the decision log (SQLite files, rotated); "
-                             "null: no decision log.")
+                             "null (and no url): no decision log.")
+    url: str | None = Field(default=None, description="A PostgreSQL decision log, postgresql://user@host:port/db, "
+                            "shared by every gateway (workers and replicas); instead of path. Give the password by "
+                            "PGPASSWORD or ~/.pgpass rather than in the URL.")
     requests: bool = Field(default=False, description="Also keep the request's messages and tools (retraining the "
                            "router needs them; some operators may not allow keeping them).")
-    max_mb: float = Field(default=256.0, gt=0, description="A log file is rotated once it is this large.")
-    keep: int = Field(default=4, ge=1, description="Rotated files kept (the oldest is deleted).")
+    max_mb: float = Field(default=256.0, gt=0, description="A log file is rotated once it is this large (path).")
+    keep: int = Field(default=4, ge=1, description="Rotated files kept (the oldest is deleted; path).")
+    keep_days: float | None = Field(default=30.0, gt=0, description="With url: requests older than this many days "
+                                    "(and their answers and summary hours) are deleted, hourly; null: kept.")
     queue: int = Field(default=10_000, ge=1, description="Records waiting to be written at most; beyond, they are "
                        "dropped and counted (the log never blocks a response).")
+
+    @model_validator(mode="after")
+    def _one_log(self) -> DecisionLogSettings:
+        if self.url is not None and self.path is not None:
+            raise ValueError("log: give path (SQLite files) or url (PostgreSQL), not both")
+        if self.url is not None and not self.url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"log.url {self.url.split('@')[-1]!r}: give postgresql://user@host:port/database")
+        return self
 
 
 class ExploreSettings(BaseModel):

@@ -37,3 +37,23 @@ def test_the_verdict_decides_the_exit_status_and_the_words(verdict, code, words,
     assert r.exit_code == code, r.output
     assert words in " ".join(r.output.split())
     assert "$ / M: +52 [+11, +95]" in " ".join(r.output.split())
+
+
+@pytest.mark.integration
+def test_learn_reads_a_postgresql_log_by_its_url_and_never_shows_its_password(pg_log, default_pool, tmp_path):
+    """The URL is read as a URL (not a path), every row of the log counts, and the password stays out of the
+    message."""
+    from serving.core.decision_log_pg import PostgresDecisionLog
+    from tests.serving.test_decision_log_pg import records
+
+    written = records(default_pool, 60, days=0.2, explore=0.1)
+    log = PostgresDecisionLog(pg_log, keep_days=None)
+    log.write(written)
+    log.close()
+    url = pg_log.replace("postgres@", "postgres:hunter2-pw@")  # trust authentication ignores it
+    r = CliRunner().invoke(app, ["learn", "--from-log", url, "--run-dir", str(tmp_path), "--pool",
+                                 str(Path(__file__).parents[2] / "configs" / "pool.yaml")])
+    answered = sum(1 for _, req, _ in written if req is not None and req["status"] == 200)
+    assert r.exit_code == 1 and f"of {answered} logged requests were answered by every pool model" in " ".join(
+        r.output.split()), r.output
+    assert "hunter2" not in r.output and "postgres:***@" in r.output

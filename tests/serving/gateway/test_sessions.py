@@ -181,7 +181,8 @@ def test_the_decision_log_keeps_the_api_and_the_session_and_adds_them_to_an_olde
     import sqlite3
 
     from data.logged import FILE
-    from serving.core.decision_log import DecisionLog, request_row
+    from serving.core.decision_log import DecisionLog
+    from serving.core.log_queue import request_row
     from serving.core.record import Served
 
     old = sqlite3.connect(tmp_path / FILE)  # a log written before the columns existed
@@ -196,7 +197,7 @@ def test_the_decision_log_keeps_the_api_and_the_session_and_adds_them_to_an_olde
     assert (row["api"], row["session"]) == ("messages", "abc")
     assert request_row(Served("r2", "k", 0.0, 1.0, 200, "v1"), False)["api"] == "chat"
     log = DecisionLog(tmp_path)
-    log._write([("request", row, [])])
+    log.write([("request", row, [])])
     got = log.db.execute("SELECT api, session FROM requests WHERE request_id = 'r1'").fetchone()
     assert got == ("messages", "abc")
     log.db.close()
