@@ -317,7 +317,7 @@ def bench_sessions(router: Path = Path("runs/v3/router"), pool: Path = Path("con
     """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
     bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
     set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
-    from evaluation.bench.sessions import SessionBenchConfig, run_bench, to_markdown
+    from evaluation.offline.sessions import SessionBenchConfig, run_bench, to_markdown
 
     try:
         result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),
