@@ -300,7 +300,7 @@ def bench_mcp_recall(
     """find_tools through the MCP gateway against the in-process tool router: Recall@K on a held-out set."""
     import json
 
-    from evaluation.bench.mcp_recall import run, server_name
+    from evaluation.jobs.mcp_recall import run, server_name
 
     r = run(bench, limit, str(data_root), str(run_dir))
     console.print(json.dumps({k: r[k] for k in ("benchmark", "queries", "tools", "served", "recall",

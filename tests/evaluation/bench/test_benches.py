@@ -1,6 +1,7 @@
 """Each smaller bench on tiny inputs: it runs through its functions and its figures add up (the big ones:
-test_gateway.py, test_soak.py, test_console.py, test_sessions.py, test_train.py, test_tools.py; bench serve:
-tests/switchcraft/test_cli_bench.py; bench mcp-recall: tests/serving/mcp/test_mcp_recall.py).
+test_gateway.py, test_soak.py, test_console.py, test_train.py, test_tools.py; bench serve:
+tests/switchcraft/test_cli_bench.py; bench sessions and mcp-recall, which price and score rather than time:
+tests/evaluation/offline/test_sessions.py, tests/serving/mcp/test_mcp_recall.py).
 
     .venv/bin/python -m pytest tests/evaluation/bench/test_benches.py -q
 """
