@@ -4,8 +4,7 @@
     wait_until(lambda: httpx.get(url + "/readyz").status_code == 200, "the gateway", 120, proc, log)
     stop(proc)
 
-A bench measures a server from outside, so the server runs in another process, which calls the serving function
-itself (the one `switchcraft serve` calls), never the CLI: a bench depends only on the stages to its left.
+A server runs the function `switchcraft serve` calls, never the CLI: a bench imports only the stages to its left.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Load test of the whole gateway stack on loopback, optionally with upstream endpoints killed mid-run.
+"""Load test of the whole gateway stack on loopback (replay upstreams), optionally with endpoints killed mid-run.
 
-    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
-    switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
-    switchcraft bench gateway --workers 2 --state sqlite      # one `switchcraft serve --workers 2` (one port)
+    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100
+    switchcraft bench gateway --processes 2 --state redis     # or --workers 2 --state sqlite (one port)
 
-A replay server per pool endpoint (recorded BFCL v1 answers; a killed one comes back on its port), the gateway as
-`switchcraft serve` in its own process(es), optionally Triton for the router; chat requests (`model: "router"`) at
-a fixed concurrency, bounded in count and time. With a shared store (`--state sqlite|redis`) the key's limits
-never bite, so every request admits, reserves and settles there, and the table adds that cost, timed alone.
 Method and figures: docs/performance.md.
 """
 

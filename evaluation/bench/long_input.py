@@ -1,11 +1,7 @@
-"""What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata.
+"""What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata; the cut
+request (serving/long_input.py, what the gateway packs) against the whole text, median and a bootstrap 95% interval.
 
-    switchcraft bench long-input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]
-
-`--router`: any router folder with router.json and tokenizer/ (trained or exported). Rows: the cut request
-(serving/long_input.py, what the gateway packs) and the whole text (training/export.py's RequestEncoder alone).
-Inference is left out: it sees at most `packing.max_tokens` ids either way. Median and a bootstrap 95% interval
-of the median over the runs.
+    switchcraft bench long-input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]   # docs/serving.md
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What the MCP gateway adds: tools/list and tools/call through it, against the same upstream server directly.
 
-    switchcraft bench mcp                                  # 10 upstream servers, 1,000 tools → runs/mcp/bench.json
-    switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp
+    switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp    # → runs/mcp/bench.json
 
-The upstream fleet (_mcp.py), the gateway (`switchcraft mcp serve`, the call log on) and this client, one request
-at a time, direct and through alternated: `tools/list` and `tools/call` both ways (added = through − direct);
-through only, `/mcp`'s list and `find_tools` over every tool. Figures: docs/mcp.md.
+Method and figures: docs/mcp.md ("Performance").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""What the gateway adds to a request: the same upstream called directly and through the gateway, in one run.
+"""What the gateway adds to a request: the same upstream called directly and through the gateway (routing off and
+on), per concurrency and state store, against the goals.
 
     switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
 
-Per concurrency and state store, the same requests go **direct** to a replay server (the body the gateway would
-send the pool's cheapest native model), **named** through the gateway (routing off) and **routed** (the router in
-process, the strategy pinned to that model, so the upstream work equals the direct call's). Per row: P50/P99,
-throughput, the added P50 and the share of direct throughput, against the goals (≤ 5 ms added at P50 routed, ≥ 80%
-of direct throughput at the top concurrency). Method and figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations

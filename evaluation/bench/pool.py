@@ -1,10 +1,6 @@
-"""Benchmark: pool-runner throughput against the replay server over loopback HTTP.
+"""Pool-runner throughput against the replay server (its own process, sharing the CPUs: a lower bound) over loopback.
 
-    switchcraft bench pool                                # concurrency 8 and 64, 1,630 calls each
-    switchcraft bench pool --concurrency 8 --concurrency 64 --calls 800 --data-root ../shared/data
-
-The replay server in its own process; per level one model with that many workers and a fresh store: request
-building, HTTP, parsing, fsynced commits and the final export. The server shares the CPUs: a lower bound.
+    switchcraft bench pool --concurrency 8 --concurrency 64 --calls 1630    # figures: docs/performance.md
 """
 
 from __future__ import annotations

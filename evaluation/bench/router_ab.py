@@ -1,10 +1,7 @@
-"""A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime).
+"""A/B routing latency of two exported routers taking turns request by request (in-process ONNX Runtime, one thread
+each): a relative check; the absolute figures are `switchcraft bench serve`'s.
 
     switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300] [--data-root ../shared/data]
-
-Timing A then B would compare the load of a shared machine, not the routers: here they take turns on every
-request (bench serve's `interleaved_latency`), packing and metadata included (`RouterClient.probabilities`), one
-ONNX Runtime thread each. A relative check, not the README's absolute figures (`switchcraft bench serve`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Routing latency and throughput, side by side on one machine, on real packed BFCL v1 requests.
+"""Routing latency and throughput of every engine on one machine, on real packed BFCL v1 requests; engines take
+turns request by request and none busy-waits between calls.
 
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router --out runs/default/bench_serve.md
 
-Every row times one whole routing call at batch 1 (packing + metadata, the graph, the policy): PyTorch eager, ORT
-fp32 and INT8 in process, Triton HTTP and gRPC; throughput with 8 and 32 callers, alone and through the gateway's
-micro-batcher; levers, each alone against ORT fp32. Engines take turns request by request, and none busy-waits
-between calls (ORT spinning off, OpenMP passive), so a drifting load hits them alike. Figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""A soak of the whole gateway: mixed and hostile traffic, reloads and a Redis restart for N minutes.
+"""A soak of the whole gateway: mixed and hostile traffic, router reloads and a Redis restart for N minutes; RSS,
+5xx to input, lost requests and the ledger against what the upstreams billed (`summarise`'s checks).
 
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
 
-The stack of `switchcraft bench gateway` on a real Redis under a fixed mix (`MIX`: routed, named, streamed,
-abandoned and hostile chat, agent sessions, wrong-key console logins, MCP meta-tool calls: _soak_traffic.py), a
-router reload every `--reload-every` s and a Redis restart at half time. Checked: the gateway's RSS flat within
-10% after warm-up, no 5xx to input, nothing lost (no answer, or a 5xx that is neither the outage's 503 nor a
-refusal), and the ledger never below what the replay upstreams billed (completions × recorded usage × price) nor
-above it by more than the abandoned streams' worst cases plus one reservation. Figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations

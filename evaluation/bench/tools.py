@@ -1,13 +1,10 @@
-"""Latency of routing one request over a 5,000-tool catalog, query embedding included.
+"""Latency of routing one request over a 5,000-tool catalog (BFCL's tools topped up with Seal-Tools'), query
+embedding included.
 
-    switchcraft bench tools                     # → runs/tools/bench.json and the printed record
-    switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
-    switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
+    switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json]   # → runs/tools/bench.json
+    switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill vs not
 
-Retrieval settings: `--config` with `--set key=value` overrides. The catalog: BFCL's 3,453 tools topped up with
-Seal-Tools' to `--tools`, a fifth needing a permission the caller lacks; the queries: distinct real questions of
-both. Tool embeddings come from the cached per-benchmark indexes (built on first use: minutes). Figures:
-docs/tool_routing.md.
+Method and figures: docs/tool_routing.md ("Latency").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Benchmark: decode and verify all recorded BFCL v1 outputs (71 models x 1,630 queries).
+"""Decode and verify every recorded BFCL v1 output (71 models × 1,630 queries), timed: the first run (cold caches)
+and the best of --repeat, wall and CPU, the one-off loading apart.
 
-    switchcraft bench verify
-    switchcraft bench verify --repeat 3 --data-root ../shared/data
-
-The time to decode + verify every output (the README's figure; target <= 10 s on a 2-core machine): wall and CPU
-time of the first run (cold string caches) and the best of --repeat runs; apart, the one-off costs of reading the
-115,730 JSON lines and loading and preparing the 1,630 examples.
+    switchcraft bench verify [--repeat 3] [--data-root ../shared/data]     # figures: docs/verifier.md ("Speed")
 """
 
 from __future__ import annotations
