@@ -233,10 +233,13 @@ def bench_router_ab(
     n: int = typer.Option(300, "--n", help="BFCL v1 requests, spread over the file."),
     data_root: Path = typer.Option(Path("../shared/data"), "--data-root", help="Shared data root holding bfcl_v1/."),
 ) -> None:
-    """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime)."""
-    from evaluation.bench.router_ab import main
+    """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime): a
+    relative check; the absolute figures are `bench serve`'s."""
+    from evaluation.bench.serve import ab_latency
 
-    main(a, b, n, data_root)
+    for name, s in ab_latency(a, b, n, data_root).items():
+        console.print(f"{name}: P50 {s['p50_ms']:.2f} ms, P99 {s['p99_ms']:.2f} ms over {s['n']} requests",
+                      highlight=False, markup=False, soft_wrap=True)
 
 
 def bench_tools(

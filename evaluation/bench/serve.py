@@ -67,6 +67,23 @@ def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tup
     return {name: {**percentiles(t), "mean_ms": float(np.mean(t)), "n": len(t)} for name, t in times.items()}
 
 
+def ab_latency(a: str, b: str, n: int, data_root: Path) -> dict[str, dict]:
+    """`switchcraft bench router-ab`: two exported routers in turn on n BFCL v1 requests spread over the file,
+    packing and metadata included (`RouterClient.probabilities`), one ONNX Runtime thread each."""
+    from data.sources import read_source
+    from serving.client import RouterClient
+
+    examples = read_source("bfcl_v1", str(Path(data_root) / "bfcl_v1"))
+    requests = [(examples[i].messages, examples[i].tools) for i in np.linspace(0, len(examples) - 1, n).astype(int)]
+    clients = {name: RouterClient.from_dir(name, threads=1) for name in (a, b)}
+    try:
+        return interleaved_latency([(name, lambda r, c=c: c.probabilities([r])) for name, c in clients.items()],
+                                   requests, warmup=5)
+    finally:
+        for c in clients.values():
+            c.close()
+
+
 def throughput(route: Route, requests: Sequence[tuple], concurrency: int, total: int) -> float:
     items = [requests[i % len(requests)] for i in range(total)]
     with ThreadPoolExecutor(concurrency) as pool:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
+
+from switchcraft.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +29,13 @@ def test_bench_pool_sends_every_call_to_a_replay_server_in_its_own_process(share
 
 
 def test_bench_router_ab_times_both_routers_on_the_same_requests(exported, shared_data):
-    from evaluation.bench.router_ab import interleaved
+    from evaluation.bench.serve import ab_latency
 
-    res = interleaved(str(exported[0]), str(exported[0]) + "/", 8, shared_data)
+    res = ab_latency(str(exported[0]), str(exported[0]) + "/", 8, shared_data)
     assert len(res) == 2 and all(r["n"] == 8 and 0 < r["p50_ms"] <= r["p99_ms"] for r in res.values())
+    out = CliRunner().invoke(app, ["bench", "router-ab", str(exported[0]), str(exported[0]) + "/", "--n", "4",
+                                   "--data-root", str(shared_data)])
+    assert out.exit_code == 0 and out.output.count("over 4 requests") == 2, out.output
 
 
 def test_bench_long_input_cuts_a_long_body_before_packing(exported):
