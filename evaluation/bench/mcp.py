@@ -7,7 +7,6 @@ Method and figures: docs/mcp.md ("Performance").
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import random
@@ -15,7 +14,7 @@ import re
 from pathlib import Path
 
 from evaluation.bench._mcp import McpStack, Rpc, fleet_tools
-from evaluation.bench._support import md_table, percentiles
+from evaluation.bench._support import md_table, percentiles, write_json
 
 
 def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: str = "../shared/data",
@@ -54,7 +53,7 @@ def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: st
                      for op in ("tools/list", "tools/call")},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
-    (work / "bench.json").write_text(json.dumps(record, indent=2))
+    write_json(work / "bench.json", record)
     return record
 
 
@@ -66,9 +65,3 @@ def to_markdown(r: dict) -> str:
     return "\n".join([f"MCP gateway, {r['servers']} upstream servers, {r['tools']} tools ({r['requests']} requests "
                       f"each; ready in {r['ready_s']} s)", "",
                       *md_table(["operation", "P50 ms", "P99 ms", "added P50", "added P99"], rows, "lrrrr")])
-
-
-def main(servers: int, tools: int, requests: int, data_root: str, run_dir: str) -> None:
-    """`switchcraft bench mcp`: run, print the table, write `run_dir/bench.json`."""
-    print(to_markdown(run(servers, tools, requests, data_root, run_dir)))
-    print(f"→ {Path(run_dir) / 'bench.json'}")

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -62,12 +61,3 @@ def bench_pool(concurrency: list[int], calls: int, data_root: Path) -> dict:
         finally:
             stop(server)
     return {"model": MODEL["name"], "cpus": os.cpu_count(), "results": results}
-
-
-def main(concurrency: list[int], calls: int, data_root: Path, out: Path) -> dict:
-    """`switchcraft bench pool`: run the benchmark, print a line per concurrency level, write `out` (JSON)."""
-    res = bench_pool(concurrency, calls, Path(data_root))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(res, indent=2))
-    print(f"wrote {out}")
-    return res

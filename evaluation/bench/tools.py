@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.bench._support import percentiles
+from evaluation.bench._support import percentiles, write_json
 
 SOURCES = ("bfcl", "seal_tools")
 NAMESPACES = {"seal_tools": "seal"}  # every source but the first gets one, so that no key collides with the first's
@@ -101,8 +101,7 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
         "cold_filter_ms": round(cold_filter_ms, 2), "load_average": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    Path(run_dir, out_name).write_text(json.dumps(result, indent=2))
+    write_json(Path(run_dir, out_name), result)
     return result
 
 
@@ -176,6 +175,6 @@ def main(tools: int = 5000, queries: int = 1000, data_root: str = "../shared/dat
             record = run(tools, queries, data_root, run_dir, config, list(overrides), out)
         else:
             record = stage_cpu(tools, queries, data_root, run_dir, config, list(overrides), stages)
-            Path(run_dir, out).write_text(json.dumps(record, indent=2))
+            write_json(Path(run_dir, out), record)
     print(json.dumps(record, indent=2))
     return record

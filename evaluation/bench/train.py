@@ -12,6 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
+from evaluation.bench._support import write_json
 from training.config import load_train_config
 from training.recipe import run_training
 
@@ -80,7 +81,6 @@ def main(config: str = "configs/train.yaml", run_dir: str | Path = "runs/bench",
     out = run_dir / "bench_train.json"
     old = json.loads(out.read_text()) if out.exists() else []
     done = {r["case"] for r in results}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r for r in old if r["case"] not in done] + results, indent=2, default=str))
+    write_json(out, [r for r in old if r["case"] not in done] + results)
     print(f"wrote {out}")
     return results

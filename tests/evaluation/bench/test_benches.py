@@ -48,19 +48,21 @@ def test_bench_long_input_cuts_a_long_body_before_packing(exported):
     assert all(r["low_ms"] <= r["median_ms"] <= r["high_ms"] for r in rows)
 
 
-def test_bench_verify_times_decoding_and_verifying_two_models_outputs(shared_data, tmp_path, capsys):
-    from evaluation.bench.verify import main
+def test_bench_verify_times_decoding_and_verifying_two_models_outputs(shared_data, tmp_path):
+    from evaluation.bench.verify import bench_verify
 
     (tmp_path / "bfcl_v1").symlink_to(shared_data / "bfcl_v1")
     outputs = tmp_path / "bfcl_v1_pool_outputs_2024-08-11"
     outputs.mkdir()
     for model in ("claude-2.1", "Salesforce_xLAM-7b-fc-r"):
         (outputs / model).symlink_to(shared_data / outputs.name / model)
-    res = main(tmp_path, repeat=2)
+    res = bench_verify(tmp_path, repeat=2)
     assert 2 * 1000 < res["outputs"] <= 2 * 1630 and 0 < res["correct"] < res["outputs"]
     assert 0 < res["decode_verify_s"] <= res["cold_s"] and res["decode_verify_cpu_s"] <= res["cold_cpu_s"]
     assert res["outputs_per_s"] == pytest.approx(res["outputs"] / res["decode_verify_s"])
-    assert f"outputs:            {res['outputs']:,}" in capsys.readouterr().out
+    out = CliRunner().invoke(app, ["bench", "verify", "--data-root", str(tmp_path)])
+    assert out.exit_code == 0 and f"outputs:            {res['outputs']:,} ({res['correct']:,} correct)" in out.output
+    assert "best of 1:" in out.output, out.output
 
 
 @pytest.mark.slow
