@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import httpx
@@ -35,18 +35,27 @@ SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"
 
 
 @dataclass
-class GatewayBenchConfig:
+class LoopbackConfig:
+    """What every bench over the loopback stack takes (gateway, overhead, soak)."""
     router_dir: Path
     data_root: Path
-    outputs: str = "bfcl_v1_pool_outputs_2024-08-11"
     pool: Path = Path("configs/pool.yaml")
+    request_timeout_s: float = 30.0
+
+    def stack(self, **kw) -> Stack:
+        """The stack over this router, data and pool; `kw`: the rest of its `GatewayBenchConfig`."""
+        return Stack(GatewayBenchConfig(**{f.name: getattr(self, f.name) for f in fields(LoopbackConfig)}, **kw))
+
+
+@dataclass
+class GatewayBenchConfig(LoopbackConfig):
+    outputs: str = "bfcl_v1_pool_outputs_2024-08-11"
     requests: int = 400
     concurrency: int = 16
     kill: list[str] = field(default_factory=list)  # endpoints whose base_url contains one of these; "all": every one
     kill_at: int = 100  # the request number at which they go down
     kill_for_s: float = 10.0
     max_seconds: float = 300.0
-    request_timeout_s: float = 30.0
     overrides: list[str] = field(default_factory=list)  # serving config key=value for the gateway
     triton: bool = False  # router_dir is a model repository: serve the router from a local tritonserver
     processes: int = 1  # gateway processes, requests round-robin across them
@@ -62,10 +71,8 @@ class GatewayBenchConfig:
             raise ValueError("--max-seconds must be within (0, 3600]: the bench is bounded")
         if self.state not in ("memory", "sqlite", "redis"):
             raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
-        if not 1 <= self.processes <= 16:
-            raise ValueError("--processes must be within [1, 16]")
-        if not 1 <= self.workers <= 16:
-            raise ValueError("--workers must be within [1, 16]")
+        if not (1 <= self.processes <= 16 and 1 <= self.workers <= 16):
+            raise ValueError("--processes and --workers must be within [1, 16]")
         if (self.processes > 1 or self.workers > 1) and self.state == "memory":
             raise ValueError("--processes or --workers > 1 needs a shared store: --state sqlite or --state redis "
                              "(memory would give each process its own limits)")

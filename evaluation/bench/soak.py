@@ -24,7 +24,7 @@ import numpy as np
 from evaluation.bench._mcp import McpStack, fleet_tools
 from evaluation.bench._soak_traffic import Conversation, Req, console_login, mcp_request
 from evaluation.bench._support import config_record, md_table, write_outputs
-from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
+from evaluation.bench.gateway import LoopbackConfig, Stack, chat_body
 from evaluation.bench.overhead import measured_model
 
 MIX = {"routed": 0.40, "named": 0.10, "stream": 0.08, "stream_left": 0.04, "hostile": 0.12, "session": 0.12,
@@ -54,16 +54,12 @@ def hostile_variants(model: str) -> list:
 
 
 @dataclass
-class SoakConfig:
-    router_dir: Path
-    data_root: Path
-    pool: Path = Path("configs/pool.yaml")
+class SoakConfig(LoopbackConfig):
     minutes: float = 10.0
     concurrency: int = 8
     reload_every_s: float = 60.0
     sample_every_s: float = 5.0
     warmup_fraction: float = 0.2  # RSS before this share of the run is warm-up, not judged
-    request_timeout_s: float = 30.0
     seed: int = 0
     mcp_tools: int = 40  # tools of the MCP gateway's upstream fleet (two servers)
 
@@ -232,11 +228,9 @@ def ledger(stack: Stack) -> dict:
 
 
 def run_soak(cfg: SoakConfig, progress=None) -> dict:
-    stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool, requests=200,
-                                   concurrency=cfg.concurrency, state="redis",
-                                   request_timeout_s=cfg.request_timeout_s)
     with tempfile.TemporaryDirectory(prefix="soak-mcp-") as work, \
-            McpStack(Path(work), fleet_tools(cfg.mcp_tools, cfg.data_root)) as mcp, Stack(stack_cfg) as stack:
+            McpStack(Path(work), fleet_tools(cfg.mcp_tools, cfg.data_root)) as mcp, \
+            cfg.stack(requests=200, concurrency=cfg.concurrency, state="redis") as stack:
         tally = asyncio.run(soak(stack, cfg, progress, mcp))
         time.sleep(1.0)  # the last streams' background settlement
         spent, (billed, unpriced) = ledger(stack), billed_usd(stack)
