@@ -42,8 +42,7 @@ class LoopbackConfig:
     pool: Path = Path("configs/pool.yaml")
     request_timeout_s: float = 30.0
 
-    def stack(self, **kw) -> Stack:
-        """The stack over this router, data and pool; `kw`: the rest of its `GatewayBenchConfig`."""
+    def stack(self, **kw) -> Stack:  # kw: the rest of its GatewayBenchConfig
         return Stack(GatewayBenchConfig(**{f.name: getattr(self, f.name) for f in fields(LoopbackConfig)}, **kw))
 
 
@@ -100,7 +99,7 @@ class GatewayBenchResult:
         out, m = self.outcomes, self.metrics
         statuses = Counter(str(o.status) for o in out)
         unavailable = [o.latency_ms for o in out if o.status == 503]
-        batches = m.get("switchcraft_router_batch_size_count")
+        batches, added = m.get("switchcraft_router_batch_size_count"), m.get("switchcraft_gateway_overhead_seconds_count")
         return {
             "requests": len(out), "ok": statuses.get("200", 0),
             "failed": {k: v for k, v in sorted(statuses.items()) if k != "200"},
@@ -117,9 +116,7 @@ class GatewayBenchResult:
             "abandoned_cost_usd": m.get("switchcraft_abandoned_cost_usd_total", 0.0),
             "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
             "workers": self.config.get("workers", 1),
-            "overhead_mean_ms": 1e3 * self.metrics["switchcraft_gateway_overhead_seconds_sum"]
-            / self.metrics["switchcraft_gateway_overhead_seconds_count"]
-            if self.metrics.get("switchcraft_gateway_overhead_seconds_count") else None,  # what the gateway added
+            "overhead_mean_ms": 1e3 * m["switchcraft_gateway_overhead_seconds_sum"] / added if added else None,
             "store_ms": self.store_ms,
         }
 

@@ -53,8 +53,7 @@ def bench_requests(data_root: Path, n: int) -> list[tuple]:
 
 
 def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tuple], warmup: int) -> dict[str, dict]:
-    """Batch-1 latency of every engine, taking turns request by request (no engine always first): on a shared
-    machine the load drifts, and taking turns gives every engine the same conditions."""
+    """Batch-1 latency of every engine, taking turns request by request (no engine always first: the load drifts)."""
     for _, route in engines:
         for r in requests[:warmup]:
             route(r)
@@ -268,6 +267,5 @@ def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) ->
     return "\n".join(lines) + "\n"
 
 
-def write_results(result: dict[str, Any], out: Path, concurrency: Sequence[int] = (8, 32)) -> Path:
+def write_results(result: dict[str, Any], out: Path, concurrency: Sequence[int] = (8, 32)) -> None:
     write_outputs(out, to_markdown(result, concurrency), result, indent=2)
-    return out

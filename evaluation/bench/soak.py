@@ -34,9 +34,8 @@ RSS_TOLERANCE = 0.10
 
 
 def hostile_variants(model: str) -> list:
-    """What a careless or hostile caller does to a real request (which keeps its `metadata.example_id`, so the
-    replay upstream can answer whatever the gateway accepts): each is a 4xx naming what is wrong, or answered —
-    never a 5xx."""
+    """What a careless or hostile caller does to a real request (its `metadata.example_id` kept: the replay upstream
+    answers whatever the gateway accepts): each gets a 4xx naming what is wrong, or an answer, never a 5xx."""
     deep = functools.reduce(lambda inner, _: {"x": inner}, range(200), {})  # nested 200 deep
 
     def surrogate_history(body: dict) -> dict:  # escaped inside earlier tool-call arguments: cleaned, answered
