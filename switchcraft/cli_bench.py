@@ -63,9 +63,17 @@ def bench_verify(
     ),
 ) -> None:
     """Time decoding + verifying all 115,730 recorded BFCL v1 outputs."""
-    from evaluation.bench.verify import main
+    from evaluation.bench.verify import bench_verify as run
 
-    main(data_root, repeat)
+    r = run(data_root or DATA_ROOT, repeat)
+    console.print(f"outputs:            {r['outputs']:,} ({r['correct']:,} correct)\n"
+                  f"load + prepare:     {r['load_examples_s']:.2f} s (1,630 examples, once)\n"
+                  f"read JSON lines:    {r['read_rows_s']:.2f} s\n"
+                  f"decode + verify:    {r['cold_s']:.2f} s wall, {r['cold_cpu_s']:.2f} s CPU (first run, cold caches)\n"
+                  f"  best of {repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
+                  f"({r['outputs_per_s']:,.0f} outputs/s; target <= 10 s)\n"
+                  f"load average:       {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time is only clean "
+                  "near 1)", highlight=False, markup=False, soft_wrap=True)
 
 
 def bench_serve(
@@ -194,9 +202,11 @@ def bench_pool(
     out: Path = typer.Option(Path("runs/bench/bench_pool.json"), "--out", help="Where the JSON record goes."),
 ) -> None:
     """Pool-runner throughput against the replay server over loopback HTTP."""
-    from evaluation.bench.pool import main
+    from evaluation.bench._support import write_json
+    from evaluation.bench.pool import bench_pool as run
 
-    main(list(concurrency), calls, data_root, out)
+    write_json(out, run(list(concurrency), calls, data_root))
+    console.print(f"wrote {out}", highlight=False)
 
 
 def bench_train(
@@ -222,9 +232,14 @@ def bench_long_input(
     whole_reps: int = typer.Option(3, "--whole-reps", help="runs of the 2 MB whole text (~17 s each here)"),
 ) -> None:
     """What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata."""
-    from evaluation.bench.long_input import main
+    from evaluation.bench._support import md_table
+    from evaluation.bench.long_input import measure
 
-    main(router, reps, whole_reps)
+    show = lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True)  # noqa: E731
+    show("\n".join(md_table(["encoder", "body", "median ms", "95% CI", "runs"], [], "lrrlr")))  # then row by row
+    measure(router, reps, whole_reps, on_row=lambda r: show(
+        f"| {r['encoder']} | {r['bytes']:,} B | {r['median_ms']:.1f} | [{r['low_ms']:.1f}, {r['high_ms']:.1f}] | "
+        f"{r['runs']} |"))
 
 
 def bench_router_ab(
@@ -233,10 +248,13 @@ def bench_router_ab(
     n: int = typer.Option(300, "--n", help="BFCL v1 requests, spread over the file."),
     data_root: Path = typer.Option(Path("../shared/data"), "--data-root", help="Shared data root holding bfcl_v1/."),
 ) -> None:
-    """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime)."""
-    from evaluation.bench.router_ab import main
+    """A/B routing latency of two exported routers, interleaved request by request (in-process ONNX Runtime): a
+    relative check; the absolute figures are `bench serve`'s."""
+    from evaluation.bench.serve import ab_latency
 
-    main(a, b, n, data_root)
+    for name, s in ab_latency(a, b, n, data_root).items():
+        console.print(f"{name}: P50 {s['p50_ms']:.2f} ms, P99 {s['p99_ms']:.2f} ms over {s['n']} requests",
+                      highlight=False, markup=False, soft_wrap=True)
 
 
 def bench_tools(
@@ -286,9 +304,11 @@ def bench_mcp(
     run_dir: str = typer.Option("runs/mcp", "--run-dir", help="The fleet's tools, the config and bench.json go here."),
 ) -> None:
     """What the MCP gateway adds per tools/list and tools/call (P50/P99), with N upstream servers and their tools."""
-    from evaluation.bench.mcp import main
+    from evaluation.bench.mcp import run, to_markdown
 
-    main(servers, tools, requests, data_root, run_dir)
+    console.print(to_markdown(run(servers, tools, requests, data_root, run_dir)), highlight=False, markup=False,
+                  soft_wrap=True)
+    console.print(f"→ {Path(run_dir) / 'bench.json'}", highlight=False)
 
 
 def bench_mcp_recall(
@@ -300,7 +320,7 @@ def bench_mcp_recall(
     """find_tools through the MCP gateway against the in-process tool router: Recall@K on a held-out set."""
     import json
 
-    from evaluation.bench.mcp_recall import run, server_name
+    from evaluation.jobs.mcp_recall import run, server_name
 
     r = run(bench, limit, str(data_root), str(run_dir))
     console.print(json.dumps({k: r[k] for k in ("benchmark", "queries", "tools", "served", "recall",
@@ -317,7 +337,7 @@ def bench_sessions(router: Path = Path("runs/v3/router"), pool: Path = Path("con
     """Per-call vs session-aware routing on BFCL v4 multi-turn conversations: $ per million conversations (95%
     bootstrap intervals), the paired difference, how often each switches model (a cost simulation); one table row
     set per --threshold τ (the gateway's `router-<τ>`; none: the router's own)."""
-    from evaluation.bench.sessions import SessionBenchConfig, run_bench, to_markdown
+    from evaluation.offline.sessions import SessionBenchConfig, run_bench, to_markdown
 
     try:
         result = run_bench(SessionBenchConfig(router=router, pool=pool, source_path=data, categories=tuple(category),

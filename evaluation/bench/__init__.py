@@ -1,2 +1,3 @@
-"""The benchmarks: one module per `switchcraft bench` subcommand (switchcraft/cli_bench.py), each opening with
-its command; the `_`-prefixed modules are what they share."""
+"""The benchmarks, speed and memory, behind `switchcraft bench …` (switchcraft/cli_bench.py), each opening with its
+command; `bench sessions`, `mcp-recall` and `loop` price or score instead: evaluation/offline/, evaluation/jobs/.
+The `_`-prefixed modules are what the benchmarks share."""

@@ -3,10 +3,8 @@
     with McpStack(work, defs, servers=10) as mcp:       # two processes on loopback; mcp.url is the gateway's /mcp
         ms, result = Rpc()(mcp.direct("s0"), "tools/list")
 
-Fleet server <name> answers Streamable HTTP (stateless, JSON responses) at `/<name>/mcp`, lists its tool
-definitions (name, description, inputSchema) and answers every tools/call at once with one short text block, so
-what a bench measures beyond it is transport and the gateway. Its own process: its CPU is not the gateway's nor
-the client's. The gateway runs as `switchcraft mcp serve` runs it, keys off.
+Fleet server <name> answers Streamable HTTP (stateless, JSON) at `/<name>/mcp`, lists its tool definitions and
+answers every tools/call at once: what a bench measures beyond it is transport and the gateway.
 """
 
 from __future__ import annotations

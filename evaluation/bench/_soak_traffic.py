@@ -1,12 +1,6 @@
 """The soak's traffic beyond one-shot chat requests: console logins, an MCP gateway's meta-tools, agent sessions.
-
-    req = mcp_request(rng, mcp, "mcp_find")      # mcp: evaluation/bench/_mcp.py's McpStack
-    req = console_login(rng, gateway_url)
-    req = conversation.next_turn(rng, body, gateway_url, prefix)
-
-Each builder returns a `Req` that evaluation/bench/soak.py sends and counts by status. What is hostile here (wrong
-console keys, a login body past the gateway's body limit, a call to a tool nobody has, arguments that are not an
-object, a body that is not JSON) must get a 4xx or an answer, never a 5xx.
+Each builder returns a `Req` that soak.py sends and counts by status; a hostile one must get a 4xx or an answer,
+never a 5xx.
 """
 
 from __future__ import annotations

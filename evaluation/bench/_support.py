@@ -4,8 +4,7 @@
     wait_until(lambda: httpx.get(url + "/readyz").status_code == 200, "the gateway", 120, proc, log)
     stop(proc)
 
-A bench measures a server from outside, so the server runs in another process, which calls the serving function
-itself (the one `switchcraft serve` calls), never the CLI: a bench depends only on the stages to its left.
+A server runs the function `switchcraft serve` calls, never the CLI: a bench imports only the stages to its left.
 """
 
 from __future__ import annotations
@@ -112,11 +111,16 @@ def config_record(cfg) -> dict:
     return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
 
 
+def write_json(path: str | Path, record: Any, indent: int = 2) -> None:
+    """`record` as JSON at `path` (numpy scalars as numbers, anything else unknown as its text), folders made."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(record, indent=indent, default=_plain))
+
+
 def write_outputs(out: Path, markdown: str, record: dict, indent: int = 1) -> None:
     """The table at `out`, the record beside it as .json."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out.with_suffix(".json"), record, indent)
     out.write_text(markdown.rstrip("\n") + "\n")
-    out.with_suffix(".json").write_text(json.dumps(record, indent=indent, default=_plain))
 
 
 def _plain(x: Any) -> Any:

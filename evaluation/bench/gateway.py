@@ -1,13 +1,8 @@
-"""Load test of the whole gateway stack on loopback, optionally with upstream endpoints killed mid-run.
+"""Load test of the whole gateway stack on loopback (replay upstreams), optionally with endpoints killed mid-run.
 
-    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100 --kill-for 10
-    switchcraft bench gateway --processes 2 --state redis     # two gateway processes sharing one real Redis
-    switchcraft bench gateway --workers 2 --state sqlite      # one `switchcraft serve --workers 2` (one port)
+    switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100
+    switchcraft bench gateway --processes 2 --state redis     # or --workers 2 --state sqlite (one port)
 
-A replay server per pool endpoint (recorded BFCL v1 answers; a killed one comes back on its port), the gateway as
-`switchcraft serve` in its own process(es), optionally Triton for the router; chat requests (`model: "router"`) at
-a fixed concurrency, bounded in count and time. With a shared store (`--state sqlite|redis`) the key's limits
-never bite, so every request admits, reserves and settles there, and the table adds that cost, timed alone.
 Method and figures: docs/performance.md.
 """
 
@@ -20,7 +15,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import httpx
@@ -40,18 +35,26 @@ SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"
 
 
 @dataclass
-class GatewayBenchConfig:
+class LoopbackConfig:
+    """What every bench over the loopback stack takes (gateway, overhead, soak)."""
     router_dir: Path
     data_root: Path
-    outputs: str = "bfcl_v1_pool_outputs_2024-08-11"
     pool: Path = Path("configs/pool.yaml")
+    request_timeout_s: float = 30.0
+
+    def stack(self, **kw) -> Stack:  # kw: the rest of its GatewayBenchConfig
+        return Stack(GatewayBenchConfig(**{f.name: getattr(self, f.name) for f in fields(LoopbackConfig)}, **kw))
+
+
+@dataclass
+class GatewayBenchConfig(LoopbackConfig):
+    outputs: str = "bfcl_v1_pool_outputs_2024-08-11"
     requests: int = 400
     concurrency: int = 16
     kill: list[str] = field(default_factory=list)  # endpoints whose base_url contains one of these; "all": every one
     kill_at: int = 100  # the request number at which they go down
     kill_for_s: float = 10.0
     max_seconds: float = 300.0
-    request_timeout_s: float = 30.0
     overrides: list[str] = field(default_factory=list)  # serving config key=value for the gateway
     triton: bool = False  # router_dir is a model repository: serve the router from a local tritonserver
     processes: int = 1  # gateway processes, requests round-robin across them
@@ -67,10 +70,8 @@ class GatewayBenchConfig:
             raise ValueError("--max-seconds must be within (0, 3600]: the bench is bounded")
         if self.state not in ("memory", "sqlite", "redis"):
             raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
-        if not 1 <= self.processes <= 16:
-            raise ValueError("--processes must be within [1, 16]")
-        if not 1 <= self.workers <= 16:
-            raise ValueError("--workers must be within [1, 16]")
+        if not (1 <= self.processes <= 16 and 1 <= self.workers <= 16):
+            raise ValueError("--processes and --workers must be within [1, 16]")
         if (self.processes > 1 or self.workers > 1) and self.state == "memory":
             raise ValueError("--processes or --workers > 1 needs a shared store: --state sqlite or --state redis "
                              "(memory would give each process its own limits)")
@@ -98,7 +99,7 @@ class GatewayBenchResult:
         out, m = self.outcomes, self.metrics
         statuses = Counter(str(o.status) for o in out)
         unavailable = [o.latency_ms for o in out if o.status == 503]
-        batches = m.get("switchcraft_router_batch_size_count")
+        batches, added = m.get("switchcraft_router_batch_size_count"), m.get("switchcraft_gateway_overhead_seconds_count")
         return {
             "requests": len(out), "ok": statuses.get("200", 0),
             "failed": {k: v for k, v in sorted(statuses.items()) if k != "200"},
@@ -115,9 +116,7 @@ class GatewayBenchResult:
             "abandoned_cost_usd": m.get("switchcraft_abandoned_cost_usd_total", 0.0),
             "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
             "workers": self.config.get("workers", 1),
-            "overhead_mean_ms": 1e3 * self.metrics["switchcraft_gateway_overhead_seconds_sum"]
-            / self.metrics["switchcraft_gateway_overhead_seconds_count"]
-            if self.metrics.get("switchcraft_gateway_overhead_seconds_count") else None,  # what the gateway added
+            "overhead_mean_ms": 1e3 * m["switchcraft_gateway_overhead_seconds_sum"] / added if added else None,
             "store_ms": self.store_ms,
         }
 

@@ -1,11 +1,7 @@
-"""What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata.
+"""What routing costs before inference for a 2 KB and a 2 MB message: body parse, schema, packing, metadata; the cut
+request (serving/long_input.py, what the gateway packs) against the whole text, median and a bootstrap 95% interval.
 
-    switchcraft bench long-input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]
-
-`--router`: any router folder with router.json and tokenizer/ (trained or exported). Rows: the cut request
-(serving/long_input.py, what the gateway packs) and the whole text (training/export.py's RequestEncoder alone).
-Inference is left out: it sees at most `packing.max_tokens` ids either way. Median and a bootstrap 95% interval
-of the median over the runs.
+    switchcraft bench long-input --router runs/default/router_onnx [--reps 30] [--whole-reps 3]   # docs/serving.md
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.bench._support import md_table
 from serving.gateway.body import parse_body
 from serving.gateway.requests import to_schema
 from serving.long_input import CappedEncoder
@@ -55,11 +50,3 @@ def measure(router: Path, reps: int = 30, whole_reps: int = 3, sizes: tuple[int,
             if on_row:
                 on_row(rows[-1])
     return rows
-
-
-def main(router: Path, reps: int = 30, whole_reps: int = 3) -> list[dict]:
-    """`switchcraft bench long-input`: print the markdown table, a row as each is measured."""
-    print("\n".join(md_table(["encoder", "body", "median ms", "95% CI", "runs"], [], "lrrlr")))
-    return measure(router, reps, whole_reps, on_row=lambda r: print(
-        f"| {r['encoder']} | {r['bytes']:,} B | {r['median_ms']:.1f} | [{r['low_ms']:.1f}, {r['high_ms']:.1f}] | "
-        f"{r['runs']} |", flush=True))

@@ -1,16 +1,12 @@
 """What the MCP gateway adds: tools/list and tools/call through it, against the same upstream server directly.
 
-    switchcraft bench mcp                                  # 10 upstream servers, 1,000 tools → runs/mcp/bench.json
-    switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp
+    switchcraft bench mcp --servers 10 --tools 1000 --requests 500 --run-dir runs/mcp    # → runs/mcp/bench.json
 
-The upstream fleet (_mcp.py), the gateway (`switchcraft mcp serve`, the call log on) and this client, one request
-at a time, direct and through alternated: `tools/list` and `tools/call` both ways (added = through − direct);
-through only, `/mcp`'s list and `find_tools` over every tool. Figures: docs/mcp.md.
+Method and figures: docs/mcp.md ("Performance").
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import random
@@ -18,7 +14,7 @@ import re
 from pathlib import Path
 
 from evaluation.bench._mcp import McpStack, Rpc, fleet_tools
-from evaluation.bench._support import md_table, percentiles
+from evaluation.bench._support import md_table, percentiles, write_json
 
 
 def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: str = "../shared/data",
@@ -57,7 +53,7 @@ def run(servers: int = 10, tools: int = 1000, requests: int = 500, data_root: st
                      for op in ("tools/list", "tools/call")},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
-    (work / "bench.json").write_text(json.dumps(record, indent=2))
+    write_json(work / "bench.json", record)
     return record
 
 
@@ -69,9 +65,3 @@ def to_markdown(r: dict) -> str:
     return "\n".join([f"MCP gateway, {r['servers']} upstream servers, {r['tools']} tools ({r['requests']} requests "
                       f"each; ready in {r['ready_s']} s)", "",
                       *md_table(["operation", "P50 ms", "P99 ms", "added P50", "added P99"], rows, "lrrrr")])
-
-
-def main(servers: int, tools: int, requests: int, data_root: str, run_dir: str) -> None:
-    """`switchcraft bench mcp`: run, print the table, write `run_dir/bench.json`."""
-    print(to_markdown(run(servers, tools, requests, data_root, run_dir)))
-    print(f"→ {Path(run_dir) / 'bench.json'}")

@@ -1,12 +1,9 @@
-"""What the gateway adds to a request: the same upstream called directly and through the gateway, in one run.
+"""What the gateway adds to a request: the same upstream called directly and through the gateway (routing off and
+on), per concurrency and state store, against the goals.
 
     switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
 
-Per concurrency and state store, the same requests go **direct** to a replay server (the body the gateway would
-send the pool's cheapest native model), **named** through the gateway (routing off) and **routed** (the router in
-process, the strategy pinned to that model, so the upstream work equals the direct call's). Per row: P50/P99,
-throughput, the added P50 and the share of direct throughput, against the goals (≤ 5 ms added at P50 routed, ≥ 80%
-of direct throughput at the top concurrency). Method and figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import httpx
 
 from data.pool import PoolModel
 from evaluation.bench._support import closed_loop, config_record, md_table, percentiles, write_outputs
-from evaluation.bench.gateway import PROVIDER_KEY, GatewayBenchConfig, Stack, chat_body
+from evaluation.bench.gateway import PROVIDER_KEY, LoopbackConfig, Stack, chat_body
 from serving.gateway.breaker import endpoint_of
 
 GOAL_ADDED_P50_MS = 5.0
@@ -29,15 +26,11 @@ STATES = ("memory", "sqlite", "redis")
 
 
 @dataclass
-class OverheadConfig:
-    router_dir: Path
-    data_root: Path
-    pool: Path = Path("configs/pool.yaml")
+class OverheadConfig(LoopbackConfig):
     concurrency: list[int] = field(default_factory=lambda: [1, 16, 64])
     states: list[str] = field(default_factory=lambda: list(STATES))
     requests: int = 300  # per cell (a concurrency × a state × a mode); c = 1 sends a third of them
     warmup: int = 20
-    request_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(c < 1 or c > 256 for c in self.concurrency):
@@ -100,9 +93,7 @@ async def drive(url: str, bodies: list[dict], concurrency: int, headers: dict, t
 def run_overhead(cfg: OverheadConfig, progress=None) -> dict:
     cells, model = [], None
     for state in cfg.states:
-        with Stack(GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool,
-                                      requests=cfg.requests + cfg.warmup, concurrency=max(cfg.concurrency),
-                                      state=state, request_timeout_s=cfg.request_timeout_s)) as stack:
+        with cfg.stack(requests=cfg.requests + cfg.warmup, concurrency=max(cfg.concurrency), state=state) as stack:
             model = measured_model(stack)
             bodies = bodies_for(stack, model)
             upstream = stack.servers[endpoint_of(model.base_url)].base_url.rstrip("/") + "/chat/completions"

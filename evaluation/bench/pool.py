@@ -1,15 +1,10 @@
-"""Benchmark: pool-runner throughput against the replay server over loopback HTTP.
+"""Pool-runner throughput against the replay server (its own process, sharing the CPUs: a lower bound) over loopback.
 
-    switchcraft bench pool                                # concurrency 8 and 64, 1,630 calls each
-    switchcraft bench pool --concurrency 8 --concurrency 64 --calls 800 --data-root ../shared/data
-
-The replay server in its own process; per level one model with that many workers and a fresh store: request
-building, HTTP, parsing, fsynced commits and the final export. The server shares the CPUs: a lower bound.
+    switchcraft bench pool --concurrency 8 --concurrency 64 --calls 1630    # figures: docs/performance.md
 """
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -66,12 +61,3 @@ def bench_pool(concurrency: list[int], calls: int, data_root: Path) -> dict:
         finally:
             stop(server)
     return {"model": MODEL["name"], "cpus": os.cpu_count(), "results": results}
-
-
-def main(concurrency: list[int], calls: int, data_root: Path, out: Path) -> dict:
-    """`switchcraft bench pool`: run the benchmark, print a line per concurrency level, write `out` (JSON)."""
-    res = bench_pool(concurrency, calls, Path(data_root))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(res, indent=2))
-    print(f"wrote {out}")
-    return res

@@ -1,11 +1,9 @@
-"""Routing latency and throughput, side by side on one machine, on real packed BFCL v1 requests.
+"""Routing latency and throughput of every engine on one machine, on real packed BFCL v1 requests; engines take
+turns request by request and none busy-waits between calls.
 
     switchcraft bench serve --onnx runs/default/router_onnx --router runs/default/router --out runs/default/bench_serve.md
 
-Every row times one whole routing call at batch 1 (packing + metadata, the graph, the policy): PyTorch eager, ORT
-fp32 and INT8 in process, Triton HTTP and gRPC; throughput with 8 and 32 callers, alone and through the gateway's
-micro-batcher; levers, each alone against ORT fp32. Engines take turns request by request, and none busy-waits
-between calls (ORT spinning off, OpenMP passive), so a drifting load hits them alike. Figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ def bench_requests(data_root: Path, n: int) -> list[tuple]:
 
 
 def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tuple], warmup: int) -> dict[str, dict]:
-    """Batch-1 latency of every engine, taking turns request by request (no engine always first): on a shared
-    machine the load drifts, and taking turns gives every engine the same conditions."""
+    """Batch-1 latency of every engine, taking turns request by request (no engine always first: the load drifts)."""
     for _, route in engines:
         for r in requests[:warmup]:
             route(r)
@@ -67,6 +64,23 @@ def interleaved_latency(engines: list[tuple[str, Route]], requests: Sequence[tup
             route(r)
             times[name].append((time.perf_counter() - t0) * 1e3)
     return {name: {**percentiles(t), "mean_ms": float(np.mean(t)), "n": len(t)} for name, t in times.items()}
+
+
+def ab_latency(a: str, b: str, n: int, data_root: Path) -> dict[str, dict]:
+    """`switchcraft bench router-ab`: two exported routers in turn on n BFCL v1 requests spread over the file,
+    packing and metadata included (`RouterClient.probabilities`), one ONNX Runtime thread each."""
+    from data.sources import read_source
+    from serving.client import RouterClient
+
+    examples = read_source("bfcl_v1", str(Path(data_root) / "bfcl_v1"))
+    requests = [(examples[i].messages, examples[i].tools) for i in np.linspace(0, len(examples) - 1, n).astype(int)]
+    clients = {name: RouterClient.from_dir(name, threads=1) for name in (a, b)}
+    try:
+        return interleaved_latency([(name, lambda r, c=c: c.probabilities([r])) for name, c in clients.items()],
+                                   requests, warmup=5)
+    finally:
+        for c in clients.values():
+            c.close()
 
 
 def throughput(route: Route, requests: Sequence[tuple], concurrency: int, total: int) -> float:
@@ -253,6 +267,5 @@ def to_markdown(result: dict[str, Any], concurrency: Sequence[int] = (8, 32)) ->
     return "\n".join(lines) + "\n"
 
 
-def write_results(result: dict[str, Any], out: Path, concurrency: Sequence[int] = (8, 32)) -> Path:
+def write_results(result: dict[str, Any], out: Path, concurrency: Sequence[int] = (8, 32)) -> None:
     write_outputs(out, to_markdown(result, concurrency), result, indent=2)
-    return out

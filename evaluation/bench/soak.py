@@ -1,13 +1,9 @@
-"""A soak of the whole gateway: mixed and hostile traffic, reloads and a Redis restart for N minutes.
+"""A soak of the whole gateway: mixed and hostile traffic, router reloads and a Redis restart for N minutes; RSS,
+5xx to input, lost requests and the ledger against what the upstreams billed (`summarise`'s checks).
 
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
 
-The stack of `switchcraft bench gateway` on a real Redis under a fixed mix (`MIX`: routed, named, streamed,
-abandoned and hostile chat, agent sessions, wrong-key console logins, MCP meta-tool calls: _soak_traffic.py), a
-router reload every `--reload-every` s and a Redis restart at half time. Checked: the gateway's RSS flat within
-10% after warm-up, no 5xx to input, nothing lost (no answer, or a 5xx that is neither the outage's 503 nor a
-refusal), and the ledger never below what the replay upstreams billed (completions × recorded usage × price) nor
-above it by more than the abandoned streams' worst cases plus one reservation. Figures: docs/performance.md.
+Method and figures: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ import numpy as np
 from evaluation.bench._mcp import McpStack, fleet_tools
 from evaluation.bench._soak_traffic import Conversation, Req, console_login, mcp_request
 from evaluation.bench._support import config_record, md_table, write_outputs
-from evaluation.bench.gateway import GatewayBenchConfig, Stack, chat_body
+from evaluation.bench.gateway import LoopbackConfig, Stack, chat_body
 from evaluation.bench.overhead import measured_model
 
 MIX = {"routed": 0.40, "named": 0.10, "stream": 0.08, "stream_left": 0.04, "hostile": 0.12, "session": 0.12,
@@ -38,9 +34,8 @@ RSS_TOLERANCE = 0.10
 
 
 def hostile_variants(model: str) -> list:
-    """What a careless or hostile caller does to a real request (which keeps its `metadata.example_id`, so the
-    replay upstream can answer whatever the gateway accepts): each is a 4xx naming what is wrong, or answered —
-    never a 5xx."""
+    """What a careless or hostile caller does to a real request (its `metadata.example_id` kept: the replay upstream
+    answers whatever the gateway accepts): each gets a 4xx naming what is wrong, or an answer, never a 5xx."""
     deep = functools.reduce(lambda inner, _: {"x": inner}, range(200), {})  # nested 200 deep
 
     def surrogate_history(body: dict) -> dict:  # escaped inside earlier tool-call arguments: cleaned, answered
@@ -58,16 +53,12 @@ def hostile_variants(model: str) -> list:
 
 
 @dataclass
-class SoakConfig:
-    router_dir: Path
-    data_root: Path
-    pool: Path = Path("configs/pool.yaml")
+class SoakConfig(LoopbackConfig):
     minutes: float = 10.0
     concurrency: int = 8
     reload_every_s: float = 60.0
     sample_every_s: float = 5.0
     warmup_fraction: float = 0.2  # RSS before this share of the run is warm-up, not judged
-    request_timeout_s: float = 30.0
     seed: int = 0
     mcp_tools: int = 40  # tools of the MCP gateway's upstream fleet (two servers)
 
@@ -236,11 +227,9 @@ def ledger(stack: Stack) -> dict:
 
 
 def run_soak(cfg: SoakConfig, progress=None) -> dict:
-    stack_cfg = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool, requests=200,
-                                   concurrency=cfg.concurrency, state="redis",
-                                   request_timeout_s=cfg.request_timeout_s)
     with tempfile.TemporaryDirectory(prefix="soak-mcp-") as work, \
-            McpStack(Path(work), fleet_tools(cfg.mcp_tools, cfg.data_root)) as mcp, Stack(stack_cfg) as stack:
+            McpStack(Path(work), fleet_tools(cfg.mcp_tools, cfg.data_root)) as mcp, \
+            cfg.stack(requests=200, concurrency=cfg.concurrency, state="redis") as stack:
         tally = asyncio.run(soak(stack, cfg, progress, mcp))
         time.sleep(1.0)  # the last streams' background settlement
         spent, (billed, unpriced) = ledger(stack), billed_usd(stack)

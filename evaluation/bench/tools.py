@@ -1,13 +1,10 @@
-"""Latency of routing one request over a 5,000-tool catalog, query embedding included.
+"""Latency of routing one request over a 5,000-tool catalog (BFCL's tools topped up with Seal-Tools'), query
+embedding included.
 
-    switchcraft bench tools                     # → runs/tools/bench.json and the printed record
-    switchcraft bench tools --set retrieval.max_intents=1 --set retrieval.query_token_budget=32 --out bench_fast.json
-    switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill (head 0.3) vs not
+    switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json]   # → runs/tools/bench.json
+    switchcraft bench tools --stages 0.3 --out stages.json   # thread-CPU ms per stage; sibling fill vs not
 
-Retrieval settings: `--config` with `--set key=value` overrides. The catalog: BFCL's 3,453 tools topped up with
-Seal-Tools' to `--tools`, a fifth needing a permission the caller lacks; the queries: distinct real questions of
-both. Tool embeddings come from the cached per-benchmark indexes (built on first use: minutes). Figures:
-docs/tool_routing.md.
+Method and figures: docs/tool_routing.md ("Latency").
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.bench._support import percentiles
+from evaluation.bench._support import percentiles, write_json
 
 SOURCES = ("bfcl", "seal_tools")
 NAMESPACES = {"seal_tools": "seal"}  # every source but the first gets one, so that no key collides with the first's
@@ -58,7 +55,8 @@ def bench_index(n_tools: int, data_root: str, run_dir: Path, cfg, sources: tuple
 
 
 def bench_router(n_tools, n_queries, data_root, run_dir, config, overrides, sources, **retrieval):
-    """(config, ToolRouter, the caller, the timed queries) after 20 warm-up routes (ORT session, BM25, caches)."""
+    """(config, ToolRouter, the caller, the timed queries, ms of the caller's first visibility filter) after 20
+    warm-up routes (ORT session, BM25, caches)."""
     from serving.tools.config import load_tools_config
     from serving.tools.policy import AccessPolicy, Caller
     from serving.tools.router import ToolRouter
@@ -66,21 +64,23 @@ def bench_router(n_tools, n_queries, data_root, run_dir, config, overrides, sour
     cfg = load_tools_config(config, list(overrides))
     index, queries = bench_index(n_tools, data_root, Path(run_dir), cfg, sources)
     router = ToolRouter(index, AccessPolicy(), cfg.retrieval.model_copy(update=retrieval), cfg.groups)
-    return cfg, router, Caller(tenant="bench", roles=("analyst",)), random.Random(1).sample(
-        queries, min(n_queries + 20, len(queries)))
-
-
-def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
-        config: str | None = "configs/tools.yaml", overrides: list[str] = (), out_name: str = "bench.json",
-        sources: tuple[str, ...] = SOURCES) -> dict:
-    cfg, router, caller, sample = bench_router(n_tools, n_queries, data_root, run_dir, config, overrides, sources)
+    caller = Caller(tenant="bench", roles=("analyst",))
+    sample = random.Random(1).sample(queries, min(n_queries + 20, len(queries)))
     t = time.perf_counter()
     router.visible(caller)
     cold_filter_ms = (time.perf_counter() - t) * 1e3
     for q in sample[:20]:
         router.route(q, caller)
+    return cfg, router, caller, sample[20:], cold_filter_ms
+
+
+def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
+        config: str | None = "configs/tools.yaml", overrides: list[str] = (), out_name: str = "bench.json",
+        sources: tuple[str, ...] = SOURCES) -> dict:
+    cfg, router, caller, sample, cold_filter_ms = bench_router(n_tools, n_queries, data_root, run_dir, config,
+                                                               overrides, sources)
     totals, cpu, stages, by_asks = [], [], {}, {}
-    for q in sample[20:]:
+    for q in sample:
         t, c = time.perf_counter(), time.process_time()
         d = router.route(q, caller)
         totals.append((time.perf_counter() - t) * 1e3)
@@ -104,33 +104,28 @@ def run(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/
         "cold_filter_ms": round(cold_filter_ms, 2), "load_average": os.getloadavg(), "cpus": os.cpu_count(),
         "python": platform.python_version(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    Path(run_dir, out_name).write_text(json.dumps(result, indent=2))
+    write_json(Path(run_dir, out_name), result)
     return result
 
 
 def stage_cpu(n_tools: int = 5000, n_queries: int = 1000, data_root: str = "../shared/data", run_dir: str = "runs/tools",
               config: str | None = "configs/tools.yaml", overrides: list[str] = (), head: float = 0.3,
               rounds: int = 3, sources: tuple[str, ...] = SOURCES) -> dict:
-    """Thread-CPU ms of each stage of a route, one stage at a time on the calling thread (no BM25 overlap): embed
-    (the query encoder), bm25, fuse (RRF over visible cards), select (groups), pick (top K in them) without and with
-    sibling fill at `head`, bind (the exposed tools' definitions, request_group, token counts);
-    `route_without_embed` = bm25 + fuse + select + pick + bind, `route` adds the embedding. The later stages run
-    `rounds` times on the same inputs (the embedding once), their median taken."""
+    """Thread-CPU ms of each stage of a route (embed, bm25, fuse, select, pick, bind; pick with sibling fill at `head`)
+    one at a time on the calling thread, the stages after the embedding `rounds` times on the same inputs (their
+    median); `route_without_embed` sums bm25 … bind, `route` adds the embedding."""
     from serving.tools.config import SiblingFill
     from serving.tools.router import ToolRouter
 
-    cfg, off, caller, sample = bench_router(n_tools, n_queries, data_root, run_dir, config, overrides, sources,
-                                       sibling_fill=None)
+    cfg, off, caller, sample, _ = bench_router(n_tools, n_queries, data_root, run_dir, config, overrides, sources,
+                                               sibling_fill=None)
     on = ToolRouter(off.index, off.policy, cfg.retrieval.model_copy(update={"sibling_fill": SiblingFill(head=head)}),
                     cfg.groups)
     seen, group_visible = off._visible(caller)
-    for q in sample[:20]:
-        off.route(q, caller)
     clock, changed = time.thread_time, 0
     st: dict[str, list[float]] = {s: [] for s in ("embed", "bm25", "fuse", "select", "pick", "bind",
                                                   "pick_sibling_fill", "route_without_embed", "route")}
-    for q in sample[20:]:
+    for q in sample:
         texts = off.intents(q)
         t = clock()
         Q = off._vectors(texts, None)
@@ -175,10 +170,9 @@ def main(tools: int = 5000, queries: int = 1000, data_root: str = "../shared/dat
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        if stages is None:
-            record = run(tools, queries, data_root, run_dir, config, list(overrides), out)
-        else:
-            record = stage_cpu(tools, queries, data_root, run_dir, config, list(overrides), stages)
-            Path(run_dir, out).write_text(json.dumps(record, indent=2))
+        args = (tools, queries, data_root, run_dir, config, list(overrides))
+        record = run(*args, out) if stages is None else stage_cpu(*args, stages)
+    if stages is not None:  # run writes its own
+        write_json(Path(run_dir, out), record)
     print(json.dumps(record, indent=2))
     return record

@@ -1,13 +1,7 @@
-"""Training benchmark: wall-clock and held-out quality of the router's training modes on this machine.
+"""Wall-clock and held-out quality of the router's training modes (`CASES`; `add_model`: a router without the pool's
+last model, then `--add-model` of it, against `frozen`'s full retrain), merged into `<run_dir>/bench_train.json`.
 
-    switchcraft bench train                        # frozen MiniLM, 5-fold, cold feature cache
-    switchcraft bench train --only finetune,distilbert --steps 40
-    switchcraft bench train --only frozen,add_model
-
-Cases (`CASES`): `frozen` (the config as is, feature cache emptied first), `finetune` and `distilbert` (one fold
-at 128 tokens, `--steps` steps: timing runs; DistilBERT has random weights), `add_model` (a router without the
-pool's last model, then `--add-model` of it, against `frozen`'s full retrain). Merged into
-`<run_dir>/bench_train.json` with the machine's load.
+    switchcraft bench train --only frozen,finetune,distilbert,add_model --steps 40   # figures: docs/performance.md
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
+from evaluation.bench._support import write_json
 from training.config import load_train_config
 from training.recipe import run_training
 
@@ -86,7 +81,6 @@ def main(config: str = "configs/train.yaml", run_dir: str | Path = "runs/bench",
     out = run_dir / "bench_train.json"
     old = json.loads(out.read_text()) if out.exists() else []
     done = {r["case"] for r in results}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps([r for r in old if r["case"] not in done] + results, indent=2, default=str))
+    write_json(out, [r for r in old if r["case"] not in done] + results)
     print(f"wrote {out}")
     return results

@@ -1,16 +1,11 @@
-"""Benchmark: decode and verify all recorded BFCL v1 outputs (71 models x 1,630 queries).
+"""Decode and verify every recorded BFCL v1 output (71 models × 1,630 queries), timed: the first run (cold caches)
+and the best of --repeat, wall and CPU, the one-off loading apart.
 
-    switchcraft bench verify
-    switchcraft bench verify --repeat 3 --data-root ../shared/data
-
-The time to decode + verify every output (the README's figure; target <= 10 s on a 2-core machine): wall and CPU
-time of the first run (cold string caches) and the best of --repeat runs; apart, the one-off costs of reading the
-115,730 JSON lines and loading and preparing the 1,630 examples.
+    switchcraft bench verify [--repeat 3] [--data-root ../shared/data]     # figures: docs/verifier.md ("Speed")
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -35,16 +30,3 @@ def bench_verify(data_root: str | Path = "../shared/data", repeat: int = 1) -> d
             "cold_s": runs[0][0], "cold_cpu_s": runs[0][1],  # the first run fills the string caches: the one-shot figure
             "decode_verify_s": best, "decode_verify_cpu_s": min(c for _, c in runs),
             "outputs_per_s": len(checked) / best, "distinct_reasons": len(Counter(c.verdict.reason for c in checked))}
-
-
-def main(data_root: str | Path | None = None, repeat: int = 1) -> dict[str, float]:
-    """`switchcraft bench verify`: print the figures (data_root None: $SWITCHCRAFT_DATA_ROOT, else ../shared/data)."""
-    r = bench_verify(data_root or os.environ.get("SWITCHCRAFT_DATA_ROOT", "../shared/data"), repeat)
-    print(f"outputs:            {r['outputs']:,} ({r['correct']:,} correct)\n"
-          f"load + prepare:     {r['load_examples_s']:.2f} s (1,630 examples, once)\n"
-          f"read JSON lines:    {r['read_rows_s']:.2f} s\n"
-          f"decode + verify:    {r['cold_s']:.2f} s wall, {r['cold_cpu_s']:.2f} s CPU (first run, cold caches)\n"
-          f"  best of {repeat}:        {r['decode_verify_s']:.2f} s wall, {r['decode_verify_cpu_s']:.2f} s CPU "
-          f"({r['outputs_per_s']:,.0f} outputs/s; target <= 10 s)\n"
-          f"load average:       {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall time is only clean near 1)")
-    return r

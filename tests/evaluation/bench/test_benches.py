@@ -1,6 +1,7 @@
 """Each smaller bench on tiny inputs: it runs through its functions and its figures add up (the big ones:
-test_gateway.py, test_soak.py, test_console.py, test_sessions.py, test_train.py, test_tools.py; bench serve:
-tests/switchcraft/test_cli_bench.py; bench mcp-recall: tests/serving/mcp/test_mcp_recall.py).
+test_gateway.py, test_soak.py, test_console.py, test_train.py, test_tools.py; bench serve:
+tests/switchcraft/test_cli_bench.py; bench sessions and mcp-recall, which price and score rather than time:
+tests/evaluation/offline/test_sessions.py, tests/serving/mcp/test_mcp_recall.py).
 
     .venv/bin/python -m pytest tests/evaluation/bench/test_benches.py -q
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from typer.testing import CliRunner
+
+from switchcraft.cli import app
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +29,13 @@ def test_bench_pool_sends_every_call_to_a_replay_server_in_its_own_process(share
 
 
 def test_bench_router_ab_times_both_routers_on_the_same_requests(exported, shared_data):
-    from evaluation.bench.router_ab import interleaved
+    from evaluation.bench.serve import ab_latency
 
-    res = interleaved(str(exported[0]), str(exported[0]) + "/", 8, shared_data)
+    res = ab_latency(str(exported[0]), str(exported[0]) + "/", 8, shared_data)
     assert len(res) == 2 and all(r["n"] == 8 and 0 < r["p50_ms"] <= r["p99_ms"] for r in res.values())
+    out = CliRunner().invoke(app, ["bench", "router-ab", str(exported[0]), str(exported[0]) + "/", "--n", "4",
+                                   "--data-root", str(shared_data)])
+    assert out.exit_code == 0 and out.output.count("over 4 requests") == 2, out.output
 
 
 def test_bench_long_input_cuts_a_long_body_before_packing(exported):
@@ -41,19 +48,21 @@ def test_bench_long_input_cuts_a_long_body_before_packing(exported):
     assert all(r["low_ms"] <= r["median_ms"] <= r["high_ms"] for r in rows)
 
 
-def test_bench_verify_times_decoding_and_verifying_two_models_outputs(shared_data, tmp_path, capsys):
-    from evaluation.bench.verify import main
+def test_bench_verify_times_decoding_and_verifying_two_models_outputs(shared_data, tmp_path):
+    from evaluation.bench.verify import bench_verify
 
     (tmp_path / "bfcl_v1").symlink_to(shared_data / "bfcl_v1")
     outputs = tmp_path / "bfcl_v1_pool_outputs_2024-08-11"
     outputs.mkdir()
     for model in ("claude-2.1", "Salesforce_xLAM-7b-fc-r"):
         (outputs / model).symlink_to(shared_data / outputs.name / model)
-    res = main(tmp_path, repeat=2)
+    res = bench_verify(tmp_path, repeat=2)
     assert 2 * 1000 < res["outputs"] <= 2 * 1630 and 0 < res["correct"] < res["outputs"]
     assert 0 < res["decode_verify_s"] <= res["cold_s"] and res["decode_verify_cpu_s"] <= res["cold_cpu_s"]
     assert res["outputs_per_s"] == pytest.approx(res["outputs"] / res["decode_verify_s"])
-    assert f"outputs:            {res['outputs']:,}" in capsys.readouterr().out
+    out = CliRunner().invoke(app, ["bench", "verify", "--data-root", str(tmp_path)])
+    assert out.exit_code == 0 and f"outputs:            {res['outputs']:,} ({res['correct']:,} correct)" in out.output
+    assert "best of 1:" in out.output, out.output
 
 
 @pytest.mark.slow

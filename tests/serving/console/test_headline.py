@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from data.pool import Pool, load_pool
-from evaluation.bench.console import ADMIN_KEY, ConsoleBenchConfig, _gateway_app, synthetic_records
+from evaluation.bench.console import ADMIN_KEY, ConsoleBenchConfig, _gateway_app
+from evaluation.synthetic_log import synthetic_records
 from serving.console.headline import MIN_EXPLORED, choose_reference, headline, money
 from serving.console.logdb import open_log
 from serving.console.quality import quality

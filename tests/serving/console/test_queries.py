@@ -15,7 +15,7 @@ import pytest
 
 from data.logged import log_files
 from data.pool import Pool, load_pool
-from evaluation.bench.console import synthetic_records
+from evaluation.synthetic_log import synthetic_records
 from serving.console import charts
 from serving.console.logdb import open_log
 from serving.console.search import search_requests

@@ -13,7 +13,7 @@ from html import escape
 import pytest
 
 from data.pool import Pool
-from evaluation.bench.console import synthetic_records
+from evaluation.synthetic_log import synthetic_records
 from serving.console import charts
 from serving.console.logdb import open_log
 from serving.console.quality import quality

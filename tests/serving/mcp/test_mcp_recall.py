@@ -1,6 +1,6 @@
 """find_tools through the gateway ranks as the in-process tool router does over the same catalog: the npm servers'
 tools (queries about each), and a held-out sample of MetaTool served by an upstream MCP server
-(evaluation/bench/mcp_recall.py, the figure in docs/mcp.md)."""
+(evaluation/jobs/mcp_recall.py, the figure in docs/mcp.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ QUERIES = [
 
 
 def test_find_tools_top_k_equals_in_process_router(mcp_gateway, encoder):
-    from evaluation.bench.mcp_recall import ranked, router_over
+    from evaluation.jobs.mcp_recall import ranked, router_over
     from serving.tools.catalog import Catalog
 
     async def find_all():
@@ -46,7 +46,7 @@ def test_find_tools_top_k_equals_in_process_router(mcp_gateway, encoder):
 
 
 def test_metatool_recall_through_mcp_equals_in_process(encoder, tmp_path):
-    from evaluation.bench.mcp_recall import run
+    from evaluation.jobs.mcp_recall import run
 
     if not (Path("../shared/data") / "tool_retrieval" / "metatool").exists():
         pytest.skip("../shared/data/tool_retrieval/metatool is missing (the tool-retrieval data)")

@@ -3,11 +3,9 @@
     switchcraft bench mcp-recall                                  # MetaTool, 2,000 held-out queries
     switchcraft bench mcp-recall --bench seal_tools --limit 0     # every held-out query → runs/mcp/recall_<bench>.json
 
-The benchmark's catalog is one upstream MCP server (the bench fleet, _mcp.py) behind the gateway (keys off, base
-MiniLM), each query a `find_tools(query, k=10)` over HTTP. Three rankings: `in_process` (the tool router over the
-benchmark's catalog), `find_tools`, and `in_process_gateway_catalog` (the tool router over the gateway's cards,
-names under the server's namespace): the same top 10 as the third means serving through MCP changes nothing.
-Figures: docs/mcp.md.
+The benchmark's catalog is one upstream MCP server (the bench fleet, evaluation/bench/_mcp.py) behind the
+gateway (keys off, base MiniLM), each query a `find_tools(query, k=10)` over HTTP, ranked against the in-process
+tool router over the benchmark's catalog and over the gateway's cards. Method and figures: docs/mcp.md.
 """
 
 from __future__ import annotations

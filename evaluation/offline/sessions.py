@@ -4,13 +4,8 @@
         --outputs runs/v3/outputs.parquet --threshold 0.5 --threshold 0.8 --threshold 0.85 --threshold 0.9 \\
         --out runs/bench_sessions/v3.json              # CPU only, about 5 minutes on two busy cores
 
-BFCL v4's `multi_turn_*` conversations, each turn routed (the single-model decision at each `--threshold` τ, the
-gateway's `router-<τ>`) and priced three ways: **per call** (every input token at full price), **per call cached**
-(the same choices, a turn that stays on its model reading its provider's cache) and **session** (the gateway's
-`keep_or_switch` keeping the previous model unless switching is cheaper after paying its prefix again). Input
-tokens are the gateway's size estimate; output at each model's mean recorded output (`--outputs`), else the
-answer's size. Not priced: tool results, extra calls of a multi-call turn, correctness. $ per million
-conversations with 95% bootstrap intervals over conversations (evaluation/offline/stats.py). Method: docs/agents.md.
+BFCL v4's multi-turn conversations routed turn by turn and priced per call, per call with the provider's cache,
+and by the gateway's own `keep_or_switch`. Method, prices and figures: docs/agents.md.
 """
 
 from __future__ import annotations
@@ -19,11 +14,11 @@ import hashlib
 import json
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evaluation.bench._support import config_record, md_table
+from evaluation.offline.markdown import markdown_table
 
 if TYPE_CHECKING:  # the heavy imports wait for a run
     from data.pool import Pool
@@ -259,7 +254,7 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
         raise ValueError(f"{cfg.source_path}: no multi-turn conversations in categories {list(cfg.categories)}")
     by_tau, costs = route_turns(cfg.router, grouped, pool, cfg.thresholds)
     bill = Biller(pool, costs, recorded_output_tokens(cfg.outputs, pool) if cfg.outputs else None)
-    result = {"config": config_record(cfg),
+    result = {"config": asdict(cfg),
               "cache_prices": {m: CACHE_PRICES[m] for m in pool.names if m in CACHE_PRICES},
               "conversations": len(convs), "turns": sum(len(c.turns) for c in convs), "thresholds": {}}
     for tau, decisions in by_tau.items():
@@ -267,11 +262,13 @@ def run_bench(cfg: SessionBenchConfig) -> dict[str, Any]:
         result["thresholds"][f"{tau:g}"] = summarize(replays)
     if cfg.out is not None:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
-        cfg.out.write_text(json.dumps(result, indent=2))
+        cfg.out.write_text(json.dumps(result, indent=2, default=str))
     return result
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    import pandas as pd
+
     rows, notes = [], []
     for tau, summary in result["thresholds"].items():
         rows += [[tau, row, f"{r['usd_per_million_conversations']:,.0f} [{r['usd_ci'][0]:,.0f}, {r['usd_ci'][1]:,.0f}]",
@@ -284,5 +281,5 @@ def to_markdown(result: dict[str, Any]) -> str:
     head = ["τ", "routing", "$ / M conversations [95% CI]", "vs per call [95% CI]", "switches / turn",
             "conversations with a switch", "turns on a model below τ"]
     return "\n".join([f"{result['conversations']} conversations, {result['turns']} turns (a cost simulation: answers "
-                      "not replayed)", "", *md_table(head, rows), "", *notes])
+                      "not replayed)", "", markdown_table(pd.DataFrame(rows, columns=head)), *notes])
 

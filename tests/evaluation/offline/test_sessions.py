@@ -1,7 +1,7 @@
-"""`switchcraft bench sessions`: per-call vs session-aware routing priced on multi-turn conversations, the
-gateway's own keep-or-switch rule deciding, providers' cache prices billing.
+"""`switchcraft bench sessions` (evaluation/offline/sessions.py): per-call vs session-aware routing priced on
+multi-turn conversations, the gateway's own keep-or-switch rule deciding, providers' cache prices billing.
 
-    .venv/bin/python -m pytest -q tests/evaluation/bench/test_sessions.py
+    .venv/bin/python -m pytest -q tests/evaluation/offline/test_sessions.py
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from data.pool import Pool
-from evaluation.bench.sessions import (Biller, Conversation, Turn, replay, summarize, with_cache_prices)
+from evaluation.offline.sessions import (Biller, Conversation, Turn, replay, summarize, with_cache_prices)
 from serving.policy import Decision
 from tests.routers import REPO
 
