@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from data.errors import DataError
 from data.logged import complete_rows, log_contracts, read_log
-from evaluation.bench.console import synthetic_records
+from evaluation.synthetic_log import synthetic_records
 from evaluation.harness import free_port
 from serving.console.logdb import open_log, since_of
 from serving.console.queries import trace, traffic
