@@ -3,8 +3,11 @@
     requests, answers = read_log("runs/gateway/log")            # every file, oldest first, as dicts
     examples, outputs = log_contracts(requests, answers, pool)  # Examples (no expected answer) and Outputs
     rows = complete_rows(examples, outputs, pool)               # the requests every pool model answered
+    part = read_explored("runs/gateway/log", pool.names)        # the same, keeping only what learning needs
 
-The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
+`read_log` holds the whole log in memory; `read_explored` (what `switchcraft learn` calls) keeps only the rows of
+the requests that every pool model may have answered (the explored ones) and counts the rest in SQL, so its memory
+grows with the explored requests, not with the log. The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
 reads the files it leaves, so `switchcraft learn` and anything else offline need nothing from serving.
 """
 
@@ -13,6 +16,9 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from data.errors import DataError
@@ -43,11 +49,8 @@ def log_files(folder: str | Path) -> list[Path]:
 
 def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
     """(requests, answers) of every file of the log, oldest first, as dicts (JSON fields still strings)."""
-    files = log_files(folder)
-    if not files:
-        raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
     requests, answers = [], []
-    for path in files:
+    for path in _files(folder):
         db = sqlite3.connect(path)
         db.row_factory = sqlite3.Row
         requests += [dict(r) for r in db.execute("SELECT * FROM requests ORDER BY id")]
@@ -56,8 +59,97 @@ def read_log(folder: str | Path) -> tuple[list[dict], list[dict]]:
     return requests, answers
 
 
+def _files(folder: str | Path) -> list[Path]:
+    files = log_files(folder)
+    if not files:
+        raise FileNotFoundError(f"{folder}: no decision log ({FILE}); serve with log.path={folder} first")
+    return files
+
+
+# A request the examples count: served, with its text, answered (what log_contracts keeps).
+LOGGED = "kind = 'served' AND request IS NOT NULL AND request <> '' AND status = 200"
+# Requests every pool model may have answered, per file: those whose ok answers in the file cover the pool, and
+# those with ok answers in a file that has no row of the request (exploration's answers, written after the
+# request, land in the next file when the log rotated in between).
+CANDIDATES = """
+SELECT request_id FROM answers WHERE outcome = 'ok' AND model IN temp.pool GROUP BY request_id
+  HAVING COUNT(DISTINCT model) >= :models
+UNION
+SELECT a.request_id FROM answers a WHERE a.outcome = 'ok' AND a.model IN temp.pool
+  AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.request_id = a.request_id)
+"""
+
+
+@dataclass
+class ExploredLog:
+    """What learning needs of a log: the rows (as `read_log` gives them) of the requests that every pool model
+    may have answered, and counts of the rest."""
+
+    requests: list[dict]
+    answers: list[dict]
+    logged: int  # served requests with their text (distinct ids per file): the examples a whole read makes
+    rows: int  # request rows of every file
+
+
+def read_explored(folder: str | Path, models: Sequence[str]) -> ExploredLog:
+    """The rows of the log's requests that every one of `models` may have answered (a superset of what
+    `complete_rows` keeps, the same rows `read_log` holds for them, in its order) and counts of the others.
+    SQLite does the scanning; a cursor streams the kept rows, so memory grows with them, not with the log."""
+    files = _files(folder)
+    candidates: set[str] = set()
+    logged = rows = 0
+    for path in files:
+        with _open(path, models) as db:
+            candidates.update(rid for (rid,) in db.execute(CANDIDATES, {"models": len(set(models))}))
+            logged += db.execute(f"SELECT COUNT(DISTINCT request_id) FROM requests WHERE {LOGGED}").fetchone()[0]
+            rows += db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    requests, answers = [], []
+    for path in files:
+        with _open(path, models) as db:
+            db.execute("CREATE TEMP TABLE wanted (request_id TEXT PRIMARY KEY) WITHOUT ROWID")
+            db.executemany("INSERT INTO wanted VALUES (?)", ((rid,) for rid in candidates))
+            for table, into in (("requests", requests), ("answers", answers)):
+                cursor = db.execute(f"SELECT * FROM {table} WHERE request_id IN temp.wanted ORDER BY id")
+                into.extend(dict(r) for r in cursor)
+    return ExploredLog(requests, answers, logged, rows)
+
+
+@contextmanager
+def _open(path: Path, models: Sequence[str]) -> Iterator[sqlite3.Connection]:
+    """One log file, its rows as sqlite3.Row, `models` in the temp table `pool`; closed on exit."""
+    db = sqlite3.connect(path)
+    try:
+        db.row_factory = sqlite3.Row
+        db.execute("CREATE TEMP TABLE pool (model TEXT PRIMARY KEY) WITHOUT ROWID")
+        db.executemany("INSERT OR IGNORE INTO pool VALUES (?)", ((m,) for m in models))
+        yield db
+    finally:
+        db.close()
+
+
 def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tuple[list[Example], list[Output]]:
     """Examples (one per logged request with its text) and outputs (one per logged answer of a pool model)."""
+    examples = _examples(requests)
+    if not examples:
+        raise no_text()
+    return examples, _outputs(answers, {e.id for e in examples}, pool)
+
+
+def explored_contracts(part: ExploredLog, pool: Pool) -> tuple[list[Example], list[Output]]:
+    """`log_contracts` of what `read_explored` kept: the same examples and outputs as the whole log's for those
+    requests (none when the log holds text but no request may be complete)."""
+    if not part.logged:
+        raise no_text()
+    examples = _examples(part.requests)
+    return examples, _outputs(part.answers, {e.id for e in examples}, pool)
+
+
+def no_text() -> DataError:
+    return DataError("the decision log holds no request text", hint="serve with log.requests: true (and "
+                     "explore.rate > 0, so every pool model answers some requests), then learn again")
+
+
+def _examples(requests: list[dict]) -> list[Example]:
     examples, seen = [], set()
     for r in requests:
         if r["kind"] != "served" or not r["request"] or r["status"] != 200 or r["request_id"] in seen:
@@ -70,10 +162,11 @@ def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tupl
             tools=[Tool.model_validate(t) for t in req["tools"]], expected=Expected.anything(),
             meta={"expected_unknown": True, "ts": r["ts"], "example_id": r["example_id"],
                   "answered_by": r["answered_by"], "cost_usd": r["cost_usd"], "router_version": r["router_version"]}))
-    if not examples:
-        raise DataError("the decision log holds no request text", hint="serve with log.requests: true (and "
-                        "explore.rate > 0, so every pool model answers some requests), then learn again")
-    ids, outputs, have = {e.id for e in examples}, [], set()
+    return examples
+
+
+def _outputs(answers: list[dict], ids: set[str], pool: Pool) -> list[Output]:
+    outputs, have = [], set()
     for a in answers:
         eid = f"log:{a['request_id']}"
         if eid not in ids or a["outcome"] != "ok" or a["model"] not in pool.names or (eid, a["model"]) in have:
@@ -86,7 +179,7 @@ def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tupl
                               decoder=a["decoder"], usage=Usage(input_tokens=a["input_tokens"],
                                                                 output_tokens=a["output_tokens"]),
                               latency_s=(a["latency_ms"] or 0) / 1e3))
-    return examples, outputs
+    return outputs
 
 
 def complete_rows(examples: list[Example], outputs: list[Output], pool: Pool) -> list[Example]:
