@@ -1,0 +1,132 @@
+"""How `switchcraft learn` scales with the decision log: a synthetic log of N served requests, a share of them
+explored (every pool model answered), then `learn` on it, each stage's wall time and peak memory.
+
+    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md]
+
+The traffic is the console bench's (`evaluation.bench.console.synthetic_records`: the same seed, the same log),
+with the request text the gateway keeps under `log.requests: true` added, written by the gateway's own writer
+(serving/core/decision_log.py), rotated at `--max-mb` like a served log. `learn` then runs as `switchcraft learn`
+does (configs/train.yaml, `--set` overrides); its stages' seconds and peak resident memory come from
+`evaluation.jobs.learn.Stages`. Figures, and what they say for larger logs: docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.bench._support import config_record, md_table, write_outputs
+
+ASKS = ("What's the weather in {city}?", "Is it raining in {city} right now?", "Forecast for {city}, next 3 days",
+        "Do I need an umbrella in {city} today?", "How warm is it in {city}?", "{city}: weather this weekend?")
+TOOLS = [{"name": "get_weather", "description": "Current weather in a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}},
+                         "required": ["city"]}},
+         {"name": "get_forecast", "description": "Weather forecast for the next days",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+                                                          "days": {"type": "integer", "description": "1 to 10"}},
+                         "required": ["city"]}}]
+
+
+@dataclass
+class LearnBenchConfig:
+    requests: int = 100_000
+    explore: float = 0.05
+    out: Path = Path("runs/bench_learn.md")
+    pool: Path = Path("configs/pool.yaml")
+    max_mb: float = 256.0  # the log's rotation size (log.max_mb)
+    days: float = 7.0
+    seed: int = 0
+    train: list[str] = field(default_factory=list)  # configs/train.yaml overrides
+    notes: list[str] = field(default_factory=list)
+
+
+def request_text(rng: random.Random, answers: list[dict]) -> str:
+    """The request as `log.requests: true` keeps it: a user ask about the city the first answer names."""
+    from data.schema import Message, Tool
+
+    calls = json.loads(answers[0]["calls"] or "[]") if answers else []
+    city = calls[0]["arguments"]["city"] if calls else rng.choice(("Paris", "Oslo", "Lima"))
+    messages = [Message(role="user", content=rng.choice(ASKS).format(city=city))]
+    return json.dumps({"messages": [m.model_dump(mode="json") for m in messages],
+                       "tools": [Tool.model_validate(t).model_dump(mode="json") for t in TOOLS]})
+
+
+def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: int = 0, days: float = 7.0,
+                    max_mb: float = 256.0, now: float | None = None) -> dict[str, int]:
+    """A synthetic log of `n` requests with their text in `folder` (emptied first), through the gateway's writer;
+    every rotated file is kept. Returns the rows written and the files."""
+    from data.logged import log_files
+    from evaluation.bench.console import synthetic_records
+    from serving.core.decision_log import DecisionLog
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("decisions*.sqlite*"):
+        old.unlink()
+    log, rng = DecisionLog(folder, keep_requests=True, max_mb=max_mb, keep=1_000_000), random.Random(seed)
+    requests = answers = 0
+    for batch in synthetic_records(pool, n, days, now=now or time.time(), explore=explore, seed=seed):
+        for _kind, row, rows in batch:
+            if row is not None:
+                row["request"] = request_text(rng, rows)
+                requests += 1
+            answers += len(rows)
+        log.write(batch)
+    log.db.close()
+    return {"requests": requests, "answers": answers, "files": len(log_files(folder)),
+            "bytes": sum(p.stat().st_size for p in folder.glob("decisions*.sqlite*"))}
+
+
+def run_learn_bench(cfg: LearnBenchConfig, progress: bool = False, console=None) -> dict[str, Any]:
+    """Write the log, learn from it; every stage's seconds and peak memory (MiB)."""
+    import torch
+
+    from data.pool import load_pool
+    from evaluation.jobs.learn import learn, peak_rss_mb, reset_peak_rss
+
+    if cfg.requests < 1 or not 0 < cfg.explore <= 1:
+        raise ValueError(f"--requests {cfg.requests}, --explore {cfg.explore}: give requests >= 1 and a share in "
+                         "(0, 1]")
+    work = cfg.out.with_name(cfg.out.stem + "_work")
+    reset_peak_rss()
+    t0 = time.perf_counter()
+    written = write_learn_log(work / "log", load_pool(cfg.pool), cfg.requests, explore=cfg.explore, seed=cfg.seed,
+                              days=cfg.days, max_mb=cfg.max_mb)
+    write_s, write_mb = round(time.perf_counter() - t0, 1), round(peak_rss_mb(), 1)
+    load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    t0 = time.perf_counter()
+    res = learn(work / "log", work / "learned", pool_path=cfg.pool, train_overrides=cfg.train, progress=progress,
+                budget_usd_per_million=1000.0, console=console)
+    info = json.loads((work / "learned" / "learn.json").read_text())
+    return {"config": config_record(cfg), "log": {**written, "write_s": write_s, "write_peak_mb": write_mb},
+            "requests": res.n_requests, "complete": info["complete"], "train": res.n_train, "holdout": res.n_holdout,
+            "seconds": res.timings_s, "peak_mb": res.peak_rss_mb, "workers_peak_mb": info["workers_peak_rss_mb"],
+            "label_workers": info["label_workers"], "learn_s": round(time.perf_counter() - t0, 1),
+            "encoder_device": "cuda" if torch.cuda.is_available() else "cpu", "cpus": os.cpu_count(),
+            "load_average": {"before": load_before, "after": " ".join(f"{v:.2f}" for v in os.getloadavg())}}
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    log = result["log"]
+    rows = [[stage, f"{s:,.1f}", f"{result['peak_mb'][stage]:,.0f}"] for stage, s in result["seconds"].items()]
+    return "\n".join([
+        f"`switchcraft learn` on a synthetic log of {log['requests']:,} requests ({log['answers']:,} answers, "
+        f"{log['files']} file(s), {log['bytes'] / 2**20:,.0f} MiB; explore rate {result['config']['explore']:g}): "
+        f"{result['complete']:,} answered by every pool model, trained on {result['train']:,}, "
+        f"{result['holdout']:,} held out.", "",
+        *md_table(["stage", "seconds", "peak RSS (MiB)"], [*rows, ["learn, in all", f"{result['learn_s']:,.1f}", ""]],
+                  "lrr"), "",
+        f"Log written in {log['write_s']} s (peak RSS {log['write_peak_mb']:,.0f} MiB). Labelling workers: "
+        f"{result['label_workers']} (their peak {result['workers_peak_mb']:,.0f} MiB); encoder on "
+        f"{result['encoder_device']}; {result['cpus']} CPUs; load average before learn {result['load_average']['before']}, "
+        f"after {result['load_average']['after']}.",
+        *(f"Note: {n}" for n in result["config"].get("notes") or [])]) + "\n"
+
+
+def write_results(result: dict[str, Any], out: Path) -> None:
+    write_outputs(out, to_markdown(result), result)
