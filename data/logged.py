@@ -6,8 +6,8 @@
     part = read_explored("runs/gateway/log", pool.names)        # the same, keeping only what learning needs
 
 `read_log` holds the whole log in memory; `read_explored` (what `switchcraft learn` calls) keeps only the rows of
-the requests that every pool model may have answered (the explored ones) and counts the rest in SQL, so its memory
-grows with the explored requests, not with the log. The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
+the requests that every pool model answered (the explored ones) and counts the rest in SQL, so its memory grows
+with the explored requests, not with the log. The log itself (its two SQLite tables, rotation, the writer) is serving/core/decision_log.py; this module only
 reads the files it leaves, so `switchcraft learn` and anything else offline need nothing from serving.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,63 +69,74 @@ def _files(folder: str | Path) -> list[Path]:
 
 # A request the examples count: served, with its text, answered (what log_contracts keeps).
 LOGGED = "kind = 'served' AND request IS NOT NULL AND request <> '' AND status = 200"
-# Requests every pool model may have answered, per file: those whose ok answers in the file cover the pool, and
-# those with ok answers in a file that has no row of the request (exploration's answers, written after the
-# request, land in the next file when the log rotated in between).
-CANDIDATES = """
-SELECT request_id FROM answers WHERE outcome = 'ok' AND model IN temp.pool GROUP BY request_id
-  HAVING COUNT(DISTINCT model) >= :models
-UNION
-SELECT a.request_id FROM answers a WHERE a.outcome = 'ok' AND a.model IN temp.pool
-  AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.request_id = a.request_id)
+SCRATCH = """
+CREATE TABLE pool (model TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE answered (request_id TEXT NOT NULL, model TEXT NOT NULL);
+CREATE TABLE logged (request_id TEXT NOT NULL);
 """
 
 
 @dataclass
 class ExploredLog:
     """What learning needs of a log: the rows (as `read_log` gives them) of the requests that every pool model
-    may have answered, and counts of the rest."""
+    answered, and counts of the rest."""
 
     requests: list[dict]
     answers: list[dict]
-    logged: int  # served requests with their text (distinct ids per file): the examples a whole read makes
+    logged: int  # served requests with their text (distinct ids): the examples a whole read makes
     rows: int  # request rows of every file
 
 
-def read_explored(folder: str | Path, models: Sequence[str]) -> ExploredLog:
-    """The rows of the log's requests that every one of `models` may have answered (a superset of what
-    `complete_rows` keeps, the same rows `read_log` holds for them, in its order) and counts of the others.
-    SQLite does the scanning; a cursor streams the kept rows, so memory grows with them, not with the log."""
+def read_explored(folder: str | Path, models: Sequence[str], scratch: str | Path | None = None) -> ExploredLog:
+    """The rows of the log's requests that every one of `models` answered (`outcome` ok, over every file: the
+    requests `complete_rows` keeps, the same rows `read_log` holds for them, in its order) and counts of the
+    others. SQLite does the work: each file is scanned once into a scratch database on disk (`scratch`, a folder;
+    default a temporary one), whose sorts find the explored requests; a cursor streams their rows. Memory grows
+    with the explored requests, not with the log (the scratch file does: ~60 bytes an answer)."""
     files = _files(folder)
-    candidates: set[str] = set()
-    logged = rows = 0
-    for path in files:
-        with _open(path, models) as db:
-            candidates.update(rid for (rid,) in db.execute(CANDIDATES, {"models": len(set(models))}))
-            logged += db.execute(f"SELECT COUNT(DISTINCT request_id) FROM requests WHERE {LOGGED}").fetchone()[0]
-            rows += db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
-    requests, answers = [], []
-    for path in files:
-        with _open(path, models) as db:
-            db.execute("CREATE TEMP TABLE wanted (request_id TEXT PRIMARY KEY) WITHOUT ROWID")
-            db.executemany("INSERT INTO wanted VALUES (?)", ((rid,) for rid in candidates))
-            for table, into in (("requests", requests), ("answers", answers)):
-                cursor = db.execute(f"SELECT * FROM {table} WHERE request_id IN temp.wanted ORDER BY id")
-                into.extend(dict(r) for r in cursor)
+    with tempfile.TemporaryDirectory(prefix="explored-", dir=scratch) as tmp:
+        db = sqlite3.connect(Path(tmp) / "scratch.sqlite", isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            db.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA temp_store = FILE;"
+                             + SCRATCH)
+            db.executemany("INSERT OR IGNORE INTO pool VALUES (?)", ((m,) for m in models))
+            rows = 0
+            for path in files:
+                with _attached(db, path):
+                    db.execute("INSERT INTO answered SELECT request_id, model FROM log.answers "
+                               "WHERE outcome = 'ok' AND model IN pool")
+                    db.execute(f"INSERT INTO logged SELECT request_id FROM log.requests WHERE {LOGGED}")
+                    rows += db.execute("SELECT COUNT(*) FROM log.requests").fetchone()[0]
+            db.execute("CREATE TABLE wanted (request_id TEXT PRIMARY KEY) WITHOUT ROWID")
+            db.execute("INSERT INTO wanted SELECT request_id FROM answered GROUP BY request_id "
+                       "HAVING COUNT(DISTINCT model) >= ?", (len(set(models)),))
+            logged = db.execute("SELECT COUNT(DISTINCT request_id) FROM logged").fetchone()[0]
+            requests, answers = [], []
+            for path in files:
+                with _attached(db, path):
+                    for table, into in (("requests", requests), ("answers", answers)):
+                        cursor = db.execute(f"SELECT * FROM log.{table} WHERE request_id IN wanted ORDER BY id")
+                        into.extend(dict(r) for r in cursor)
+        finally:
+            db.close()
     return ExploredLog(requests, answers, logged, rows)
 
 
 @contextmanager
-def _open(path: Path, models: Sequence[str]) -> Iterator[sqlite3.Connection]:
-    """One log file, its rows as sqlite3.Row, `models` in the temp table `pool`; closed on exit."""
-    db = sqlite3.connect(path)
+def _attached(db: sqlite3.Connection, path: Path) -> Iterator[None]:
+    """One log file attached to `db` as `log` while inside."""
+    attached = False
     try:
-        db.row_factory = sqlite3.Row
-        db.execute("CREATE TEMP TABLE pool (model TEXT PRIMARY KEY) WITHOUT ROWID")
-        db.executemany("INSERT OR IGNORE INTO pool VALUES (?)", ((m,) for m in models))
-        yield db
+        db.execute("ATTACH DATABASE ? AS log", (str(path),))
+        attached = True
+        yield
+    except sqlite3.DatabaseError as e:
+        raise DataError(f"not a readable decision log file: {e}", path=path,
+                        hint="the log folder holds only what the gateway's log writer leaves") from e
     finally:
-        db.close()
+        if attached:
+            db.execute("DETACH DATABASE log")
 
 
 def log_contracts(requests: list[dict], answers: list[dict], pool: Pool) -> tuple[list[Example], list[Output]]:

@@ -59,8 +59,8 @@ def request_text(rng: random.Random, answers: list[dict]) -> str:
 
 def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: int = 0, days: float = 7.0,
                     max_mb: float = 256.0, now: float | None = None) -> dict[str, int]:
-    """A synthetic log of `n` requests with their text in `folder` (emptied first), through the gateway's writer;
-    every rotated file is kept. Returns the rows written and the files."""
+    """A synthetic log of `n` requests with their text in `folder` (emptied first), through the gateway's writer in
+    batches of 256 records (its own at most); every rotated file is kept. Returns the rows written and the files."""
     from data.logged import log_files
     from evaluation.bench.console import synthetic_records
     from serving.core.decision_log import DecisionLog
@@ -70,7 +70,7 @@ def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: 
         old.unlink()
     log, rng = DecisionLog(folder, keep_requests=True, max_mb=max_mb, keep=1_000_000), random.Random(seed)
     requests = answers = 0
-    for batch in synthetic_records(pool, n, days, now=now or time.time(), explore=explore, seed=seed):
+    for batch in synthetic_records(pool, n, days, now=now or time.time(), explore=explore, seed=seed, batch=256):
         for _kind, row, rows in batch:
             if row is not None:
                 row["request"] = request_text(rng, rows)
