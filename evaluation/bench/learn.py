@@ -57,6 +57,18 @@ def request_text(rng: random.Random, answers: list[dict]) -> str:
                        "tools": [Tool.model_validate(t).model_dump(mode="json") for t in TOOLS]})
 
 
+def raw_answer(row: dict, native: bool) -> str | None:
+    """The raw answer as logged: a native function-calling model's tool calls as structured data (text from one
+    is no call), a prompted model's as Python call text."""
+    if row["calls"] is None:
+        return None
+    calls = json.loads(row["calls"])
+    if native:
+        return json.dumps([{c["name"]: json.dumps(c["arguments"])} for c in calls] or "I cannot help with that.")
+    text = ", ".join(f"{c['name']}(" + ", ".join(f"{k}={v!r}" for k, v in c["arguments"].items()) + ")" for c in calls)
+    return json.dumps(f"[{text}]" if calls else "I cannot help with that.")
+
+
 def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: int = 0, days: float = 7.0,
                     max_mb: float = 256.0, now: float | None = None) -> dict[str, int]:
     """A synthetic log of `n` requests with their text in `folder` (emptied first), through the gateway's writer in
@@ -70,11 +82,14 @@ def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: 
         old.unlink()
     log, rng = DecisionLog(folder, keep_requests=True, max_mb=max_mb, keep=1_000_000), random.Random(seed)
     requests = answers = 0
+    native = {m.name for m in pool.models if m.prompt_style == "native"}
     for batch in synthetic_records(pool, n, days, now=now or time.time(), explore=explore, seed=seed, batch=256):
         for _kind, row, rows in batch:
             if row is not None:
                 row["request"] = request_text(rng, rows)
                 requests += 1
+            for a in rows:
+                a["raw"] = raw_answer(a, a["model"] in native)
             answers += len(rows)
         log.write(batch)
     log.db.close()
