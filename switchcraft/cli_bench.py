@@ -16,7 +16,7 @@
     switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md] [--screenshots DIR]
     switchcraft bench sessions --router runs/v3/router --pool configs/pools/bfcl_v3_2025.yaml --threshold 0.9
-    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md]
+    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md] [--whole-read]
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 """
@@ -354,6 +354,9 @@ def bench_console(requests: int = 1_000_000, days: float = 30.0, out: Path = Pat
 
 def bench_learn(requests: int = 100_000, explore: float = 0.05, out: Path = Path("runs/bench_learn.md"),
                 pool: Path = Path("configs/pool.yaml"), max_mb: float = 256.0, seed: int = 0,
+                read_only: bool = typer.Option(False, help="Only the read stage (no training)."),
+                whole_read: bool = typer.Option(False, help="Also read the log whole in memory, as learn did "
+                                                "before it streamed, for comparison."),
                 overrides: list[str] = typer.Option([], "--set", help=SET_HELP + " (configs/train.yaml)"),
                 note: list[str] = []) -> None:  # noqa: B006
     """`switchcraft learn` on a synthetic decision log of --requests requests (--explore of them answered by every
@@ -363,7 +366,8 @@ def bench_learn(requests: int = 100_000, explore: float = 0.05, out: Path = Path
 
     try:
         result = run_learn_bench(LearnBenchConfig(requests, explore, out, pool, max_mb, seed=seed,
-                                                  train=list(overrides), notes=list(note)), console=console)
+                                                  train=list(overrides), read_only=read_only, whole_read=whole_read,
+                                                  notes=list(note)), console=console)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     write_results(result, out)

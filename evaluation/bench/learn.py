@@ -1,7 +1,8 @@
 """How `switchcraft learn` scales with the decision log: a synthetic log of N served requests, a share of them
 explored (every pool model answered), then `learn` on it, each stage's wall time and peak memory.
 
-    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md]
+    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md] [--whole-read]
+    switchcraft bench learn --requests 1000000 --read-only --whole-read      # the read stage alone, both ways
 
 The traffic is the console bench's (`evaluation.bench.console.synthetic_records`: the same seed, the same log),
 with the request text the gateway keeps under `log.requests: true` added, written by the gateway's own writer
@@ -43,6 +44,8 @@ class LearnBenchConfig:
     days: float = 7.0
     seed: int = 0
     train: list[str] = field(default_factory=list)  # configs/train.yaml overrides
+    read_only: bool = False  # only the read stage (no training): for logs too large to learn from here
+    whole_read: bool = False  # also read the log whole, as before read_explored, for comparison
     notes: list[str] = field(default_factory=list)
 
 
@@ -98,7 +101,8 @@ def write_learn_log(folder: Path, pool, n: int, *, explore: float = 0.05, seed: 
 
 
 def run_learn_bench(cfg: LearnBenchConfig, progress: bool = False, console=None) -> dict[str, Any]:
-    """Write the log, learn from it; every stage's seconds and peak memory (MiB)."""
+    """Write the log, learn from it (or with `read_only`, only read it); every stage's seconds and peak memory
+    (MiB). `whole_read`: then also today's whole-log read (`read_log` + `log_contracts`), for comparison."""
     import torch
 
     from data.pool import load_pool
@@ -107,39 +111,69 @@ def run_learn_bench(cfg: LearnBenchConfig, progress: bool = False, console=None)
     if cfg.requests < 1 or not 0 < cfg.explore <= 1:
         raise ValueError(f"--requests {cfg.requests}, --explore {cfg.explore}: give requests >= 1 and a share in "
                          "(0, 1]")
-    work = cfg.out.with_name(cfg.out.stem + "_work")
+    work, pool = cfg.out.with_name(cfg.out.stem + "_work"), load_pool(cfg.pool)
     reset_peak_rss()
     t0 = time.perf_counter()
-    written = write_learn_log(work / "log", load_pool(cfg.pool), cfg.requests, explore=cfg.explore, seed=cfg.seed,
-                              days=cfg.days, max_mb=cfg.max_mb)
-    write_s, write_mb = round(time.perf_counter() - t0, 1), round(peak_rss_mb(), 1)
-    load_before = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    written = write_learn_log(work / "log", pool, cfg.requests, explore=cfg.explore, seed=cfg.seed, days=cfg.days,
+                              max_mb=cfg.max_mb)
+    out = {"config": config_record(cfg), "log": {**written, "write_s": round(time.perf_counter() - t0, 1),
+                                                 "write_peak_mb": round(peak_rss_mb(), 1)},
+           "encoder_device": "cuda" if torch.cuda.is_available() else "cpu", "cpus": os.cpu_count(),
+           "load_average": {"before": " ".join(f"{v:.2f}" for v in os.getloadavg())}}
     t0 = time.perf_counter()
-    res = learn(work / "log", work / "learned", pool_path=cfg.pool, train_overrides=cfg.train, progress=progress,
-                budget_usd_per_million=1000.0, console=console)
-    info = json.loads((work / "learned" / "learn.json").read_text())
-    return {"config": config_record(cfg), "log": {**written, "write_s": write_s, "write_peak_mb": write_mb},
-            "requests": res.n_requests, "complete": info["complete"], "train": res.n_train, "holdout": res.n_holdout,
-            "seconds": res.timings_s, "peak_mb": res.peak_rss_mb, "workers_peak_mb": info["workers_peak_rss_mb"],
-            "label_workers": info["label_workers"], "learn_s": round(time.perf_counter() - t0, 1),
-            "encoder_device": "cuda" if torch.cuda.is_available() else "cpu", "cpus": os.cpu_count(),
-            "load_average": {"before": load_before, "after": " ".join(f"{v:.2f}" for v in os.getloadavg())}}
+    if cfg.read_only:
+        out.update(read_stages(work / "log", pool, whole=False, console=console))
+    else:
+        res = learn(work / "log", work / "learned", pool_path=cfg.pool, train_overrides=cfg.train,
+                    progress=progress, budget_usd_per_million=1000.0, console=console)
+        info = json.loads((work / "learned" / "learn.json").read_text())
+        out.update({"requests": res.n_requests, "complete": info["complete"], "train": res.n_train,
+                    "holdout": res.n_holdout, "seconds": res.timings_s, "peak_mb": res.peak_rss_mb,
+                    "label_workers": info["label_workers"]})
+    out["learn_s"] = round(time.perf_counter() - t0, 1)
+    if cfg.whole_read:  # last: what it leaves allocated does not weigh on the stages above
+        whole = read_stages(work / "log", pool, whole=True, console=console)
+        out["seconds"].update(whole["seconds"])
+        out["peak_mb"].update(whole["peak_mb"])
+    out["load_average"]["after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return out
+
+
+WHOLE = "read log, whole in memory (before)"
+
+
+def read_stages(log: Path, pool, *, whole: bool, console=None) -> dict[str, Any]:
+    """The read stage alone, as `learn` reads (streamed), or (`whole`) as it read before: every row in memory."""
+    from rich.console import Console
+
+    from data.logged import complete_rows, log_contracts, read_log
+    from evaluation.jobs.learn import Stages, read_complete
+
+    stages = Stages(console or Console(quiet=True))
+    if whole:
+        stages(WHOLE, lambda: complete_rows(*log_contracts(*read_log(log), pool), pool))
+        return {"seconds": stages.seconds, "peak_mb": stages.peak_mb}
+    logged, complete, _ = stages("read log", lambda: read_complete(log, pool))
+    return {"seconds": stages.seconds, "peak_mb": stages.peak_mb, "requests": logged, "complete": len(complete)}
 
 
 def to_markdown(result: dict[str, Any]) -> str:
     log = result["log"]
     rows = [[stage, f"{s:,.1f}", f"{result['peak_mb'][stage]:,.0f}"] for stage, s in result["seconds"].items()]
+    learned = "" if "train" not in result else (f", trained on {result['train']:,}, {result['holdout']:,} held out "
+                                                f"(labelling workers: {result['label_workers']})")
+    whole = (f" \"{WHOLE}\" is not part of `learn`: the same log read whole, as `learn` read it before it "
+             "streamed." if WHOLE in result["seconds"] else "")
     return "\n".join([
         f"`switchcraft learn` on a synthetic log of {log['requests']:,} requests ({log['answers']:,} answers, "
         f"{log['files']} file(s), {log['bytes'] / 2**20:,.0f} MiB; explore rate {result['config']['explore']:g}): "
-        f"{result['complete']:,} answered by every pool model, trained on {result['train']:,}, "
-        f"{result['holdout']:,} held out.", "",
-        *md_table(["stage", "seconds", "peak RSS (MiB)"], [*rows, ["learn, in all", f"{result['learn_s']:,.1f}", ""]],
+        f"{result['complete']:,} answered by every pool model{learned}.", "",
+        *md_table(["stage", "seconds", "peak RSS (MiB)"],
+                  [*rows, ["learn, in all" if "train" in result else "read only", f"{result['learn_s']:,.1f}", ""]],
                   "lrr"), "",
-        f"Log written in {log['write_s']} s (peak RSS {log['write_peak_mb']:,.0f} MiB). Labelling workers: "
-        f"{result['label_workers']} (their peak {result['workers_peak_mb']:,.0f} MiB); encoder on "
-        f"{result['encoder_device']}; {result['cpus']} CPUs; load average before learn {result['load_average']['before']}, "
-        f"after {result['load_average']['after']}.",
+        f"Peak RSS: this process's, reset at each stage's start.{whole} Log written in {log['write_s']} s (peak RSS "
+        f"{log['write_peak_mb']:,.0f} MiB); encoder on {result['encoder_device']}; {result['cpus']} CPUs; load "
+        f"average before {result['load_average']['before']}, after {result['load_average']['after']}.",
         *(f"Note: {n}" for n in result["config"].get("notes") or [])]) + "\n"
 
 

@@ -74,7 +74,8 @@ class LearnResult:
 class Stages:
     """Runs the job's stages, each under a rule, keeping its wall seconds and its peak resident memory (MiB): the
     process's high-water mark, reset at the stage's start where Linux allows it (/proc/self/clear_refs), else the
-    process's peak so far. `workers_peak_mb`: the largest child process's (the labelling workers)."""
+    process's peak so far. (The labelling workers' own memory is not in it: a child's peak as Linux reports it
+    starts from its parent's resident size at the fork.)"""
 
     def __init__(self, console) -> None:
         self.console, self.seconds, self.peak_mb = console, {}, {}
@@ -87,9 +88,6 @@ class Stages:
         self.seconds[name] = round(time.perf_counter() - t0, 2)
         self.peak_mb[name] = round(peak_rss_mb(), 1)
         return out
-
-    def workers_peak_mb(self) -> float:
-        return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
 
 
 def reset_peak_rss() -> bool:
@@ -307,8 +305,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     (run / "learn.json").write_text(json.dumps({
         "command": "switchcraft learn", "log": str(log_path), "pool": str(pool_path), "requests": logged,
         "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
-        "comparison": comparison, "timings_s": step.seconds, "peak_rss_mb": step.peak_mb,
-        "workers_peak_rss_mb": step.workers_peak_mb(), "label_workers": workers}, indent=1, default=str))
+        "comparison": comparison, "timings_s": step.seconds, "peak_rss_mb": step.peak_mb, "label_workers": workers},
+        indent=1, default=str))
     return result
 
 
