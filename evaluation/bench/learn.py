@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,17 +125,18 @@ def run_learn_bench(cfg: LearnBenchConfig, progress: bool = False, console=None)
     if cfg.read_only:
         out.update(read_stages(work / "log", pool, whole=False, console=console))
     else:
+        shutil.rmtree(work / "learned", ignore_errors=True)  # no feature cache from an earlier run
         res = learn(work / "log", work / "learned", pool_path=cfg.pool, train_overrides=cfg.train,
                     progress=progress, budget_usd_per_million=1000.0, console=console)
         info = json.loads((work / "learned" / "learn.json").read_text())
         out.update({"requests": res.n_requests, "complete": info["complete"], "train": res.n_train,
                     "holdout": res.n_holdout, "seconds": res.timings_s, "peak_mb": res.peak_rss_mb,
-                    "label_workers": info["label_workers"]})
+                    "start_mb": info["start_rss_mb"], "label_workers": info["label_workers"]})
     out["learn_s"] = round(time.perf_counter() - t0, 1)
     if cfg.whole_read:  # last: what it leaves allocated does not weigh on the stages above
         whole = read_stages(work / "log", pool, whole=True, console=console)
-        out["seconds"].update(whole["seconds"])
-        out["peak_mb"].update(whole["peak_mb"])
+        for key in ("seconds", "peak_mb", "start_mb"):
+            out[key].update(whole[key])
     out["load_average"]["after"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     return out
 
@@ -152,14 +154,16 @@ def read_stages(log: Path, pool, *, whole: bool, console=None) -> dict[str, Any]
     stages = Stages(console or Console(quiet=True))
     if whole:
         stages(WHOLE, lambda: complete_rows(*log_contracts(*read_log(log), pool), pool))
-        return {"seconds": stages.seconds, "peak_mb": stages.peak_mb}
+        return {"seconds": stages.seconds, "peak_mb": stages.peak_mb, "start_mb": stages.start_mb}
     logged, complete, _ = stages("read log", lambda: read_complete(log, pool))
-    return {"seconds": stages.seconds, "peak_mb": stages.peak_mb, "requests": logged, "complete": len(complete)}
+    return {"seconds": stages.seconds, "peak_mb": stages.peak_mb, "start_mb": stages.start_mb, "requests": logged,
+            "complete": len(complete)}
 
 
 def to_markdown(result: dict[str, Any]) -> str:
     log = result["log"]
-    rows = [[stage, f"{s:,.1f}", f"{result['peak_mb'][stage]:,.0f}"] for stage, s in result["seconds"].items()]
+    rows = [[stage, f"{s:,.1f}", f"{result['start_mb'][stage]:,.0f}", f"{result['peak_mb'][stage]:,.0f}"]
+            for stage, s in result["seconds"].items()]
     learned = "" if "train" not in result else (f", trained on {result['train']:,}, {result['holdout']:,} held out "
                                                 f"(labelling workers: {result['label_workers']})")
     whole = (f" \"{WHOLE}\" is not part of `learn`: the same log read whole, as `learn` read it before it "
@@ -168,10 +172,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"`switchcraft learn` on a synthetic log of {log['requests']:,} requests ({log['answers']:,} answers, "
         f"{log['files']} file(s), {log['bytes'] / 2**20:,.0f} MiB; explore rate {result['config']['explore']:g}): "
         f"{result['complete']:,} answered by every pool model{learned}.", "",
-        *md_table(["stage", "seconds", "peak RSS (MiB)"],
-                  [*rows, ["learn, in all" if "train" in result else "read only", f"{result['learn_s']:,.1f}", ""]],
-                  "lrr"), "",
-        f"Peak RSS: this process's, reset at each stage's start.{whole} Log written in {log['write_s']} s (peak RSS "
+        *md_table(["stage", "seconds", "RSS at start (MiB)", "peak RSS (MiB)"],
+                  [*rows, ["learn, in all" if "train" in result else "read only", f"{result['learn_s']:,.1f}", "", ""]],
+                  "lrrr"), "",
+        f"RSS: this process's resident memory; its peak is reset at each stage's start.{whole} Log written in {log['write_s']} s (peak RSS "
         f"{log['write_peak_mb']:,.0f} MiB); encoder on {result['encoder_device']}; {result['cpus']} CPUs; load "
         f"average before {result['load_average']['before']}, after {result['load_average']['after']}.",
         *(f"Note: {n}" for n in result["config"].get("notes") or [])]) + "\n"

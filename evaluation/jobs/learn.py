@@ -74,15 +74,16 @@ class LearnResult:
 class Stages:
     """Runs the job's stages, each under a rule, keeping its wall seconds and its peak resident memory (MiB): the
     process's high-water mark, reset at the stage's start where Linux allows it (/proc/self/clear_refs), else the
-    process's peak so far. (The labelling workers' own memory is not in it: a child's peak as Linux reports it
+    process's peak so far; `start_mb`: the resident size at the stage's start (where the reset works). (The labelling workers' own memory is not in it: a child's peak as Linux reports it
     starts from its parent's resident size at the fork.)"""
 
     def __init__(self, console) -> None:
-        self.console, self.seconds, self.peak_mb = console, {}, {}
+        self.console, self.seconds, self.peak_mb, self.start_mb = console, {}, {}, {}
 
     def __call__(self, name: str, fn):
         self.console.rule(f"[bold]{name}")
         reset_peak_rss()
+        self.start_mb[name] = round(peak_rss_mb(), 1)  # just reset: the resident size now
         t0 = time.perf_counter()
         out = fn()
         self.seconds[name] = round(time.perf_counter() - t0, 2)
@@ -305,7 +306,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
     (run / "learn.json").write_text(json.dumps({
         "command": "switchcraft learn", "log": str(log_path), "pool": str(pool_path), "requests": logged,
         "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
-        "comparison": comparison, "timings_s": step.seconds, "peak_rss_mb": step.peak_mb, "label_workers": workers},
+        "comparison": comparison, "timings_s": step.seconds, "peak_rss_mb": step.peak_mb,
+        "start_rss_mb": step.start_mb, "label_workers": workers},
         indent=1, default=str))
     return result
 

@@ -29,8 +29,9 @@ def test_bench_learn_times_and_measures_every_stage_on_a_tiny_log(tmp_path):
     assert result["log"]["requests"] == 2000 and result["log"]["files"] >= 2
     assert 1900 < result["requests"] <= 2000 and 60 < result["complete"] < 160  # ~5% explored
     assert result["train"] + result["holdout"] == result["complete"]
-    assert list(result["seconds"]) == STAGES == list(result["peak_mb"])
+    assert list(result["seconds"]) == STAGES == list(result["peak_mb"]) == list(result["start_mb"])
     assert all(s > 0 for s in result["seconds"].values()) and all(mb > 50 for mb in result["peak_mb"].values())
+    assert all(result["start_mb"][s] <= result["peak_mb"][s] for s in STAGES)
     assert result["encoder_device"] == "cpu" and result["label_workers"] == 1  # below PARALLEL_LABELS
     table = out.read_text()
     for stage in STAGES:
