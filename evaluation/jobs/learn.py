@@ -285,8 +285,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         labels = [lb for lb in read_labels(consensus.labels_path) if lb.example_id in probs_folds]
         train_by_id = {e.id: e for e in train}
         data = RoutingData.from_labels(labels, train_by_id, pool.names, probs_folds)
-        cd = CascadeData.from_outputs([o for o in outputs if o.example_id in set(data.example_ids)],
-                                      train_by_id, pool, data)
+        fitted = set(data.example_ids)  # once: built per output it made this stage quadratic in the requests
+        cd = CascadeData.from_outputs([o for o in outputs if o.example_id in fitted], train_by_id, pool, data)
         return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0],
                                      budget_usd_per_million=budget_usd_per_million,
                                      specs=menu_apart(cd, cd.data.correct))  # its labels are consensus labels
