@@ -8,7 +8,8 @@ expected answer (no ground truth).
     res.frame                                       # example_id, model, correct, p_correct, confidence, abstained
     res.reliability                                 # model -> estimated accuracy (when it calls, when it declines)
 
-`consensus_labels(answers, tools, *, languages=None, models=None, config=ConsensusConfig()) -> ConsensusResult`
+`consensus_labels(answers, tools, *, languages=None, models=None, config=ConsensusConfig(), workers=1)
+-> ConsensusResult` (`workers` > 1: the agreement checks in that many processes; the same labels)
 - `answers`: a DataFrame or an iterable of mappings with `example_id`, `model` and `calls` (a list of
   `data.schema.Call` or `{"name", "arguments"}` dicts; None or [] for an answer that makes no call — a native
   function-calling model's text answer is no call, `data.verify.agree.effective_calls`). A (query, model) pair
@@ -36,8 +37,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,9 +220,10 @@ def _as_calls(v: Any) -> list[Call]:
 
 def agreement_tensor(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools: Mapping[str, Sequence[Tool]], *,
                      languages: Mapping[str, str] | None = None, models: Sequence[str] | None = None,
-                     ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """(example ids, models, agree n × m × m, answered n × m, declined n × m) from answer rows."""
-    from data.verify.agree import NoAnswer, calls_agree
+                     workers: int = 1) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(example ids, models, agree n × m × m, answered n × m, declined n × m) from answer rows; `workers` > 1:
+    the agreement checks (the cost: m(m-1)/2 per query) run in that many processes, the same result."""
+    from data.verify.agree import NoAnswer
 
     rows = answers.to_dict(orient="records") if isinstance(answers, pd.DataFrame) else list(answers)
     for n_row, r in enumerate(rows):
@@ -245,14 +249,33 @@ def agreement_tensor(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools:
         calls[i][j] = _as_calls(r.get("calls"))
     answered = np.array([[c is not None for c in rowc] for rowc in calls], dtype=bool).reshape(n, m)
     declined = np.array([[c is not None and not c for c in rowc] for rowc in calls], dtype=bool).reshape(n, m)
+    jobs = [(tools[e], calls[i], (languages or {}).get(e)) for i, e in enumerate(ids)]
     agree = np.zeros((n, m, m), dtype=bool)
-    for i, e in enumerate(ids):
-        lang = (languages or {}).get(e)
-        here = np.flatnonzero(answered[i])
-        agree[i, here, here] = True
-        for a, b in itertools.combinations(here, 2):
-            agree[i, a, b] = agree[i, b, a] = calls_agree(tools[e], calls[i][a], calls[i][b], language=lang)
+    if workers > 1 and n > 1:  # each query's agreements are its own: chunks of queries in worker processes
+        size = -(-n // (4 * workers))
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = pool.map(_chunk_agreement, (jobs[k:k + size] for k in range(0, n, size)))
+            for k, part in zip(range(0, n, size), done):
+                agree[k:k + len(part)] = part
+    else:
+        agree[:] = _chunk_agreement(jobs).reshape(n, m, m)
     return ids, names, agree, answered, declined
+
+
+def query_agreement(tools: Sequence[Tool], calls: Sequence[list[Call] | None], language: str | None) -> np.ndarray:
+    """(m × m bool) which answers to one query mean the same calls (`calls[j]` None: model j did not answer)."""
+    from data.verify.agree import calls_agree
+
+    here = [j for j, c in enumerate(calls) if c is not None]
+    agree = np.zeros((len(calls), len(calls)), dtype=bool)
+    agree[here, here] = True
+    for a, b in itertools.combinations(here, 2):
+        agree[a, b] = agree[b, a] = calls_agree(tools, calls[a], calls[b], language=language)
+    return agree
+
+
+def _chunk_agreement(jobs: list[tuple]) -> np.ndarray:
+    return np.stack([query_agreement(*job) for job in jobs]) if jobs else np.zeros((0, 0, 0), dtype=bool)
 
 
 @dataclass
@@ -266,9 +289,11 @@ class ConsensusResult:
 
 def consensus_labels(answers: pd.DataFrame | Iterable[Mapping[str, Any]], tools: Mapping[str, Sequence[Tool]], *,
                      languages: Mapping[str, str] | None = None, models: Sequence[str] | None = None,
-                     config: ConsensusConfig | None = None) -> ConsensusResult:
-    """Consensus labels from answer rows (see the module docstring): the learn step's entry point."""
-    ids, names, agree, answered, declined = agreement_tensor(answers, tools, languages=languages, models=models)
+                     config: ConsensusConfig | None = None, workers: int = 1) -> ConsensusResult:
+    """Consensus labels from answer rows (see the module docstring): the learn step's entry point. `workers`:
+    processes for the agreement checks (`agreement_tensor`); the labels do not depend on it."""
+    ids, names, agree, answered, declined = agreement_tensor(answers, tools, languages=languages, models=models,
+                                                             workers=workers)
     return result_of(ids, names, fit_consensus(agree, answered, declined, config))
 
 
@@ -304,7 +329,7 @@ def answers_of_outputs(outputs: Iterable[Output], pool) -> list[dict]:
 
 
 def consensus_of_outputs(outputs: Iterable[Output], examples: Mapping[str, Example], pool,
-                         config: ConsensusConfig | None = None) -> ConsensusResult:
+                         config: ConsensusConfig | None = None, workers: int = 1) -> ConsensusResult:
     from data.verify import language_of
 
     rows = answers_of_outputs(outputs, pool)
@@ -314,7 +339,7 @@ def consensus_of_outputs(outputs: Iterable[Output], examples: Mapping[str, Examp
         raise DataError(f"{len(missing)} outputs answer unknown examples, e.g. {missing[:3]}",
                         hint="pass the examples these outputs answer")
     return consensus_labels(rows, {e: examples[e].tools for e in ids}, languages={e: language_of(examples[e]) for e in ids},
-                            models=pool.names, config=config)
+                            models=pool.names, config=config, workers=workers)
 
 
 # --- against ground truth -------------------------------------------------------
@@ -387,9 +412,10 @@ def to_labels(res: ConsensusResult, costs: Mapping[tuple[str, str], float | None
 
 def run_consensus_labels(pool_path: str | Path, outputs_path: str | Path, examples_path: str | Path,
                          run_dir: str | Path, *, truth: str | Path | None = None,
-                         config: ConsensusConfig | None = None) -> ConsensusRun:
+                         config: ConsensusConfig | None = None, workers: int = 1) -> ConsensusRun:
     """Consensus-label every output of the pool's models into `<run_dir>/labels_consensus.parquet`; with
-    `truth` (a labels.parquet from the verifier), the agreement with it, in `labels_consensus.json`."""
+    `truth` (a labels.parquet from the verifier), the agreement with it, in `labels_consensus.json`; `workers`:
+    processes for the agreement checks."""
     from data.labels import load_examples, load_outputs
     from data.pool import load_pool
     from data.schema import read_labels
@@ -398,7 +424,7 @@ def run_consensus_labels(pool_path: str | Path, outputs_path: str | Path, exampl
     pool = load_pool(pool_path)
     examples = load_examples(examples_path)
     outputs = load_outputs(outputs_path, examples, pool)
-    res = consensus_of_outputs(outputs, examples, pool, config)
+    res = consensus_of_outputs(outputs, examples, pool, config, workers)
     if res.frame.empty:
         raise DataError("no outputs of any pool model", path=outputs_path, hint=f"pool models: {', '.join(pool.names)}")
     by_recording = {m.recording: m for m in pool.models} | {m.name: m for m in pool.models}

@@ -1,5 +1,5 @@
-"""The harness that benches, jobs and tests share, outside the product packages: free ports, an app served on
-loopback in a thread, a real Redis and a real PostgreSQL on loopback, and headless Chromium.
+"""The harness that benches, jobs and tests share, outside the product packages: free ports, servers in processes
+of their own, an app served on loopback in a thread, a real Redis and a real PostgreSQL on loopback, and headless Chromium.
 
     with Loopback(app) as url:              # a free port; url = "http://127.0.0.1:PORT"
         httpx.get(url + "/healthz")
@@ -8,6 +8,8 @@ loopback in a thread, a real Redis and a real PostgreSQL on loopback, and headle
     server = LocalRedis(tmp_dir); url = server.start(); server.kill(); server.start()   # same port, same data
     with LocalPostgres() as pg:             # postgresql://postgres@127.0.0.1:PORT/postgres, a throwaway cluster
         url = pg.create_database("log")     # a fresh database of its own
+    proc = spawn(serve_gateway, config, [], log=work / "gw.log")   # a module-level function in a process of its own
+    wait_until(lambda: httpx.get(url + "/readyz").status_code == 200, "the gateway", 120, proc, log); stop(proc)
     b = Browser(Path("/tmp/profile"))
     b.open(url + "/console/login"); b.type("#key", key); b.click("#login"); b.screenshot(Path("x.png")); b.close()
 
@@ -25,15 +27,19 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import multiprocessing
 import os
 import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -43,6 +49,60 @@ from serving.triton import free_port
 
 __all__ = ["Browser", "LocalPostgres", "LocalRedis", "Loopback", "browser_missing", "free_port", "postgres_bin",
            "postgres_missing", "redis_server_binary"]
+
+
+def _child(target: Callable[..., Any], args: tuple, env: dict[str, str] | None, log: str | None) -> None:
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    out = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    sys.stdout, sys.stderr = os.fdopen(1, "w", buffering=1), os.fdopen(2, "w", buffering=1)
+    target(*args)
+
+
+def spawn(target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None,
+          log: Path | None = None) -> multiprocessing.Process:
+    """`target(*args)` (a module-level function) in a fresh interpreter: `env` its whole environment (default:
+    this one's), stdout and stderr appended to `log` (default: discarded)."""
+    # Not a daemon: a gateway with --workers starts processes of its own (a daemon may not); the benches stop
+    # theirs when they end (`stop`: terminate, then kill).
+    proc = multiprocessing.get_context("spawn").Process(target=_child, daemon=False,
+                                                        args=(target, args, env, str(log) if log else None))
+    proc.start()
+    return proc
+
+
+def stop(*procs: multiprocessing.Process) -> None:
+    """Terminate the processes, the last started first; kill one still running after 15 s."""
+    for p in reversed(procs):
+        p.terminate()
+        p.join(15)
+        if p.exitcode is None:
+            p.kill()
+            p.join(5)
+
+
+def log_tail(log: Path | None) -> str:
+    return ": " + log.read_text(errors="replace")[-2000:] if log is not None and log.exists() else ""
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout_s: float, proc: multiprocessing.Process | None = None,
+               log: Path | None = None) -> float:
+    """Seconds until `check()` is true (raising: not yet); RuntimeError when `proc` exits first, TimeoutError
+    after `timeout_s`."""
+    t0 = time.monotonic()
+    while (took := time.monotonic() - t0) < timeout_s:
+        if proc is not None and proc.exitcode is not None:
+            raise RuntimeError(f"{what} exited with status {proc.exitcode}{log_tail(log)}")
+        try:
+            if check():
+                return took
+        except Exception:  # not listening yet
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} was not ready after {timeout_s:.0f} s{log_tail(log)}")
 
 
 class Loopback:

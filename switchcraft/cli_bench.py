@@ -16,6 +16,7 @@
     switchcraft bench mcp [--servers 10 --tools 1000 --requests 500]
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md] [--screenshots DIR]
     switchcraft bench sessions --router runs/v3/router --pool configs/pools/bfcl_v3_2025.yaml --threshold 0.9
+    switchcraft bench learn --requests 100000 [--explore 0.05] [--out runs/bench_learn.md] [--whole-read]
 
 Wiring: `register_bench(bench_app)` adds them to the `bench` group.
 """
@@ -54,6 +55,7 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("mcp-recall")(bench_mcp_recall)
     bench_app.command("sessions")(bench_sessions)
     bench_app.command("console")(bench_console)
+    bench_app.command("learn")(bench_learn)
 
 
 def bench_verify(
@@ -367,4 +369,30 @@ def bench_console(requests: int = 1_000_000, days: float = 30.0, out: Path = Pat
     if shots := result.get("screenshots"):
         console.print(f"no screenshots: {shots}" if isinstance(shots, str) else "screenshots: " + ", ".join(shots),
                       highlight=False, markup=False)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def bench_learn(requests: int = 100_000, explore: float = 0.05, out: Path = Path("runs/bench_learn.md"),
+                pool: Path = Path("configs/pool.yaml"), max_mb: float = 256.0, seed: int = 0,
+                read_only: bool = typer.Option(False, help="Only the read stage (no training)."),
+                whole_read: bool = typer.Option(False, help="Also read the log whole in memory, as learn did "
+                                                "before it streamed, for comparison."),
+                max_explored: int = typer.Option(None, help="learn's window: the newest explored requests it "
+                                                 "learns from (default: learn's)."),
+                overrides: list[str] = typer.Option([], "--set", help=SET_HELP + " (configs/train.yaml)"),
+                note: list[str] = []) -> None:  # noqa: B006
+    """`switchcraft learn` on a synthetic decision log of --requests requests (--explore of them answered by every
+    pool model; written through the gateway's log writer to <out>_work/log): each stage's seconds and peak memory,
+    markdown + .json."""
+    from data.errors import DataError
+    from evaluation.bench.learn import LearnBenchConfig, run_learn_bench, to_markdown, write_results
+
+    try:
+        result = run_learn_bench(LearnBenchConfig(requests, explore, out, pool, max_mb, seed=seed,
+                                                  train=list(overrides), read_only=read_only, whole_read=whole_read,
+                                                  max_explored=max_explored, notes=list(note)), console=console)
+    except (DataError, FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)

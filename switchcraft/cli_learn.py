@@ -37,16 +37,20 @@ def learn(
     budget: float = typer.Option(None, "--budget", help="The strategy policy's cost target in USD per million "
                                  "requests (recommended; default: 20% of the cost of the model the consensus labels "
                                  "rank first, which moves if they swap two near-tied models)."),
+    max_explored: int = typer.Option(None, help="The learning window: the newest explored requests (every pool "
+                                     "model answered) learned from (default: evaluation.jobs.learn.MAX_EXPLORED, "
+                                     "10,000); memory and time after the read grow with it, not with the log."),
     overrides: list[str] = typer.Argument(None, help="Training config overrides key=value."),
 ) -> None:
     from data.errors import DataError
+    from evaluation.jobs.learn import MAX_EXPLORED
     from evaluation.jobs.learn import learn as run_learn
 
     root = data_root or (Path(os.environ["SWITCHCRAFT_DATA_ROOT"]) if os.environ.get("SWITCHCRAFT_DATA_ROOT") else None)
     try:
         res = run_learn(from_log, run_dir, pool_path=pool, train_config=train_config, train_overrides=list(overrides or []),
                         holdout=holdout, data_root=root, budget_usd_per_million=budget,
-                        console=console)
+                        max_explored=max_explored or MAX_EXPLORED, console=console)
     except (DataError, FileNotFoundError, ValueError) as e:
         fail(str(e))
     c = res.comparison

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evaluation.bench._mcp import rpc_args
+from evaluation.mcp_fleet import rpc_args
 
 OVERSIZED_BYTES = 3_000_000  # past the gateway's default max_body_bytes (2 MB)
 OVERSIZED_EVERY = 20  # one console login in this many sends that

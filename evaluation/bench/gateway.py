@@ -24,9 +24,8 @@ import yaml
 from data.pool import load_pool
 from data.replay.recordings import read_recordings
 from data.replay.serve import ReplayServer, build_state
-from evaluation.bench._support import (closed_loop, config_record, md_table, percentiles, serve_gateway, spawn, stop,
-                                       wait_until, write_outputs)
-from evaluation.harness import free_port
+from evaluation.bench._support import closed_loop, config_record, md_table, percentiles, serve_gateway, write_outputs
+from evaluation.harness import free_port, spawn, stop, wait_until
 from serving.core.auth import new_key
 from serving.gateway.breaker import endpoint_of
 

@@ -13,7 +13,7 @@ import random
 import re
 from pathlib import Path
 
-from evaluation.bench._mcp import McpStack, Rpc, fleet_tools
+from evaluation.mcp_fleet import McpStack, Rpc, fleet_tools
 from evaluation.bench._support import md_table, percentiles, write_json
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from evaluation.bench._support import serve_replay, spawn, stop, wait_until
+from evaluation.bench._support import serve_replay
+from evaluation.harness import spawn, stop, wait_until
 from evaluation.harness import free_port
 
 MODEL = {"name": "gpt-4o-2024-08-06-FC", "model_id": "gpt-4o-2024-08-06", "api_key_env": None,

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from evaluation.bench._mcp import McpStack, fleet_tools
+from evaluation.mcp_fleet import McpStack, fleet_tools
 from evaluation.bench._soak_traffic import Conversation, Req, console_login, mcp_request
 from evaluation.bench._support import config_record, md_table, write_outputs
 from evaluation.bench.gateway import LoopbackConfig, Stack, chat_body

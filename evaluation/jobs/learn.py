@@ -7,9 +7,12 @@ directory ready to serve, compared with the one in service on held-out logged re
 
 The log must keep request text (`log.requests: true`) and hold every pool model's answer on the requests it
 learns from (exploration, `explore.rate`, provides them). Steps:
-1. the log becomes the offline pipeline's own contracts: `examples.parquet` (one per logged request; no expected
-   answer is known, `meta.expected_unknown`) and `outputs.parquet` (every logged answer, decoded as served);
-2. consensus labels (`data.consensus`): each (request, model) labelled from agreement in meaning;
+1. the log is read in bounded memory (`data.logged.read_explored`: only the requests every pool model answered are
+   kept, the newest `max_explored` of them (MAX_EXPLORED, `--max-explored`), the others counted in SQL) and becomes the offline pipeline's own contracts: `examples.parquet` (one per
+   such request; no expected answer is known, `meta.expected_unknown`) and `outputs.parquet` (their logged
+   answers, decoded as served);
+2. consensus labels (`data.consensus`): each (request, model) labelled from agreement in meaning (the agreement
+   checks on every core from PARALLEL_LABELS requests on; the same labels);
 3. the last `holdout` share of requests (by time) is held out; the router is trained on the rest (the usual
    recipe, configs/train.yaml, on consensus labels, no auxiliary targets) and the strategy policy fitted on its
    out-of-fold probabilities (`training.policy.write_strategy_policy`), then exported to ONNX (`router_onnx/`). Its cost target
@@ -23,13 +26,17 @@ learns from (exploration, `explore.rate`, provides them). Steps:
 5. the rollout verdict: "keep" (the router in service stays) when the learned router is less accurate or dearer
    beyond the paired 95% intervals, else "roll_out"; written into `router_onnx/router.json` (`rollout`), where
    `POST /v1/admin/reload` reads it and refuses a "keep" router unless `{"force": true}`.
-Results: `<run-dir>/learn.json` and the printed table; `switchcraft learn` exits 3 on "keep".
+Results: `<run-dir>/learn.json` (with each stage's seconds and peak memory) and the printed table; `switchcraft
+learn` exits 3 on "keep". The encoder runs on a GPU where torch sees one (training.recipe's accelerator).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +46,17 @@ import pandas as pd
 
 from data.errors import DataError
 from data.pool import Pool, load_pool
-from data.logged import complete_rows, is_log_url, log_contracts, read_log, redact_url
+from data.logged import complete_rows, explored_contracts, is_log_url, read_explored, redact_url
 from data.schema import Example, Output, write_examples, write_outputs
 from evaluation.offline.stats import paired_bootstrap
 from training.policy.replay import replay
 
 
 MIN_COMPLETE = 40  # requests every pool model answered: fewer leave too little to train, hold out and compare
+PARALLEL_LABELS = 2000  # explored requests from which the agreement checks run on every core (below: one process)
+# The learning window: the newest explored requests learned from. Memory and every stage after the read grow with
+# it, not with the log (docs/learning.md: what it costs, how to raise it).
+MAX_EXPLORED = 10_000
 
 
 @dataclass
@@ -59,6 +70,48 @@ class LearnResult:
     agreement: dict | None
     comparison: dict = field(default_factory=dict)
     timings_s: dict = field(default_factory=dict)
+    peak_rss_mb: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------- time and memory per stage
+
+class Stages:
+    """Runs the job's stages, each under a rule, keeping its wall seconds and its peak resident memory (MiB): the
+    process's high-water mark, reset at the stage's start where Linux allows it (/proc/self/clear_refs), else the
+    process's peak so far; `start_mb`: the resident size at the stage's start (where the reset works). (The labelling workers' own memory is not in it: a child's peak as Linux reports it
+    starts from its parent's resident size at the fork.)"""
+
+    def __init__(self, console) -> None:
+        self.console, self.seconds, self.peak_mb, self.start_mb = console, {}, {}, {}
+
+    def __call__(self, name: str, fn):
+        self.console.rule(f"[bold]{name}")
+        reset_peak_rss()
+        self.start_mb[name] = round(peak_rss_mb(), 1)  # just reset: the resident size now
+        t0 = time.perf_counter()
+        out = fn()
+        self.seconds[name] = round(time.perf_counter() - t0, 2)
+        self.peak_mb[name] = round(peak_rss_mb(), 1)
+        return out
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident memory (Linux); False where it cannot be."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since start or the last reset, MiB."""
+    try:
+        with open("/proc/self/status") as f:
+            return int(re.search(r"VmHWM:\s+(\d+) kB", f.read())[1]) / 1024
+    except (OSError, TypeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # ------------------------------------------------------------------------- the comparison on held-out requests
@@ -181,7 +234,8 @@ def too_few_explored(complete: int, logged: int) -> str:
 def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = "configs/pool.yaml",
           train_config: str | Path = "configs/train.yaml", train_overrides: list[str] | None = None,
           holdout: float = 0.25, data_root: str | Path | None = None, progress: bool = True,
-          budget_usd_per_million: float | None = None, console=None) -> LearnResult:
+          budget_usd_per_million: float | None = None, max_explored: int | None = MAX_EXPLORED,
+          console=None) -> LearnResult:
     from rich.console import Console
 
     from data.consensus import run_consensus_labels
@@ -199,40 +253,37 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         raise DataError(f"--holdout {holdout}: give a share in (0, 1)", field="holdout")
     if budget_usd_per_million is not None and not budget_usd_per_million > 0:
         raise DataError(f"--budget {budget_usd_per_million}: give USD per million requests, > 0", field="budget")
-    run, timings = Path(run_dir), {}
+    run, step = Path(run_dir), Stages(console)
+    shown = redact_url(log_path) if is_log_url(log_path) else log_path  # never a password in a message or record
     run.mkdir(parents=True, exist_ok=True)
     pool = load_pool(pool_path)
 
-    def step(name, fn):
-        console.rule(f"[bold]{name}")
-        t0 = time.perf_counter()
-        out = fn()
-        timings[name] = round(time.perf_counter() - t0, 2)
-        return out
+    def read():  # the log → the requests every pool model answered, their outputs, held-out split, on disk
+        logged, explored, complete, outputs = read_complete(log_path, pool, max_explored)
+        window = f"; learning from the newest {len(complete):,}" if len(complete) < explored else ""
+        console.print(f"{logged:,} logged requests with text, {explored:,} answered by all {len(pool.names)} pool "
+                      f"models{window}", highlight=False)
+        if len(complete) < MIN_COMPLETE:
+            raise DataError(too_few_explored(len(complete), logged), path=shown,
+                            hint="serve with log.requests=true and explore.rate > 0 (e.g. 0.05), or raise "
+                                 "explore.rate or explore.usd_per_day, then learn again")
+        n_hold = max(10, int(round(holdout * len(complete))))
+        write_examples(run / "examples.parquet", complete)
+        write_examples(run / "train_examples.parquet", complete[:-n_hold])
+        write_outputs(run / "outputs.parquet", outputs)
+        return logged, explored, complete, outputs, complete[:-n_hold], complete[-n_hold:]
 
-    requests, answers = read_log(log_path)  # a folder, or a PostgreSQL URL (every replica's requests)
-    shown = redact_url(log_path) if is_log_url(log_path) else log_path  # never a password in a message or record
-    examples, outputs = log_contracts(requests, answers, pool)
-    complete = sorted(complete_rows(examples, outputs, pool), key=lambda e: e.meta["ts"])
-    console.print(f"{len(examples):,} logged requests with text, {len(complete):,} answered by all "
-                  f"{len(pool.names)} pool models", highlight=False)
-    if len(complete) < MIN_COMPLETE:
-        raise DataError(too_few_explored(len(complete), len(examples)), path=shown,
-                        hint="serve with log.requests=true and explore.rate > 0 (e.g. 0.05), or raise explore.rate "
-                             "or explore.usd_per_day, then learn again")
-    n_hold = max(10, int(round(holdout * len(complete))))
-    train, held = complete[:-n_hold], complete[-n_hold:]
-    write_examples(run / "examples.parquet", complete)
-    write_examples(run / "train_examples.parquet", train)
-    write_outputs(run / "outputs.parquet", [o for o in outputs if o.example_id in {e.id for e in complete}])
-    consensus = step("consensus labels", lambda: run_consensus_labels(pool_path, run / "outputs.parquet",
-                                                                     run / "examples.parquet", run))
+    logged, explored, complete, outputs, train, held = step("read log", read)
+    workers = (os.cpu_count() or 1) if len(complete) >= PARALLEL_LABELS else 1
+    consensus = step("consensus labels", lambda: run_consensus_labels(
+        pool_path, run / "outputs.parquet", run / "examples.parquet", run, workers=workers))
     folds = min(5, max(2, len(train) // 20))
     cfg = load_train_config(train_config, [f"run_dir={run}", f"labels={consensus.labels_path}",
                                            f"examples={run / 'train_examples.parquet'}", f"pool={pool_path}",
                                            "aux.outputs=null", f"folds={folds}", f"progress={str(progress).lower()}",
                                            *(train_overrides or [])])
-    step(f"train ({cfg.folds}-fold on {len(train)} requests)", lambda: run_training(cfg))
+    console.print(f"training: {cfg.folds}-fold on {len(train):,} requests", highlight=False)
+    step("train", lambda: run_training(cfg))
     router = cfg.router_dir
 
     def policy():
@@ -241,8 +292,8 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
         labels = [lb for lb in read_labels(consensus.labels_path) if lb.example_id in probs_folds]
         train_by_id = {e.id: e for e in train}
         data = RoutingData.from_labels(labels, train_by_id, pool.names, probs_folds)
-        cd = CascadeData.from_outputs([o for o in outputs if o.example_id in set(data.example_ids)],
-                                      train_by_id, pool, data)
+        fitted = set(data.example_ids)  # once: built per output it made this stage quadratic in the requests
+        cd = CascadeData.from_outputs([o for o in outputs if o.example_id in fitted], train_by_id, pool, data)
         return write_strategy_policy(router, cd, oof_matrix(oof, data.example_ids, data.models)[0],
                                      budget_usd_per_million=budget_usd_per_million,
                                      specs=menu_apart(cd, cd.data.correct))  # its labels are consensus labels
@@ -257,10 +308,24 @@ def learn(log_path: str | Path, run_dir: str | Path, *, pool_path: str | Path = 
                       lambda: compare_on_holdout(held, outputs, labels_frame, onnx_dir, pool, truth))
     comparison["rollout"] = rollout_verdict(comparison)
     stamp_rollout(onnx_dir, comparison["rollout"])
-    result = LearnResult(run, router, onnx_dir, len(examples), len(train), len(held), consensus.agreement,
-                         comparison, timings)
+    result = LearnResult(run, router, onnx_dir, logged, len(train), len(held), consensus.agreement,
+                         comparison, step.seconds, step.peak_mb)
     (run / "learn.json").write_text(json.dumps({
-        "command": "switchcraft learn", "log": str(shown), "pool": str(pool_path), "requests": len(examples),
-        "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
-        "comparison": comparison, "timings_s": timings}, indent=1, default=str))
+        "command": "switchcraft learn", "log": str(shown), "pool": str(pool_path), "requests": logged,
+        "explored": explored, "max_explored": max_explored, "complete": len(complete), "train": len(train), "holdout": len(held), "router_onnx": str(onnx_dir),
+        "comparison": comparison, "timings_s": step.seconds, "peak_rss_mb": step.peak_mb,
+        "start_rss_mb": step.start_mb, "label_workers": workers},
+        indent=1, default=str))
     return result
+
+
+def read_complete(log_path: str | Path, pool: Pool, max_explored: int | None = None,
+                  ) -> tuple[int, int, list[Example], list[Output]]:
+    """(logged requests with text, how many every pool model answered, the newest `max_explored` of those, oldest
+    first, and their outputs), read in bounded memory: only the kept requests' rows are held
+    (data.logged.read_explored)."""
+    part = read_explored(log_path, pool.names, max_explored=max_explored)
+    examples, outputs = explored_contracts(part, pool)
+    complete = sorted(complete_rows(examples, outputs, pool), key=lambda e: e.meta["ts"])
+    ids = {e.id for e in complete}
+    return part.logged, part.explored, complete, [o for o in outputs if o.example_id in ids]

@@ -3,7 +3,7 @@
     switchcraft bench mcp-recall                                  # MetaTool, 2,000 held-out queries
     switchcraft bench mcp-recall --bench seal_tools --limit 0     # every held-out query → runs/mcp/recall_<bench>.json
 
-The benchmark's catalog is one upstream MCP server (the bench fleet, evaluation/bench/_mcp.py) behind the
+The benchmark's catalog is one upstream MCP server (the bench fleet, evaluation/mcp_fleet.py) behind the
 gateway (keys off, base MiniLM), each query a `find_tools(query, k=10)` over HTTP, ranked against the in-process
 tool router over the benchmark's catalog and over the gateway's cards. Method and figures: docs/mcp.md.
 """
@@ -43,8 +43,8 @@ def ranked(router, query: str, k: int, Q: np.ndarray | None = None) -> tuple[lis
 
 def find_through_gateway(work: Path, name: str, catalog, queries, encoder):
     """(find_tools' top-10 names per query, the gateway's snapshot, its config, seconds to serving)."""
-    from evaluation.bench._mcp import Rpc, start_fleet
-    from evaluation.bench._support import stop
+    from evaluation.mcp_fleet import Rpc, start_fleet
+    from evaluation.harness import stop
     from evaluation.harness import Loopback
     from serving.mcp import McpGateway, http_app
     from serving.mcp.config import McpConfig

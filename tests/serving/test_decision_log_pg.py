@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 
 from data.errors import DataError
-from data.logged import complete_rows, log_contracts, read_log
+from data.logged import complete_rows, explored_contracts, log_contracts, read_explored, read_log
 from evaluation.synthetic_log import synthetic_records
 from evaluation.harness import free_port
 from serving.console.logdb import open_log, since_of
@@ -84,8 +84,19 @@ def test_learn_reads_the_same_rows_from_postgresql_as_from_the_sqlite_files(defa
     examples, outputs = log_contracts(*from_pg, default_pool)
     answered = sum(1 for _, r, _ in written if r is not None and r["status"] == 200)
     assert (examples, outputs) == log_contracts(*from_files, default_pool) and len(examples) == answered
-    assert complete_rows(examples, outputs, default_pool) == complete_rows(*log_contracts(*from_files, default_pool),
-                                                                           default_pool)
+    complete = complete_rows(examples, outputs, default_pool)
+    assert complete == complete_rows(*log_contracts(*from_files, default_pool), default_pool) and complete
+    # What learn reads (only the explored requests, the rest counted) is the same from both, and the same rows.
+    part_pg, part_files = read_explored(pg_log, default_pool.names), read_explored(tmp_path / "log", default_pool.names)
+    assert (part_pg.requests, part_pg.answers) == (part_files.requests, part_files.answers)
+    assert (part_pg.logged, part_pg.rows) == (part_files.logged, part_files.rows) == (len(examples), 300)
+    ids = {e.id for e in complete}
+    assert {e.id for e in complete_rows(*explored_contracts(part_pg, default_pool), default_pool)} == ids
+    assert len(part_pg.requests) == len(ids) < answered and part_pg.explored == len(ids)
+    # The window: the same newest requests from both.
+    few_pg, few_files = (read_explored(log, default_pool.names, max_explored=5) for log in (pg_log, tmp_path / "log"))
+    assert (few_pg.requests, few_pg.answers) == (few_files.requests, few_files.answers) and len(few_pg.requests) == 5
+    assert few_pg.explored == few_files.explored == len(ids)
 
 
 @pytest.mark.parametrize("range_name", ["all", "24h", "1h"])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from evaluation.bench._support import spawn, stop, wait_until
+from evaluation.harness import spawn, stop, wait_until
 from evaluation.harness import free_port
 
 PROTOCOL = "2026-07-28"
