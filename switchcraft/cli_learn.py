@@ -39,7 +39,7 @@ def learn(
                                  "rank first, which moves if they swap two near-tied models)."),
     max_explored: int = typer.Option(None, help="The learning window: the newest explored requests (every pool "
                                      "model answered) learned from (default: evaluation.jobs.learn.MAX_EXPLORED, "
-                                     "10,000); memory and time after the read grow with it, not with the log."),
+                                     "5,000); memory and time after the read grow with it, not with the log."),
     overrides: list[str] = typer.Argument(None, help="Training config overrides key=value."),
 ) -> None:
     from data.errors import DataError

@@ -56,7 +56,7 @@ MIN_COMPLETE = 40  # requests every pool model answered: fewer leave too little 
 PARALLEL_LABELS = 2000  # explored requests from which the agreement checks run on every core (below: one process)
 # The learning window: the newest explored requests learned from. Memory and every stage after the read grow with
 # it, not with the log (docs/learning.md: what it costs, how to raise it).
-MAX_EXPLORED = 10_000
+MAX_EXPLORED = 5_000
 
 
 @dataclass
