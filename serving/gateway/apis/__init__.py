@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi.responses import Response, StreamingResponse
 
@@ -104,14 +104,44 @@ class Reply:
         return message, choice.get("finish_reason") if isinstance(choice, dict) else None
 
 
-class LiveEvents(Protocol):
-    """An API's stream made while the chat chunks of the answer come (serving/gateway/live.py drives it)."""
+class LiveEvents:
+    """An API's stream made while the chat chunks of the answer come (serving/gateway/live.py drives it): `feed`
+    reads each chat.completion.chunk (the caller's tool names) once, here; an API says how it opens its stream
+    (`_start`), a text run's delta (`_text`) and a call's (`_call`), and how the stream ends (`close`, `fail`)."""
 
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]: ...  # a chat.completion.chunk (the caller's tool names)
+    finish: str | None = None  # the chat finish_reason, once one came
+    usage: dict | None = None  # the chat usage, once it came
 
-    def close(self, charged: list) -> list[bytes]: ...  # the last events; `charged`: what the key was charged
+    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+        out = self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                out += self._text(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                out += self._call(tc if isinstance(tc, dict) else {})
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return out
 
-    def fail(self, message: str) -> list[bytes]: ...  # the stream broke after bytes reached the caller
+    def _start(self) -> list[bytes]:  # the stream's first events, once
+        raise NotImplementedError
+
+    def _text(self, text: str) -> list[bytes]:  # a piece of the answer's text
+        raise NotImplementedError
+
+    def _call(self, tc: dict) -> list[bytes]:  # a piece of a chat tool call (index, id, name, arguments)
+        raise NotImplementedError
+
+    def close(self, charged: list) -> list[bytes]:  # the last events; `charged`: what the key was charged
+        raise NotImplementedError
+
+    def fail(self, message: str) -> list[bytes]:  # the stream broke after bytes reached the caller
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -58,8 +58,8 @@ from fastapi.responses import JSONResponse, Response
 
 from data.wire.anthropic_messages import STOP_REASONS, message_body, message_events, messages_usage
 from data.wire.common import sse, usage_numbers
-from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
-                                  string, tool_fields, with_tools)
+from serving.gateway.apis import (Api, Inbound, LiveEvents, PassThrough, Reply, check_keys, copy_fields,
+                                  event_stream, kind_of, string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
 from serving.core.errors import GatewayError, bad
 
@@ -326,15 +326,13 @@ def reply(r: Reply) -> Response:
     return event_stream(events(msg), r.headers) if r.stream else JSONResponse(msg, headers=r.headers)
 
 
-class LiveMessage:
+class LiveMessage(LiveEvents):
     """The Messages stream of an answer whose chat chunks are still coming: a block opened per text run and per
     call, each delta sent as it comes; message_delta and message_stop (with `switchcraft`) once it ends."""
 
     def __init__(self, reply: Reply) -> None:
         self.reply, self.started, self.index, self.open = reply, False, -1, None
         self.calls: dict[int, int] = {}  # the chat call's index → its block's
-        self.finish: str | None = None
-        self.usage: dict | None = None
 
     def _start(self) -> list[bytes]:
         if self.started:
@@ -360,23 +358,9 @@ class LiveMessage:
     def _delta(self, index: int, delta: dict) -> bytes:
         return sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
-        out = self._start()
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                if self.open != "text":
-                    out += self._block({"type": "text", "text": ""}, "text")
-                out.append(self._delta(self.index, {"type": "text_delta", "text": delta["content"]}))
-            for tc in delta.get("tool_calls") or []:
-                out += self._call(tc if isinstance(tc, dict) else {})
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return out
+    def _text(self, text: str) -> list[bytes]:
+        out = self._block({"type": "text", "text": ""}, "text") if self.open != "text" else []
+        return out + [self._delta(self.index, {"type": "text_delta", "text": text})]
 
     def _call(self, tc: dict) -> list[bytes]:
         k, fn = tc.get("index", 0), tc.get("function") if isinstance(tc.get("function"), dict) else {}

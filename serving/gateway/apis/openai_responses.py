@@ -63,8 +63,8 @@ from fastapi.responses import JSONResponse, Response
 
 from data.wire.common import sse, usage_numbers
 from data.wire.openai_responses import response_body, response_events, responses_usage
-from serving.gateway.apis import (Api, Inbound, PassThrough, Reply, check_keys, copy_fields, event_stream, kind_of,
-                                  string, tool_fields, with_tools)
+from serving.gateway.apis import (Api, Inbound, LiveEvents, PassThrough, Reply, check_keys, copy_fields,
+                                  event_stream, kind_of, string, tool_fields, with_tools)
 from serving.gateway.apis.registry import register
 from serving.gateway.apis.responses_tools import Tools, custom_input
 from serving.core.errors import GatewayError, bad
@@ -228,7 +228,7 @@ def reply(r: Reply) -> Response:
     return event_stream(events(done), r.headers) if r.stream else JSONResponse(done, headers=r.headers)
 
 
-class LiveResponse:
+class LiveResponse(LiveEvents):
     """The Responses stream of an answer whose chat chunks are still coming: an item per text run and per call
     (under the caller's names: namespace apart, a custom tool's call as custom_tool_call), each delta sent as it
     comes (a custom call's input once whole: it arrives as JSON arguments); response.completed at the end."""
@@ -239,8 +239,6 @@ class LiveResponse:
         self.items: list[dict] = []  # output items, finished or open (the last)
         self.open: dict | None = None
         self.calls: dict[int, dict] = {}  # the chat call's index → its item
-        self.finish: str | None = None
-        self.usage: dict | None = None
 
     def _event(self, kind: str, **data) -> bytes:
         self.n += 1
@@ -277,22 +275,6 @@ class LiveResponse:
                                arguments=item["arguments"])]
         item["status"] = "completed"
         return out + [self._event("response.output_item.done", output_index=ids["output_index"], item=item)]
-
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
-        out = self._start()
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-            if isinstance(delta.get("content"), str) and delta["content"]:
-                out += self._text(delta["content"])
-            for tc in delta.get("tool_calls") or []:
-                out += self._call(tc if isinstance(tc, dict) else {})
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return out
 
     def _text(self, text: str) -> list[bytes]:
         out = []
