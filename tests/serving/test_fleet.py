@@ -169,7 +169,7 @@ def test_the_console_of_every_gateway_lists_and_traces_the_whole_fleet(fleet):
                                                   fleet) == "gw-w"
 
 
-def test_the_traffic_report_counts_every_gateways_requests(fleet, tmp_path):
+def test_the_traffic_report_counts_every_gateways_requests(fleet, default_pool, tmp_path):
     r = CliRunner().invoke(cli, ["traffic", "report", "--log", fleet.log, "--out", str(tmp_path), "--no-png",
                                  "--pool", str(fleet.pool)])
     assert r.exit_code == 0, r.output
@@ -178,6 +178,8 @@ def test_the_traffic_report_counts_every_gateways_requests(fleet, tmp_path):
     assert report["traffic"]["requests"] == report["savings"]["requests"] == n
     answered = Counter(r.json()["model"] for answers in fleet.answers.values() for r in answers)
     assert {m["name"]: m["requests"] for m in report["traffic"]["models"]} == dict(answered)
+    calls = {m["model"]: m["calls"] for m in report["traffic"]["spend_per_model"]}  # exploration's calls too
+    assert calls == {m: n for m in default_pool.names}
 
 
 def test_learn_trains_on_the_requests_of_every_gateway(fleet, tmp_path):
