@@ -91,7 +91,6 @@ def fleet(replay, examples, exported, postgres, redis_server, default_pool, tmp_
         for name, (proc, url) in started.items():
             wait_ready(proc, url, work / f"{name}.log")
         pids = {name: {proc.pid} for name, (proc, _) in started.items()}
-        pids["gw-w"] = children(started["gw-w"][0].pid)  # its workers serve, never the supervisor
         out = Fleet({name: url for name, (_, url) in started.items()}, pids, log, pool)
         named = default_pool.names[-1]
         with ThreadPoolExecutor(3) as gateways:  # the three gateways take their traffic at the same time
@@ -103,6 +102,7 @@ def fleet(replay, examples, exported, postgres, redis_server, default_pool, tmp_
             assert [r.status_code for r in answers] == [200] * len(answers), (name, answers[0].text)
         n = sum(SENT.values())  # exploration asks every pool model the strategy did not call
         wait_for(lambda: log_has(log, n, n * len(default_pool.names)), timeout_s=90)
+        pids["gw-w"] = children(started["gw-w"][0].pid)  # its workers serve (each has by now), never the supervisor
         yield out
     finally:
         for proc, _ in started.values():
