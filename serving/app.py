@@ -30,7 +30,7 @@ unexpected exception answers 500 with `connection: close` (serving/core/errors.p
 `switchcraft serve --workers N` runs N such processes on one socket (`run_workers`, uvicorn's supervisor): each
 builds its own app (`worker_app`), they share the state store and the decision log (its folder, or its PostgreSQL
 database), their /metrics add up, and a router reload in one reaches every one (docs/serving.md, "Running N
-workers and replicas").
+replicas").
 
 This module is the wiring, above the three folders it joins (none of them imports another's wiring):
 `build_gateway` makes the parts (serving/gateway/parts.py

@@ -1,5 +1,6 @@
 """Plain helpers of the serving tests (fixtures live in conftest.py): the gateway's test keys, requests with them,
-a uvicorn server on loopback, OpenAI bodies from examples, and waits on the gateway's background work.
+a uvicorn server on loopback, `switchcraft serve` in a process of its own in front of the replay server, OpenAI
+bodies from examples, and waits on the gateway's background work.
 
 The upstream key SECRET must never appear in a log or an output; KEY is the gateway's own admin key, given by
 environment as an operator would (`use_keys`).
@@ -8,15 +9,21 @@ environment as an operator would (`use_keys`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
+import yaml
 
-from evaluation.harness import Loopback  # noqa: F401 - a server on loopback for the tests' apps
+from evaluation.harness import Loopback, free_port  # noqa: F401 - Loopback: a server on loopback for the tests' apps
 
 from data.logged import read_log
+from tests.routers import REPO
 from training.policy import Strategy, StrategyPolicy
 
 SECRET = "sk-test-gateway-0123456789-never-log-me"  # the pool's provider key (upstream)
@@ -41,6 +48,45 @@ def post(url: str, **kw) -> httpx.Response:
 
 def stream(method: str, url: str, **kw):
     return httpx.stream(method, url, **{**kw, "headers": {**AUTH, **(kw.get("headers") or {})}})
+
+
+def replay_pool_file(pool, base_url: str, path: Path) -> Path:
+    """`pool` written to `path` with every model's base_url the replay server's (what `upstream.pool` names)."""
+    models = [m.model_copy(update={"base_url": base_url}) for m in pool.models]
+    path.write_text(yaml.safe_dump(pool.model_copy(update={"models": models}).model_dump(mode="json",
+                                                                                         exclude_none=True)))
+    return path
+
+
+def serve_env(pool, *keys: dict) -> dict[str, str]:
+    """This environment plus what an operator exports for `switchcraft serve`: the gateway's keys (the test admin
+    key and `keys`) and every pool model's provider key."""
+    return {**os.environ, KEYS_ENV: json.dumps([{"id": "ops", "key": KEY, "role": "admin"}, *keys]),
+            **{m.api_key_env: SECRET for m in pool.models if m.api_key_env}}
+
+
+def start_serve(args: list[str], out: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`switchcraft serve ARGS --port <free>` in a process of its own, its output in `out`: (process, base URL),
+    without waiting for it (`wait_ready`)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "switchcraft.cli", "serve", "--port", str(port), *args], cwd=REPO,
+                            env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(proc: subprocess.Popen, url: str, out: Path, timeout_s: float = 120.0) -> None:
+    """Until the gateway's /readyz answers 200; its output's tail if it exits or times out first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, out.read_text()[-3000:]
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    proc.terminate()
+    raise AssertionError(f"the gateway was not ready in {timeout_s:g} s: " + out.read_text()[-3000:])
 
 
 def openai_body(example, model: str = "router", **extra) -> dict:

@@ -9,26 +9,23 @@ pool).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 import serving.app
 from data.logged import log_files, read_log
 from data.replay.serve import ReplayServer, build_state
-from evaluation.harness import free_port
 from switchcraft.cli import app
-from tests.routers import REPO, bfcl_sample
-from tests.serving.helpers import KEY, KEYS_ENV, SECRET, bearer, openai_body
+from tests.routers import bfcl_sample
+from tests.serving.helpers import (KEY, SECRET, bearer, openai_body, replay_pool_file, serve_env, start_serve,
+                                   wait_ready)
 
 pytestmark = pytest.mark.integration
 
@@ -97,30 +94,12 @@ def replay(shared_data, default_pool, pool_recordings):
 def _workers(exported, replay, tmp_path, default_pool) -> tuple[subprocess.Popen, str]:
     """`switchcraft serve --workers 2` in a process of its own: every upstream the replay server, state in SQLite."""
     server, _ = replay
-    pool = tmp_path / "pool.yaml"
-    models = [m.model_copy(update={"base_url": server.base_url}) for m in default_pool.models]
-    pool.write_text(yaml.safe_dump(default_pool.model_copy(update={"models": models}).model_dump(
-        mode="json", exclude_none=True)))
-    env = {**os.environ, KEYS_ENV: json.dumps([{"id": "ops", "key": KEY, "role": "admin"}]),
-           **{m.api_key_env: SECRET for m in default_pool.models if m.api_key_env}}
-    port = free_port()
-    args = ["serve", "--workers", "2", "--port", str(port), f"router.dir={exported[0]}", f"upstream.pool={pool}",
-            "auth.keys_file=null", f"state.path={tmp_path / 'state'}", "state.redis_url=null",
-            f"log.path={tmp_path / 'log'}", "explore.rate=0"]
-    proc = subprocess.Popen([sys.executable, "-m", "switchcraft.cli", *args], cwd=REPO, env=env,
-                            stdout=open(tmp_path / "gateway.log", "w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise AssertionError("the workers were not ready: " + (tmp_path / "gateway.log").read_text()[-3000:])
+    pool = replay_pool_file(default_pool, server.base_url, tmp_path / "pool.yaml")
+    args = ["--workers", "2", f"router.dir={exported[0]}", f"upstream.pool={pool}", "auth.keys_file=null",
+            f"state.path={tmp_path / 'state'}", "state.redis_url=null", f"log.path={tmp_path / 'log'}", "explore.rate=0"]
+    proc, url = start_serve(args, tmp_path / "gateway.log", serve_env(default_pool))
+    wait_ready(proc, url, tmp_path / "gateway.log")
+    return proc, url
 
 
 def _answered_by_both(url: str, examples, log, since: float = 0.0) -> dict[str, list[dict]]:
