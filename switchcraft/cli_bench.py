@@ -375,8 +375,8 @@ def bench_console(requests: int = 1_000_000, days: float = 30.0, out: Path = Pat
 def bench_learn(requests: int = 100_000, explore: float = 0.05, out: Path = Path("runs/bench_learn.md"),
                 pool: Path = Path("configs/pool.yaml"), max_mb: float = 256.0, seed: int = 0,
                 read_only: bool = typer.Option(False, help="Only the read stage (no training)."),
-                whole_read: bool = typer.Option(False, help="Also read the log whole in memory, as learn did "
-                                                "before it streamed, for comparison."),
+                whole_read: bool = typer.Option(False, help="Also read the log whole into memory (read_log), "
+                                                "for comparison."),
                 max_explored: int = typer.Option(None, help="learn's window: the newest explored requests it "
                                                  "learns from (default: learn's)."),
                 overrides: list[str] = typer.Option([], "--set", help=SET_HELP + " (configs/train.yaml)"),

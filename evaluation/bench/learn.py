@@ -46,7 +46,7 @@ class LearnBenchConfig:
     seed: int = 0
     train: list[str] = field(default_factory=list)  # configs/train.yaml overrides
     read_only: bool = False  # only the read stage (no training): for logs too large to learn from here
-    whole_read: bool = False  # also read the log whole, as before read_explored, for comparison
+    whole_read: bool = False  # also read the log whole into memory (read_log), for comparison
     max_explored: int | None = None  # learn's window (None: learn's default, MAX_EXPLORED)
     notes: list[str] = field(default_factory=list)
 
@@ -144,7 +144,7 @@ def run_learn_bench(cfg: LearnBenchConfig, progress: bool = False, console=None)
     return out
 
 
-WHOLE = "read log, whole in memory (before)"
+WHOLE = "read log, whole in memory (read_log)"
 
 
 def read_stages(log: Path, pool, *, whole: bool, console=None, max_explored: int | None = None) -> dict[str, Any]:
@@ -169,8 +169,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             for stage, s in result["seconds"].items()]
     learned = "" if "train" not in result else (f", trained on {result['train']:,}, {result['holdout']:,} held out "
                                                 f"(labelling workers: {result['label_workers']})")
-    whole = (f" \"{WHOLE}\" is not part of `learn`: the same log read whole, as `learn` read it before it "
-             "streamed." if WHOLE in result["seconds"] else "")
+    whole = (f" \"{WHOLE}\" is not part of `learn`: the same log read whole into memory with "
+             "`read_log`, for comparison." if WHOLE in result["seconds"] else "")
     return "\n".join([
         f"`switchcraft learn` on a synthetic log of {log['requests']:,} requests ({log['answers']:,} answers, "
         f"{log['files']} file(s), {log['bytes'] / 2**20:,.0f} MiB; explore rate {result['config']['explore']:g}): "

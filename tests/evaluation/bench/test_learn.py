@@ -56,7 +56,7 @@ def test_bench_learn_read_only_measures_the_streamed_and_the_whole_read(tmp_path
     res = CliRunner().invoke(bench, ["learn", "--requests", "2000", "--out", str(out), "--read-only", "--whole-read"])
     assert res.exit_code == 0, res.output
     result = json.loads(out.with_suffix(".json").read_text())
-    assert list(result["seconds"]) == ["read log", "read log, whole in memory (before)"] == list(result["peak_mb"])
+    assert list(result["seconds"]) == ["read log", "read log, whole in memory (read_log)"] == list(result["peak_mb"])
     assert 60 < result["complete"] < 160 and "train" not in result
-    assert '"read log, whole in memory (before)" is not part of `learn`' in out.read_text()
+    assert '"read log, whole in memory (read_log)" is not part of `learn`' in out.read_text()
     assert not (tmp_path / "bench_read_work" / "learned").exists()
