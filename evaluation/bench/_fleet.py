@@ -45,9 +45,11 @@ class Shape:
 
     @property
     def label(self) -> str:
+        """'1 worker', '4 workers' (one gateway), '2 replicas' (of one worker each), '2 replicas × 2 workers'."""
+        workers = f"{self.workers} worker{'s' * (self.workers > 1)}"
         if self.replicas == 1:
-            return f"1 gateway, {self.workers} worker{'s' * (self.workers > 1)}"
-        return f"{self.replicas} replicas × {self.workers} worker{'s' * (self.workers > 1)}"
+            return workers
+        return f"{self.replicas} replicas" + (f" × {workers}" if self.workers > 1 else "")
 
 
 def parse_shapes(text: str) -> list[Shape]:
