@@ -140,11 +140,11 @@ def bench_gateway(
     from evaluation.bench.gateway import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
 
     if fleet:
-        if kill or triton or overrides or processes != 1 or workers != 1 or state != "memory":
+        if kill or triton or processes != 1 or workers != 1 or state != "memory":
             fail("--fleet sets the processes, workers and state of each row (--shapes; state: Redis): --kill, "
-                 "--triton, --processes, --workers, --state and overrides are for a single run")
+                 "--triton, --processes, --workers and --state are for a single run")
         return _bench_fleet(router, data_root, pool, n, concurrency, shapes, log or "sqlite,postgres",
-                            out or Path(FLEET_OUT))
+                            out or Path(FLEET_OUT), list(overrides or []))
     out = out or Path("runs/bench_gateway.md")
     try:
         cfg = GatewayBenchConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
@@ -166,7 +166,7 @@ def _check_router(router: Path) -> None:
 
 
 def _bench_fleet(router: Path, data_root: Path, pool: Path, n: int, concurrency: int, shapes: str, logs: str,
-                 out: Path) -> None:
+                 out: Path, overrides: list[str]) -> None:
     """`bench gateway --fleet`: a progress bar while it runs, then the table in the terminal and in `out`."""
     from rich import box
     from rich.console import Console
@@ -177,7 +177,8 @@ def _bench_fleet(router: Path, data_root: Path, pool: Path, n: int, concurrency:
 
     try:
         cfg = FleetConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
-                          shapes=parse_shapes(shapes), logs=[x.strip() for x in logs.split(",") if x.strip()])
+                          shapes=parse_shapes(shapes), logs=[x.strip() for x in logs.split(",") if x.strip()],
+                          overrides=overrides)
         _check_router(router)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:

@@ -73,6 +73,7 @@ class FleetConfig(LoopbackConfig):
     requests: int = 300  # measured a row
     concurrency: int = 16
     warmup: int = 32  # unmeasured, before each row, at the same concurrency (it reaches every worker)
+    overrides: list[str] = field(default_factory=list)  # serving config key=value for every gateway
 
     def __post_init__(self) -> None:
         unknown = [log for log in self.logs if log not in LOGS]
@@ -110,7 +111,7 @@ def run_fleet(cfg: FleetConfig, progress: Progress | None = None, postgres=None)
             gw = GatewayBenchConfig(router_dir=cfg.router_dir, data_root=cfg.data_root, pool=cfg.pool,
                                     request_timeout_s=cfg.request_timeout_s, requests=cfg.warmup + cfg.requests,
                                     concurrency=cfg.concurrency, processes=shape.replicas, workers=shape.workers,
-                                    state="redis", log=log)
+                                    state="redis", log=log, overrides=cfg.overrides)
             with Stack(gw, postgres=postgres) as stack:
                 model = measured_model(stack)
                 cells += measure_stack(stack, cfg, model, shape, log, step)

@@ -152,6 +152,6 @@ def test_shapes_and_logs_are_checked(tmp_path):
         with pytest.raises(ValueError, match=fragment):
             fleet.FleetConfig(router_dir=tmp_path, data_root=tmp_path, **kw)
     res = CliRunner().invoke(app, ["bench", "gateway", "--fleet", "--kill", "all", "--router", str(tmp_path)])
-    assert res.exit_code == 1 and "--fleet sets the processes, workers and state" in res.output
+    assert res.exit_code == 1 and "--fleet sets the processes, workers and state" in res.output, res.output
     res = CliRunner().invoke(app, ["bench", "gateway", "--fleet", "--shapes", "3", "--router", str(tmp_path)])
     assert res.exit_code == 1 and "is not RxW" in res.output
