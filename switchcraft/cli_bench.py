@@ -10,6 +10,7 @@
     switchcraft bench router-ab ROUTER_ONNX_A ROUTER_ONNX_B [--n 300]
     switchcraft bench tools [--set retrieval.max_intents=1] [--out bench_fast.json] [--stages 0.3]
     switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 [--kill api.openai.com]
+    switchcraft bench gateway --fleet -n 300 -c 16 [--shapes 1x1,1x2,1x4,2x1] [--log sqlite,postgres]
     switchcraft bench overhead --router runs/bfcl_v1/router_onnx [--concurrency 1 --concurrency 16 --concurrency 64]
     switchcraft bench soak --router runs/bfcl_v1/router_onnx --minutes 10
     switchcraft bench loop --requests 200 --score 200 --add-model llama-3-70b-instruct --out runs/loop
@@ -39,7 +40,9 @@ def register_bench(bench_app: typer.Typer) -> None:
     bench_app.command("serve", help="Routing latency P50/P99 and throughput: PyTorch, ORT fp32/INT8, Triton HTTP/gRPC.")(
         bench_serve)
     bench_app.command("gateway", help="Load-test the gateway stack on loopback (replay upstreams); optionally kill an "
-                                      "endpoint at request K for S seconds.")(bench_gateway)
+                                      "endpoint at request K for S seconds; --fleet: req/s and added P50/P99 of "
+                                      "1, 2, 4 workers and two replicas, named and routed, log on SQLite and "
+                                      "PostgreSQL.")(bench_gateway)
     bench_app.command("overhead", help="What the gateway adds: the same replay upstream called directly and through "
                                        "the gateway (routing off and on), per concurrency and state store.")(
         bench_overhead)
@@ -105,6 +108,9 @@ def bench_serve(
     console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
 
 
+FLEET_OUT = "runs/bench_gateway_fleet/fleet.md"
+
+
 def bench_gateway(
     router: Path = typer.Option(Path("runs/bfcl_v1/router_onnx"), "--router", help="An exported router (switchcraft "
                                 "export), or with --triton its model repository."),
@@ -118,29 +124,81 @@ def bench_gateway(
     triton: bool = typer.Option(False, help="Serve the router from a local tritonserver (--router: a model repository)."),
     pool: Path = typer.Option(Path("configs/pool.yaml"), help="The pool (each endpoint gets a replay server)."),
     data_root: Path = typer.Option(DATA_ROOT, help="Shared data root (bfcl_v1/ and the recorded outputs)."),
-    out: Path = typer.Option(Path("runs/bench_gateway.md"), "--out", "-o", help="Markdown table (+ .json)."),
+    out: Path = typer.Option(None, "--out", "-o", help="Markdown table (+ .json) [default: runs/bench_gateway.md; "
+                             f"--fleet: {FLEET_OUT}]."),
     processes: int = typer.Option(1, "--processes", help="Gateway processes (requests round-robin across them)."),
     workers: int = typer.Option(1, "--workers", help="Worker processes of each gateway on its one port (switchcraft "
                                 "serve --workers N; needs --state sqlite or redis)."),
     state: str = typer.Option("memory", "--state", help="Where limits and the ledger live: memory | sqlite | redis "
                               "(a real redis-server started for the run)."),
+    log: str = typer.Option(None, "--log", help="The gateways' decision log: none | sqlite | postgres (a PostgreSQL "
+                            "started for the run) [default: none; --fleet: a comma list, default sqlite,postgres]."),
+    fleet: bool = typer.Option(False, "--fleet", help="Instead of one load test, each --shapes × --log × named and "
+                               "routed, against the upstream called directly (state in Redis); -n per row."),
+    shapes: str = typer.Option("1x1,1x2,1x4,2x1", "--shapes", help="With --fleet: RxW = R replicas (gateway "
+                               "processes, requests spread round-robin) of W workers each, comma-separated."),
     overrides: list[str] = typer.Argument(None, help="Gateway config overrides key=value (e.g. upstream.timeout_s=1)."),
 ) -> None:
     from evaluation.bench.gateway import GatewayBenchConfig, run_gateway_bench, to_markdown, write_results
 
+    if fleet:
+        if kill or triton or processes != 1 or workers != 1 or state != "memory":
+            fail("--fleet sets the processes, workers and state of each row (--shapes; state: Redis): --kill, "
+                 "--triton, --processes, --workers and --state are for a single run")
+        return _bench_fleet(router, data_root, pool, n, concurrency, shapes, log or "sqlite,postgres",
+                            out or Path(FLEET_OUT), list(overrides or []))
+    out = out or Path("runs/bench_gateway.md")
     try:
         cfg = GatewayBenchConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
                                  kill=list(kill), kill_at=kill_at, kill_for_s=kill_for, max_seconds=max_seconds,
                                  overrides=list(overrides or []), triton=triton, processes=processes, state=state,
-                                 workers=workers)
-        if not (router / "router.json").exists():
-            raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
+                                 workers=workers, log=log or "none")
+        _check_router(router)
         result = run_gateway_bench(cfg)
     except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
         fail(str(e))
     write_results(result, out)
     console.print(to_markdown(result), highlight=False, markup=False, soft_wrap=True)
     console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False)
+
+
+def _check_router(router: Path) -> None:
+    if not (router / "router.json").exists():
+        raise FileNotFoundError(f"{router}: no router.json; export one first: switchcraft export ROUTER --out {router}")
+
+
+def _bench_fleet(router: Path, data_root: Path, pool: Path, n: int, concurrency: int, shapes: str, logs: str,
+                 out: Path, overrides: list[str]) -> None:
+    """`bench gateway --fleet`: a progress bar while it runs, then the table in the terminal and in `out`."""
+    from rich import box
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from evaluation.bench._fleet import ALIGN, HEAD, FleetConfig, parse_shapes, run_fleet, table_rows, title, write_results
+
+    try:
+        cfg = FleetConfig(router_dir=router, data_root=data_root, pool=pool, requests=n, concurrency=concurrency,
+                          shapes=parse_shapes(shapes), logs=[x.strip() for x in logs.split(",") if x.strip()],
+                          overrides=overrides)
+        _check_router(router)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("starting", total=None)
+            result = run_fleet(cfg, progress=lambda what, done, total: bar.update(task, description=what,
+                                                                                  completed=done, total=total))
+    except (FileNotFoundError, ValueError, RuntimeError, TimeoutError) as e:
+        fail(str(e))
+    write_results(result, out)
+    console.print(title(result), highlight=False, markup=False, soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD)
+    for name, a in zip(HEAD, ALIGN):
+        table.add_column(name, justify="right" if a == "r" else "left", no_wrap=True)
+    for row in table_rows(result):
+        table.add_row(*row)
+    # its whole width, in a narrow terminal or a file too (rich lays a file out 80 columns wide)
+    Console(file=console.file, width=max(console.width, 150)).print(table)
+    console.print(f"wrote {out} and {out.with_suffix('.json')}", highlight=False, soft_wrap=True)
 
 
 def bench_overhead(

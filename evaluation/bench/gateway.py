@@ -2,6 +2,7 @@
 
     switchcraft bench gateway --router runs/bfcl_v1/router_onnx -n 400 -c 16 --kill api.openai.com --kill-at 100
     switchcraft bench gateway --processes 2 --state redis     # or --workers 2 --state sqlite (one port)
+    switchcraft bench gateway --workers 2 --state redis --log postgres   # the decision log in a PostgreSQL of its own
 
 Method and figures: docs/performance.md.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import tempfile
 import threading
 import time
@@ -31,6 +33,7 @@ from serving.gateway.breaker import endpoint_of
 
 PROVIDER_KEY = "sk-bench-provider-key-0123456789"  # what the replay servers expect from the gateway
 SERVING_YAML = Path(__file__).resolve().parents[2] / "configs" / "serving.yaml"
+LOGS = ("none", "sqlite", "postgres")  # where the gateways' decision log goes: nowhere, log.path files, log.url
 
 
 @dataclass
@@ -59,6 +62,7 @@ class GatewayBenchConfig(LoopbackConfig):
     processes: int = 1  # gateway processes, requests round-robin across them
     state: str = "memory"  # memory | sqlite | redis: where limits and the ledger live
     workers: int = 1  # worker processes of each gateway (`switchcraft serve --workers N`: one port)
+    log: str = "none"  # none | sqlite (a folder per gateway process) | postgres (one database, a server started)
 
     def __post_init__(self) -> None:
         if self.requests < 1 or self.concurrency < 1:
@@ -69,6 +73,8 @@ class GatewayBenchConfig(LoopbackConfig):
             raise ValueError("--max-seconds must be within (0, 3600]: the bench is bounded")
         if self.state not in ("memory", "sqlite", "redis"):
             raise ValueError(f"--state {self.state!r}: memory, sqlite or redis")
+        if self.log not in LOGS:
+            raise ValueError(f"--log {self.log!r}: none, sqlite or postgres")
         if not (1 <= self.processes <= 16 and 1 <= self.workers <= 16):
             raise ValueError("--processes and --workers must be within [1, 16]")
         if (self.processes > 1 or self.workers > 1) and self.state == "memory":
@@ -114,7 +120,7 @@ class GatewayBenchResult:
             "mean_router_batch": m.get("switchcraft_router_batch_size_sum", 0.0) / batches if batches else None,
             "abandoned_cost_usd": m.get("switchcraft_abandoned_cost_usd_total", 0.0),
             "processes": self.config.get("processes", 1), "state": self.config.get("state", "memory"),
-            "workers": self.config.get("workers", 1),
+            "workers": self.config.get("workers", 1), "log": self.config.get("log", "none"),
             "overhead_mean_ms": 1e3 * m["switchcraft_gateway_overhead_seconds_sum"] / added if added else None,
             "store_ms": self.store_ms,
         }
@@ -136,7 +142,7 @@ def to_markdown(result: GatewayBenchResult) -> str:
            f"{s['busy_429']} ({s['busy_429_with_retry_after']})", batch, store]
     workers = f" of {s['workers']} workers" if s["workers"] > 1 else ""
     return "\n".join([f"`switchcraft bench gateway` — {s['requests']} requests at concurrency {c['concurrency']}, "
-                      f"{kill}, {s['processes']} gateway process(es){workers}, state: {s['state']}", "",
+                      f"{kill}, {s['processes']} gateway process(es){workers}, state: {s['state']}, log: {s['log']}", "",
                       *md_table(head, [row])])
 
 
@@ -148,13 +154,15 @@ def chat_body(example) -> dict:
 
 
 class Stack:
-    """Replay servers per endpoint + the gateway process(es) (+ Triton, + Redis): everything on 127.0.0.1."""
+    """Replay servers per endpoint + the gateway process(es) (+ Triton, + Redis, + PostgreSQL): everything on
+    127.0.0.1. `postgres`: a running LocalPostgres to make the log's database in (default: one started here)."""
 
-    def __init__(self, cfg: GatewayBenchConfig) -> None:
+    def __init__(self, cfg: GatewayBenchConfig, postgres=None) -> None:
         self.cfg, self.pool = cfg, load_pool(cfg.pool)
         self.recordings = read_recordings(cfg.data_root / cfg.outputs, models=[m.recording for m in self.pool.models])
         self.key, self.servers, self.gateways, self.urls = new_key(), {}, [], []
-        self.triton = self.redis = None
+        self.triton = self.redis = self.own_postgres = None
+        self.postgres, self.log_url = postgres, None
         self.work = tempfile.TemporaryDirectory(prefix="bench-gateway-")
 
     def __enter__(self) -> Stack:
@@ -190,6 +198,8 @@ class Stack:
             self.triton = TritonServer(Path(cfg.router_dir) / "cpu").start()
             router += ["router.backend=triton-grpc", f"router.triton_url={self.triton.grpc_url}"]
         self.state_overrides = self._state(work)
+        if cfg.log == "postgres":
+            self._postgres()
         entry = {"id": "bench", "key": self.key, "role": "admin"}  # admin: the bench reads /metrics
         if cfg.state != "memory" or cfg.processes > 1:  # limits that never bite: every request uses the store
             entry["limits"] = {"requests_per_minute": 10**9, "usd_per_day": 1e9}
@@ -199,7 +209,8 @@ class Stack:
             port = free_port()
             self.gateways.append((spawn(serve_gateway, SERVING_YAML, [
                 f"port={port}", f"upstream.pool={work / 'pool.yaml'}", "auth.keys_file=null", f"workers={cfg.workers}", *router,
-                *self.state_overrides, *cfg.overrides], env=env, log=work / f"gateway{i}.log"), work / f"gateway{i}.log"))
+                *self.state_overrides, *self._log(work, i), *cfg.overrides], env=env, log=work / f"gateway{i}.log"),
+                work / f"gateway{i}.log"))
             self.urls.append(f"http://127.0.0.1:{port}")
         for (proc, log), url in zip(self.gateways, self.urls):
             wait_until(lambda u=url: httpx.get(u + "/readyz", timeout=2).status_code == 200, "the gateway", 120,
@@ -215,6 +226,22 @@ class Stack:
             return [f"state.path={work / 'state'}"]
         return ["state.path=null", "state.redis_url=null"]
 
+    def _postgres(self) -> None:
+        from evaluation.harness import LocalPostgres
+
+        if self.postgres is None:
+            self.postgres = self.own_postgres = LocalPostgres()
+            self.postgres.start()
+        self.log_url = self.postgres.create_database(f"bench_{secrets.token_hex(4)}")  # a fresh log per stack
+
+    def _log(self, work: Path, i: int) -> list[str]:
+        """Gateway process i's name in the log and where it writes: a folder of its own (as a replica on its own
+        machine would), or the one PostgreSQL database every process writes."""
+        name = [f"replica=gw{i}"] if self.cfg.processes > 1 else []
+        if self.cfg.log == "sqlite":
+            return [*name, f"log.path={work / f'log{i}'}"]
+        return [*name, f"log.url={self.log_url}"] if self.cfg.log == "postgres" else name
+
     @property
     def url(self) -> str:
         return self.urls[0]
@@ -229,7 +256,8 @@ class Stack:
 
     def __exit__(self, *exc) -> None:
         stop(*(proc for proc, _ in self.gateways))
-        for closing in (self.redis, *(s for s in self.servers.values() if s._thread.is_alive()), self.triton):
+        for closing in (self.redis, *(s for s in self.servers.values() if s._thread.is_alive()), self.triton,
+                        self.own_postgres):
             if closing is not None:
                 closing.stop()
         self.work.cleanup()

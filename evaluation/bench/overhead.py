@@ -65,16 +65,18 @@ def bodies_for(stack: Stack, model: PoolModel) -> dict[str, list[dict]]:
     return out
 
 
-async def drive(url: str, bodies: list[dict], concurrency: int, headers: dict, timeout_s: float,
+async def drive(url: str | list[str], bodies: list[dict], concurrency: int, headers: dict, timeout_s: float,
                 warmup: int) -> tuple[list[float], int, float]:
-    """Send `bodies` at `concurrency` (after `warmup` unmeasured ones): (latencies of 200s, failures, wall)."""
+    """Send `bodies` at `concurrency` (after `warmup` unmeasured ones, one at a time): (latencies of 200s, failures,
+    wall). Several URLs (replicas): body i goes to the (i mod n)-th, a load balancer's round robin."""
+    urls = [url] if isinstance(url, str) else url
     latencies: list[float] = []
     failed: list[int] = []
 
     async def send(i: int) -> None:
         t0 = time.perf_counter()
         try:
-            ok = (await http.post(url, json=bodies[warmup + i])).status_code == 200
+            ok = (await http.post(urls[i % len(urls)], json=bodies[warmup + i])).status_code == 200
         except httpx.HTTPError:
             ok = False
         if ok:
@@ -84,8 +86,8 @@ async def drive(url: str, bodies: list[dict], concurrency: int, headers: dict, t
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits) as http:
-        for body in bodies[:warmup]:
-            await http.post(url, json=body)
+        for i, body in enumerate(bodies[:warmup]):
+            await http.post(urls[i % len(urls)], json=body)
         wall = await closed_loop(len(bodies) - warmup, concurrency, send)
     return latencies, len(failed), wall
 
