@@ -91,8 +91,19 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally, outage: list[bool]) -> None:
+OUTAGE_GRACE_S = 5.0  # after Redis is back: the gateway's store calls reconnect within it
+
+
+def in_outage(outage: list[float | None], t0: float, t1: float) -> bool:
+    """Whether a request sent at `t0` and answered at `t1` overlapped the store's outage [start, end + grace]."""
+    start, end = outage
+    return start is not None and t1 >= start and (end is None or t0 <= end + OUTAGE_GRACE_S)
+
+
+async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally,
+                      outage: list[float | None]) -> None:
     tally.sent[kind] += 1
+    t0 = time.monotonic()
     try:
         if kind in ("stream", "stream_left"):
             async with http.stream("POST", req.url, json=req.json, headers=req.headers) as r:
@@ -115,7 +126,7 @@ async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally
         tally.statuses[f"{kind}:error"] += 1
         return
     tally.statuses[f"{kind}:{status}"] += 1
-    if status == 503 and outage[0]:
+    if status == 503 and in_outage(outage, t0, time.monotonic()):
         tally.outage_503 += 1  # the store was down: a refusal the caller may retry, not a lost request
     elif status >= 500 and kind in HOSTILE:
         tally.input_5xx += 1
@@ -138,7 +149,7 @@ async def soak(stack: Stack, cfg: SoakConfig, progress=None, mcp: McpStack | Non
     hostile = hostile_variants(model)
     url = stack.url + "/v1/chat/completions"
     pid = stack.gateways[0][0].pid
-    tally, outage = Tally(), [False]
+    tally, outage = Tally(), [None, None]  # the store's outage: monotonic start and end
     started = time.monotonic()
     deadline = started + cfg.minutes * 60
     mix = {k: w for k, w in MIX.items() if mcp is not None or not k.startswith("mcp_")}
@@ -182,12 +193,11 @@ async def soak(stack: Stack, cfg: SoakConfig, progress=None, mcp: McpStack | Non
                 tally.reloads[str(r.status_code)] += 1
                 next_reload += cfg.reload_every_s
             if not restarted and now - started >= cfg.minutes * 30 and stack.redis is not None:
-                outage[0] = True
+                outage[0] = time.monotonic()
                 await asyncio.to_thread(stack.redis.stop)
                 await asyncio.sleep(1.0)
                 await asyncio.to_thread(stack.redis.start)
-                await asyncio.sleep(2.0)  # the gateway's next store call reconnects
-                outage[0], restarted = False, True
+                outage[1], restarted = time.monotonic(), True
             await asyncio.sleep(min(cfg.sample_every_s, max(0.0, deadline - time.monotonic())))
 
     limits = httpx.Limits(max_connections=cfg.concurrency + 2, max_keepalive_connections=cfg.concurrency + 2)
