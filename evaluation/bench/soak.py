@@ -78,6 +78,7 @@ class Tally:
     input_5xx: int = 0
     lost: int = 0
     rpc_errors: int = 0  # MCP calls of real tools answered with a JSON-RPC error
+    errors: Counter = field(default_factory=Counter)  # "kind:exception" of requests that got no answer
     sessions_continued: int = 0  # session turns the gateway served as a later turn of a session it kept
     outage_503: int = 0
     reloads: Counter = field(default_factory=Counter)
@@ -118,12 +119,14 @@ async def one_request(http: httpx.AsyncClient, kind: str, req: Req, tally: Tally
             tally.rpc_errors += 1
         if kind == "session" and status == 200 and _json(r).get("switchcraft", {}).get("session", {}).get("turn", 0) > 1:
             tally.sessions_continued += 1
-    except httpx.HTTPError:
+    except httpx.HTTPError as e:
         if req.oversized:  # refused before it was read: the connection closes under the sender, nothing is lost
             tally.statuses[f"{kind}:closed"] += 1
             return
         tally.lost += 1
         tally.statuses[f"{kind}:error"] += 1
+        during = " during the outage" if in_outage(outage, t0, time.monotonic()) else ""
+        tally.errors[f"{kind}:{type(e).__name__}{during}"] += 1
         return
     tally.statuses[f"{kind}:{status}"] += 1
     if status == 503 and in_outage(outage, t0, time.monotonic()):
@@ -268,7 +271,7 @@ def summarise(cfg: SoakConfig, tally: Tally, spent: dict, billed: float, unprice
     return {
         "config": config_record(cfg),
         "requests": sum(tally.sent.values()), "sent": dict(tally.sent), "statuses": dict(tally.statuses),
-        "input_5xx": tally.input_5xx, "lost": tally.lost, "outage_503": tally.outage_503,
+        "input_5xx": tally.input_5xx, "lost": tally.lost, "errors": dict(tally.errors), "outage_503": tally.outage_503,
         "mcp_rpc_errors": tally.rpc_errors, "sessions_continued": tally.sessions_continued,
         "reloads": dict(tally.reloads),
         "rss_mb": [(round(t, 1), round(mb, 1)) for t, mb in tally.rss_mb],

@@ -5,8 +5,9 @@
     body = await read_body(gw, request)         # the JSON object: 415 not JSON, 413 over max_body_bytes, 400 a
                                                 # field over its bound (tools, enum, schema depth, metadata)
 
-A key is refused before its body is read, so the refusal closes the
-connection: the unread body would block it.
+A key is refused before its body is parsed. A body up to max_body_bytes is read and dropped first, so the
+connection stays usable and the answer is not lost to a reset (closing a socket with unread bytes resets it,
+and the client may never read the refusal); a larger one is not read, and the refusal closes the connection.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from serving.core.auth import Identity
 from serving.core.errors import GatewayError
@@ -51,9 +53,27 @@ async def authenticate(gw: Gateway, request: Request, authorization: str | None 
         await gw.budgets.admit(ident)
     except GatewayError as e:
         gw.metrics.auth_rejections.labels(key=ident.key_id if ident else "", reason=e.reason or "").inc()
-        e.headers = {**(e.headers or {}), "connection": "close"}
+        if not await drained(request, gw.cfg.max_body_bytes):
+            e.headers = {**(e.headers or {}), "connection": "close"}
         raise
     return ident
+
+
+async def drained(request: Request, limit: int) -> bool:
+    """Read and drop the body when it is at most `limit` bytes (True: the connection may serve another request);
+    False, having read at most `limit + 1` bytes, when it is larger or the client went away."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        return False
+    seen = 0
+    try:
+        async for chunk in request.stream():
+            seen += len(chunk)
+            if seen > limit:
+                return False
+    except ClientDisconnect:  # the client went away: nothing left to keep open
+        return False
+    return True
 
 
 async def read_body(gw: Gateway, request: Request) -> dict[str, Any]:

@@ -34,7 +34,7 @@ def test_a_short_soak_loses_nothing_and_the_ledger_covers_what_was_billed(export
     assert statuses.get("hostile:200", 0) > 0 and statuses.get("hostile:400", 0) > 0 and set(s["sent"]) == KINDS
     assert s["reloads"] == {"200": 2}
     checks = s["checks"]
-    assert checks["no_input_5xx"] and checks["none_lost"], json.dumps({k: s[k] for k in ("statuses", "lost", "input_5xx", "outage_503")})
+    assert checks["no_input_5xx"] and checks["none_lost"], json.dumps({k: s[k] for k in ("statuses", "lost", "errors", "input_5xx", "outage_503")})
     assert checks["ledger_not_below_billed"] and checks["ledger_within_bound"], (s["ledger_usd"], s["billed_usd"])
     assert s["billed_usd"] > 0 and s["unpriced_completions"] == 0
     assert len(s["rss_mb"]) >= 10

@@ -197,3 +197,28 @@ def test_every_answer_says_nosniff_errors_included(gateway):
     s.sendall(head(ROUTE) + ROUTE[:5])
     answer = read_all(s).lower()
     assert answer.startswith(b"http/1.1 408 ") and b"x-content-type-options: nosniff" in answer
+
+
+def test_a_refused_key_is_answered_on_a_connection_that_stays_usable(gateway):
+    """A refusal before the body is parsed (401 here; 429 and 503 take the same path) reads and drops a body within
+    max_body_bytes first: the connection serves the next request, and no unread byte turns the close into a reset
+    that loses the answer. A larger declared body is not read: the refusal closes the connection."""
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 50_000}]}).encode()
+    wrong = head(body).replace(KEY.encode(), b"sk-sc-not-a-key-0123456789abcdef")
+    s = connect(gateway)
+    try:
+        for _ in range(3):  # the same connection, three refusals in turn: each body was read past
+            s.sendall(wrong + body)
+            answer = response(s)
+            assert answer.startswith(b"HTTP/1.1 401 ") and b"connection: close" not in answer.lower(), answer[:300]
+        s.sendall(head(ROUTE) + ROUTE)  # and then a request with the right key, still on it
+        assert response(s).startswith(b"HTTP/1.1 200 ")
+    finally:
+        s.close()
+    s = connect(gateway)
+    try:
+        s.sendall(wrong.replace(str(len(body)).encode(), b"3000000") + body)  # past max_body_bytes (2,000,000)
+        answer = read_all(s)
+        assert answer.startswith(b"HTTP/1.1 401 ") and b"connection: close" in answer.lower(), answer[:300]
+    finally:
+        s.close()
