@@ -97,13 +97,26 @@ def synthetic_records(pool, n: int, days: float, *, now: float, explore: float =
         yield out
 
 
-def write_log(folder: Path, pool, n: int, days: float, *, now: float, explore: float, seed: int,
+def write_log(folder: Path | str, pool, n: int, days: float, *, now: float, explore: float, seed: int,
               progress: bool = True) -> dict[str, int]:
-    """A synthetic log of `n` requests in `folder` (emptied first), through the gateway's writer."""
+    """A synthetic log of `n` requests in `folder` (emptied first), through the gateway's writer; `folder` may be
+    an empty PostgreSQL database's URL (its writer then, every row kept)."""
     from rich.progress import track
 
+    from data.logged import is_log_url
     from serving.core.decision_log import DecisionLog
 
+    if is_log_url(folder):
+        from serving.core.decision_log_pg import PostgresDecisionLog
+
+        pg = PostgresDecisionLog(str(folder), keep_days=None)
+        for batch in track(synthetic_records(pool, n, days, now=now, explore=explore, seed=seed), "writing the log",
+                           disable=not progress):
+            pg.write(batch)
+        counts = {t: pg.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("requests", "answers", "summary")}
+        pg.db.close()
+        return counts
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("decisions*.sqlite*"):
         old.unlink()

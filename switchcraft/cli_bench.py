@@ -411,15 +411,18 @@ def bench_sessions(router: Path = Path("runs/v3/router"), pool: Path = Path("con
 def bench_console(requests: int = 1_000_000, days: float = 30.0, out: Path = Path("runs/bench_console.md"),
                   log_dir: Path | None = None, router: Path = Path("runs/bfcl_v1/router_onnx"),
                   pool: Path = Path("configs/pool.yaml"), explore: float = 0.01, repeat: int = 3, seed: int = 0,
-                  screenshots: Path | None = None, note: list[str] = []) -> None:  # noqa: B006
+                  screenshots: Path | None = None,
+                  log: str = typer.Option("sqlite", help="Where the log lies: sqlite (files in --log-dir) or postgres "
+                                          "(a throwaway PostgreSQL server, as a fleet's log.url)."),
+                  note: list[str] = []) -> None:  # noqa: B006
     """The console's page render times over a synthetic decision log of --requests requests (written through the
-    gateway's log writer, to --log-dir, default <out>_log/): each view for 24h, 7d and all, markdown + .json;
-    --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
+    gateway's log writer, to --log-dir, default <out>_log/, or --log postgres): each view for 24h, 7d and all,
+    markdown + .json; --screenshots DIR keeps PNGs of Savings and Quality taken in headless Chromium."""
     from evaluation.bench.console import ConsoleBenchConfig, run_console_bench, to_markdown, write_results
 
     try:
         result = run_console_bench(ConsoleBenchConfig(requests, days, out, log_dir, router, pool, explore, repeat, seed,
-                                                      screenshots, notes=list(note)))
+                                                      screenshots, log=log, notes=list(note)))
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         fail(str(e))
     write_results(result, out)

@@ -2,6 +2,7 @@
 through the gateway's writer), then each view's whole page for each range, through the gateway's own app.
 
     switchcraft bench console [--requests 1000000] [--days 30] [--out runs/bench_console.md] [--screenshots docs/img]
+    switchcraft bench console --requests 100000 --days 7 --log postgres    # the same log in a throwaway PostgreSQL
 
 Method and figures: docs/console.md ("Large logs"), docs/performance.md.
 """
@@ -38,10 +39,11 @@ class ConsoleBenchConfig:
     seed: int = 0
     screenshots: Path | None = None
     ranges: tuple[str, ...] = RANGES
+    log: str = "sqlite"  # or "postgres": the log in a throwaway PostgreSQL server (evaluation/harness.py)
     notes: list[str] = field(default_factory=list)
 
 
-def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
+def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path | str, state_dir: Path):
     from serving.app import create_app
     from serving.client import RouterClient
     from serving.core.auth import KeyStore
@@ -49,7 +51,8 @@ def _gateway_app(cfg: ConsoleBenchConfig, pool, log_dir: Path, state_dir: Path):
 
     for m in pool.models:  # the console never calls an upstream: a placeholder secret is enough to start
         os.environ.setdefault(m.api_key_env, "bench-console-unused")
-    scfg = ServingConfig(log={"path": str(log_dir)}, state={"path": str(state_dir)},
+    log = {"path": None, "url": log_dir} if isinstance(log_dir, str) else {"path": str(log_dir)}
+    scfg = ServingConfig(log=log, state={"path": str(state_dir)},
                          explore={"rate": cfg.explore, "usd_per_day": 50.0})
     keys = KeyStore.from_settings(scfg.auth, pool.names, environ={
         scfg.auth.keys_env: json.dumps([{"id": "bench-admin", "key": ADMIN_KEY, "role": "admin"}])})
@@ -81,31 +84,44 @@ def time_pages(app, ranges: tuple[str, ...], repeat: int) -> list[dict[str, Any]
 
 
 def run_console_bench(cfg: ConsoleBenchConfig, progress: bool = True) -> dict[str, Any]:
-    from data.pool import load_pool
-    from serving.console.logdb import open_log, since_of
-
-    pool = load_pool(cfg.pool)
+    if cfg.log not in ("sqlite", "postgres"):
+        raise ValueError(f"--log {cfg.log!r}: give sqlite or postgres")
     if not (cfg.router_dir / "router.json").exists():
         raise FileNotFoundError(f"{cfg.router_dir}: no router.json; export one first: switchcraft export "
                                 f"runs/bfcl_v1/router --out {cfg.router_dir}")
     log_dir = cfg.log_dir or cfg.out.with_name(cfg.out.stem + "_log")
-    state_dir = log_dir.parent / (log_dir.name + "_state")
+    if cfg.log == "sqlite":
+        return _run(cfg, log_dir, log_dir.parent / (log_dir.name + "_state"), progress)
+    from evaluation.harness import LocalPostgres, postgres_missing
+
+    if missing := postgres_missing():
+        raise FileNotFoundError(f"--log postgres: {missing}")
+    with LocalPostgres() as pg:
+        return _run(cfg, pg.create_database("console_bench"), log_dir.parent / (log_dir.name + "_state"), progress)
+
+
+def _run(cfg: ConsoleBenchConfig, log: Path | str, state_dir: Path, progress: bool) -> dict[str, Any]:
+    from data.pool import load_pool
+    from serving.console.logdb import open_log, since_of
+
+    pool = load_pool(cfg.pool)
     now, t0 = time.time(), time.perf_counter()
-    counts = write_log(log_dir, pool, cfg.requests, cfg.days, now=now, explore=cfg.explore, seed=cfg.seed,
+    counts = write_log(log, pool, cfg.requests, cfg.days, now=now, explore=cfg.explore, seed=cfg.seed,
                        progress=progress)
     written_s, load_before = time.perf_counter() - t0, " ".join(f"{v:.2f}" for v in os.getloadavg())
-    rows = time_pages(_gateway_app(cfg, pool, log_dir, state_dir), cfg.ranges, cfg.repeat)
+    rows = time_pages(_gateway_app(cfg, pool, log, state_dir), cfg.ranges, cfg.repeat)
     in_range = {}
     for r in cfg.ranges:
-        with open_log(log_dir, since_of(r, now)) as db:
+        with open_log(log, since_of(r, now)) as db:
             in_range[r] = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    stored = (sum(p.stat().st_size for p in log.glob("decisions*.sqlite*")) if isinstance(log, Path) else None)
     result = {"config": config_record(cfg), "in_range": in_range, "rows": rows, "cpus": os.cpu_count(),
-              "log": {**counts, "dir": str(log_dir), "write_s": round(written_s, 1),
-                      "bytes": sum(p.stat().st_size for p in log_dir.glob("decisions*.sqlite*"))},
+              "log": {**counts, "dir": str(log) if isinstance(log, Path) else "PostgreSQL (throwaway)",
+                      "write_s": round(written_s, 1), "bytes": stored},
               "load_average": {"before": load_before, "after": " ".join(f"{v:.2f}" for v in os.getloadavg())}}
     if cfg.screenshots is not None:
         # a fresh app: the timed one's lifespan ended with its test client, closing its state store
-        result["screenshots"] = screenshots(_gateway_app(cfg, pool, log_dir, state_dir), cfg.screenshots)
+        result["screenshots"] = screenshots(_gateway_app(cfg, pool, log, state_dir), cfg.screenshots)
     return result
 
 
@@ -145,7 +161,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"summary rows) over {result['config']['days']:g} days; median of {result['config']['repeat']} GETs per page, "
         "seconds:", "", *md_table(["range (requests in it)", *(v.capitalize() for v in VIEWS)], rows, "l" + "r" * len(VIEWS)),
         "", f"Load average (1, 5, 15 min) before timing: {load['before']}, after: {load['after']}; {result['cpus']} "
-        f"CPUs. Log written in {log['write_s']} s ({log['bytes'] / 2**20:,.0f} MiB).",
+        f"CPUs. Log ({'SQLite' if log['bytes'] is not None else 'PostgreSQL'}) written in {log['write_s']} s"
+        + (f" ({log['bytes'] / 2**20:,.0f} MiB)." if log["bytes"] is not None else "."),
         *(f"Note: {n}" for n in result["config"].get("notes") or [])]) + "\n"
 
 
