@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from switchcraft.cli import app
 
 PACKAGE = Path(__file__).resolve().parents[2] / "switchcraft"
-BENCHES = {"verify", "serve", "gateway", "overhead", "soak", "mcp", "pool", "train", "long-input", "router-ab", "tools", "loop", "sessions", "mcp-recall", "console"}
+BENCHES = {"verify", "serve", "gateway", "overhead", "soak", "mcp", "pool", "train", "long-input", "router-ab", "tools", "loop", "sessions", "mcp-recall", "console",
+           "learn"}
 
 
 def _commands(group, path=()):
