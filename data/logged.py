@@ -168,11 +168,12 @@ def read_explored(folder: str | Path, models: Sequence[str], scratch: str | Path
                                "WHERE outcome = 'ok' AND model IN pool")
                     db.execute(f"INSERT INTO logged SELECT request_id, ts FROM log.requests WHERE {LOGGED}")
                     rows += db.execute("SELECT COUNT(*) FROM log.requests").fetchone()[0]
+            db.execute(f"CREATE TABLE explored AS {EXPLORED}", {"n": len(set(models))})  # newest first, by rowid
             db.execute("CREATE TABLE wanted (request_id TEXT PRIMARY KEY) WITHOUT ROWID")
-            db.execute(f"INSERT INTO wanted {EXPLORED} LIMIT :limit",
-                       {"n": len(set(models)), "limit": -1 if max_explored is None else max_explored})
+            db.execute("INSERT INTO wanted SELECT request_id FROM explored ORDER BY rowid LIMIT ?",
+                       (-1 if max_explored is None else max_explored,))
             logged = db.execute("SELECT COUNT(DISTINCT request_id) FROM logged").fetchone()[0]
-            explored = db.execute(f"SELECT COUNT(*) FROM ({EXPLORED})", {"n": len(set(models))}).fetchone()[0]
+            explored = db.execute("SELECT COUNT(*) FROM explored").fetchone()[0]
             requests, answers = [], []
             for path in files:
                 with _attached(db, path):
@@ -187,17 +188,19 @@ def read_explored(folder: str | Path, models: Sequence[str], scratch: str | Path
 def _explored_postgres(url: str, models: Sequence[str], max_explored: int | None) -> ExploredLog:
     complete = ("SELECT request_id FROM answers WHERE outcome = 'ok' AND model = ANY(%(pool)s) GROUP BY request_id "
                 "HAVING COUNT(DISTINCT model) >= %(n)s")
-    explored = (f"SELECT request_id FROM requests WHERE {LOGGED} AND request_id IN ({complete}) GROUP BY request_id "
-                "ORDER BY MIN(ts) DESC, request_id DESC")
+    explored = (f"SELECT request_id, MIN(ts) AS first FROM requests WHERE {LOGGED} AND request_id IN ({complete}) "
+                "GROUP BY request_id")
     args = {"pool": sorted(set(models)), "n": len(set(models)), "limit": max_explored}
     with _postgres(url) as db:
         rows = db.execute("SELECT COUNT(*) AS n FROM requests").fetchone()["n"]
         logged = db.execute(f"SELECT COUNT(DISTINCT request_id) AS n FROM requests WHERE {LOGGED}").fetchone()["n"]
-        n_explored = db.execute(f"SELECT COUNT(*) AS n FROM ({explored}) e", args).fetchone()["n"]
-        requests, answers = (db.execute(f"SELECT * FROM {table} WHERE request_id IN "
-                                        f"(SELECT request_id FROM ({explored} LIMIT %(limit)s) w) ORDER BY id",
-                                        args).fetchall() for table in ("requests", "answers"))
-    return ExploredLog(requests, answers, logged, rows, n_explored)
+        # The window's ids and how many were explored in all, from one pass (the window at most holds the ids).
+        kept = db.execute(f"SELECT request_id, COUNT(*) OVER () AS total FROM ({explored}) e "
+                          "ORDER BY first DESC, request_id DESC LIMIT %(limit)s", args).fetchall()
+        ids = [k["request_id"] for k in kept]
+        requests, answers = (db.execute(f"SELECT * FROM {table} WHERE request_id = ANY(%(ids)s) ORDER BY id",
+                                        {"ids": ids}).fetchall() for table in ("requests", "answers"))
+    return ExploredLog(requests, answers, logged, rows, kept[0]["total"] if kept else 0)
 
 
 @contextmanager
